@@ -1,0 +1,129 @@
+//! CNI configuration directories as libcni and kubelet read them: `.conf`, `.json` and
+//! `.conflist` files in lexical order.
+
+use std::path::{Path, PathBuf};
+
+use crate::cni::config::NetworkConfigList;
+use crate::spec::resolve::OnDiskConfig;
+
+/// The CNI type of plexus's own config, which must never be picked as a delegate.
+pub const PLEXUS_TYPE: &str = "plexus";
+
+/// A file of a config directory and what became of it.
+#[derive(Debug)]
+pub struct ConfigFile {
+    pub path: PathBuf,
+    pub parsed: Result<(OnDiskConfig, NetworkConfigList), String>,
+}
+
+/// Every config file of `dir`, sorted by file name. A missing directory has none.
+pub fn read_dir(dir: &Path) -> Vec<ConfigFile> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("conf" | "conflist" | "json")))
+        .collect();
+    paths.sort();
+    paths.into_iter().map(|path| ConfigFile { parsed: parse_file(&path), path }).collect()
+}
+
+fn parse_file(path: &Path) -> Result<(OnDiskConfig, NetworkConfigList), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let is_list = path.extension().is_some_and(|e| e == "conflist");
+    let list = NetworkConfigList::parse(&text, None).map_err(|e| format!("{}: {e}", path.display()))?;
+    if is_list != text_has_plugins(&text) {
+        return Err(format!(
+            "{}: a .conflist must hold a \"plugins\" list and a .conf/.json a single plugin",
+            path.display()
+        ));
+    }
+    let on_disk = OnDiskConfig { path: path.to_owned(), is_list, name: list.name.clone(), text };
+    Ok((on_disk, list))
+}
+
+fn text_has_plugins(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text).ok().is_some_and(|v| v.get("plugins").is_some())
+}
+
+/// The valid configs of several directories, in directory order, for spec 3.4.1 rules 2
+/// and 3.
+pub fn on_disk_configs(dirs: &[PathBuf]) -> Vec<OnDiskConfig> {
+    dirs.iter().flat_map(|d| read_dir(d)).filter_map(|f| f.parsed.ok().map(|(c, _)| c)).collect()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the cluster default network is not ready: no valid CNI config in {dir}{skipped}; install the default \
+     network plugin (or fix its config) and retry"
+)]
+pub struct DefaultNetworkMissing {
+    pub dir: String,
+    pub skipped: String,
+}
+
+/// The cluster default network: the first valid config of `dir` in lexical order, as
+/// kubelet picks it, passing over plexus's own config.
+pub fn default_network(dir: &Path) -> Result<(OnDiskConfig, NetworkConfigList), DefaultNetworkMissing> {
+    let mut problems = Vec::new();
+    for file in read_dir(dir) {
+        match file.parsed {
+            Ok((on_disk, list)) if list.plugin_type(0) != PLEXUS_TYPE => return Ok((on_disk, list)),
+            Ok(_) => {}
+            Err(e) => problems.push(e),
+        }
+    }
+    let skipped =
+        if problems.is_empty() { String::new() } else { format!(" (invalid: {})", problems.join("; ")) };
+    Err(DefaultNetworkMissing { dir: dir.display().to_string(), skipped })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    #[test]
+    fn default_network_is_the_first_valid_config_skipping_plexus() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            "00-plexus.conflist",
+            r#"{"cniVersion":"1.0.0","name":"plexus","plugins":[{"type":"plexus"}]}"#,
+        );
+        write(d.path(), "05-broken.conf", "{");
+        write(
+            d.path(),
+            "10-cluster.conflist",
+            r#"{"cniVersion":"1.0.0","name":"cluster","plugins":[{"type":"bridge"}]}"#,
+        );
+        write(d.path(), "20-later.conf", r#"{"cniVersion":"1.0.0","name":"later","type":"bridge"}"#);
+        write(d.path(), "99-notes.txt", "not a config");
+        let (on_disk, list) = default_network(d.path()).unwrap();
+        assert_eq!(list.name, "cluster");
+        assert!(on_disk.is_list);
+    }
+
+    #[test]
+    fn no_default_network_explains_why() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "05-broken.conf", "{");
+        let err = default_network(d.path()).unwrap_err().to_string();
+        assert!(err.contains("not ready") && err.contains("05-broken.conf"), "{err}");
+        assert!(default_network(&d.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn list_and_single_files_must_match_their_extension() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "a.conflist", r#"{"cniVersion":"1.0.0","name":"a","type":"bridge"}"#);
+        write(d.path(), "b.conf", r#"{"cniVersion":"1.0.0","name":"b","plugins":[{"type":"bridge"}]}"#);
+        write(d.path(), "c.json", r#"{"cniVersion":"1.0.0","name":"c","type":"bridge"}"#);
+        let names: Vec<String> =
+            on_disk_configs(&[d.path().to_owned()]).into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["c"]);
+    }
+}

@@ -1,0 +1,149 @@
+//! Kubernetes manifests in files: YAML (several documents) or JSON, lists included.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::PodInfo;
+use crate::spec::resolve::NetworkAttachmentDefinition;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ManifestError(String);
+
+/// Objects of the kinds plexus reads, found in one manifest file.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Objects {
+    pub nads: Vec<NetworkAttachmentDefinition>,
+    pub pods: Vec<PodInfo>,
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+/// Parses every document of a file. Objects of other kinds are skipped; a document that is
+/// not an object, or a NAD or pod without a name, is an error naming the document.
+pub fn parse_objects(text: &str) -> Result<Objects, ManifestError> {
+    let mut out = Objects::default();
+    let docs: Vec<Value> = if text.trim_start().starts_with(['{', '[']) {
+        vec![serde_json::from_str(text).map_err(|e| ManifestError(format!("invalid JSON: {e}")))?]
+    } else {
+        let mut docs = Vec::new();
+        for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let v = Value::deserialize(doc).map_err(|e| ManifestError(format!("YAML document {i}: {e}")))?;
+            docs.push(v);
+        }
+        docs
+    };
+    for (i, doc) in docs.into_iter().enumerate() {
+        collect(i, doc, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn collect(i: usize, doc: Value, out: &mut Objects) -> Result<(), ManifestError> {
+    match doc {
+        Value::Null => Ok(()),
+        Value::Array(items) => items.into_iter().try_for_each(|d| collect(i, d, out)),
+        Value::Object(mut obj) => {
+            let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+            if kind.ends_with("List") {
+                if let Some(Value::Array(items)) = obj.remove("items") {
+                    return items.into_iter().try_for_each(|d| collect(i, d, out));
+                }
+                return Ok(());
+            }
+            if kind != "NetworkAttachmentDefinition" && kind != "Pod" {
+                return Ok(());
+            }
+            let meta: Meta = serde_json::from_value(obj.remove("metadata").unwrap_or(Value::Null))
+                .map_err(|e| ManifestError(format!("document {i}: {kind} metadata: {e}")))?;
+            let name = meta.name.filter(|n| !n.is_empty()).ok_or_else(|| {
+                ManifestError(format!("document {i}: {kind} has no metadata.name; every object needs one"))
+            })?;
+            let namespace = meta.namespace.filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into());
+            if kind == "Pod" {
+                out.pods.push(PodInfo { namespace, name, uid: meta.uid, annotations: meta.annotations });
+            } else {
+                let config = match obj.get("spec").and_then(|s| s.get("config")) {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(c)) => Some(c.clone()),
+                    Some(_) => {
+                        return Err(ManifestError(format!(
+                            "document {i}: NetworkAttachmentDefinition {namespace}/{name}: spec.config must be a \
+                             string holding CNI JSON"
+                        )))
+                    }
+                };
+                out.nads.push(NetworkAttachmentDefinition { namespace, name, config });
+            }
+            Ok(())
+        }
+        _ => Err(ManifestError(format!("document {i} is not an object"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_documents_lists_and_json() {
+        let yaml = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: a-bridge-network
+spec:
+  config: '{"cniVersion":"0.3.0","type":"bridge"}'
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: my-pod
+  namespace: my-namespace
+  annotations:
+    k8s.v1.cni.cncf.io/networks: net-a
+---
+kind: ConfigMap
+metadata: {name: ignored}
+---
+apiVersion: v1
+kind: List
+items:
+  - kind: NetworkAttachmentDefinition
+    metadata: {name: bare, namespace: other}
+"#;
+        let o = parse_objects(yaml).unwrap();
+        assert_eq!(o.nads.len(), 2);
+        assert_eq!(o.nads[0].namespace, "default");
+        assert!(o.nads[0].config.as_deref().unwrap().contains("bridge"));
+        assert_eq!((o.nads[1].namespace.as_str(), o.nads[1].config.as_deref()), ("other", None));
+        assert_eq!(o.pods[0].annotations["k8s.v1.cni.cncf.io/networks"], "net-a");
+        let json = r#"{"kind":"Pod","metadata":{"name":"p","uid":"u1"}}"#;
+        assert_eq!(parse_objects(json).unwrap().pods[0].uid.as_deref(), Some("u1"));
+    }
+
+    #[test]
+    fn broken_manifests_name_the_problem() {
+        assert!(parse_objects("kind: Pod\nmetadata: {}\n")
+            .unwrap_err()
+            .to_string()
+            .contains("metadata.name"));
+        assert!(parse_objects(
+            "kind: NetworkAttachmentDefinition\nmetadata: {name: x}\nspec: {config: {a: 1}}\n"
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("must be a string"));
+        assert!(parse_objects("{").is_err());
+        assert!(parse_objects("- 1\n").is_err());
+    }
+}

@@ -1,0 +1,56 @@
+//! Where networks and pods come from: NetworkAttachmentDefinitions, pod annotations and the
+//! on-disk CNI config directories. One interface, several sources: local files now,
+//! Kubernetes later; the engine cannot tell them apart.
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+
+use crate::spec::resolve::NetworkAttachmentDefinition;
+
+pub mod confdir;
+pub mod files;
+pub mod manifest;
+
+/// The pod fields plexus reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodInfo {
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("reading {what}: {detail}")]
+    Unavailable { what: String, detail: String },
+}
+
+/// A source of NADs and pods, and the sink for what plexus reports on pods.
+pub trait Catalog: Send + Sync {
+    /// The NAD `namespace/name`, or `None` when no such object exists.
+    fn nad<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<NetworkAttachmentDefinition>, CatalogError>>;
+
+    /// The pod `namespace/name`, or `None` when no such pod exists.
+    fn pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodInfo>, CatalogError>>;
+
+    /// Publishes the network-status annotation value on the pod. Best effort: the caller
+    /// logs a failure and never fails an ADD that succeeded because of it.
+    fn publish_network_status<'a>(
+        &'a self,
+        pod: &'a PodInfo,
+        annotation_value: &'a str,
+    ) -> BoxFuture<'a, Result<(), CatalogError>>;
+
+    /// Records an event on the pod (a warning the user should see next to the pod).
+    fn record_event<'a>(&'a self, pod: &'a PodInfo, reason: &'a str, message: &'a str) -> BoxFuture<'a, ()>;
+}

@@ -1,0 +1,8 @@
+//! Delegation to CNI plugin binaries, per the CNI spec: one exec per plugin, configlists
+//! chained with prevResult, DEL in reverse with the cached result.
+
+pub mod chain;
+pub mod exec;
+
+pub use chain::{Delegator, InvocationEnv, ValidAttachment};
+pub use exec::DelegateError;

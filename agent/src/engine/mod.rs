@@ -1,0 +1,556 @@
+//! The attachment engine: runs a pod's plan in order, undoes it on failure, records it
+//! durably, and tears it down (spec 6.2, 7.2, 7.3).
+
+pub mod locks;
+pub mod request;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use plexus_cni_shim::{Request, Response};
+use serde_json::{json, Value};
+use tracing::Instrument;
+
+use crate::catalog::confdir::{self, DefaultNetworkMissing};
+use crate::catalog::{Catalog, PodInfo};
+use crate::cni::result::CniResult;
+use crate::cni::{CniError, ErrorCode, SUPPORTED_VERSIONS};
+use crate::delegate::{Delegator, InvocationEnv, ValidAttachment};
+use crate::netns;
+use crate::spec::delegate_conf::{default_delegate, secondary_delegate, DelegateConfig};
+use crate::spec::plan::plan_attachments;
+use crate::spec::resolve::resolve_network_config;
+use crate::spec::selection::{parse_selection, NetworkSelection};
+use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
+use crate::spec::NETWORKS_ANNOTATION;
+use crate::state::{AttachmentRecord, ContainerRecord, PodRef, StateError, StateStore};
+use locks::ContainerLocks;
+use request::{request_version, CniEnv, Command, PlexusConf};
+
+/// What the operator decides about the engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Where the cluster default network's CNI config is found (spec 6).
+    pub default_network_dir: PathBuf,
+    /// Directories searched for on-disk configs named after a NAD (spec 3.4.1 rules 2, 3).
+    pub network_conf_dirs: Vec<PathBuf>,
+    /// Namespaces whose NADs any pod may select (spec 7.4); a pod's own is always allowed.
+    pub allowed_namespaces: Vec<String>,
+    /// Fail the ADD on an invalid selection annotation instead of ignoring it.
+    pub strict_annotations: bool,
+}
+
+pub struct Engine {
+    config: EngineConfig,
+    catalog: Arc<dyn Catalog>,
+    delegator: Delegator,
+    state: StateStore,
+    locks: ContainerLocks,
+}
+
+fn state_error(e: StateError) -> CniError {
+    CniError::io(format!("recording attachment state failed: {e}"))
+}
+
+impl Engine {
+    pub fn new(
+        config: EngineConfig,
+        catalog: Arc<dyn Catalog>,
+        delegator: Delegator,
+        state: StateStore,
+    ) -> Self {
+        Engine { config, catalog, delegator, state, locks: ContainerLocks::default() }
+    }
+
+    pub fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    /// Answers one request from the shim. Never fails: errors become CNI error results.
+    pub async fn handle(&self, req: Request) -> Response {
+        let version = request_version(&req.config);
+        let span = tracing::info_span!(
+            "cni",
+            verb = %req.command,
+            container = req.container_id.as_deref().unwrap_or(""),
+            ifname = req.ifname.as_deref().unwrap_or(""),
+        );
+        let outcome = self.dispatch(&req).instrument(span.clone()).await;
+        let _enter = span.enter();
+        match outcome {
+            Ok(Some(v)) => {
+                tracing::info!("done");
+                Response { exit_code: 0, stdout: v.to_string() }
+            }
+            Ok(None) => {
+                tracing::info!("done");
+                Response { exit_code: 0, stdout: String::new() }
+            }
+            Err(e) => {
+                tracing::warn!(code = e.code.code(), "failed: {}", e.msg);
+                Response { exit_code: 1, stdout: e.to_json(&version).to_string() }
+            }
+        }
+    }
+
+    async fn dispatch(&self, req: &Request) -> Result<Option<Value>, CniError> {
+        let command = Command::parse(&req.command)?;
+        if command == Command::Version {
+            return Ok(Some(
+                json!({"cniVersion": request_version(&req.config), "supportedVersions": SUPPORTED_VERSIONS}),
+            ));
+        }
+        let env = CniEnv::from_request(req, command)?;
+        let conf = PlexusConf::parse(&req.config)?;
+        match command {
+            Command::Add => self.add(&env, &conf).await.map(Some),
+            Command::Del => self.del(&env).await.map(|()| None),
+            Command::Check => self.check(&env, &conf).await.map(|()| None),
+            Command::Status => self.status().await.map(|()| None),
+            Command::Gc => self.gc(&conf).await.map(|()| None),
+            Command::Version => Ok(None),
+        }
+    }
+
+    async fn add(&self, env: &CniEnv, conf: &PlexusConf) -> Result<Value, CniError> {
+        let _serialized = self.locks.lock(&env.container_id).await;
+        // Runtimes retry an ADD after a timeout without always sending DEL first; the old
+        // attempt is undone so nothing of it lingers next to the new one.
+        if let Some(previous) = self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)? {
+            tracing::info!("ADD repeated without DEL: removing the previous attachments first");
+            self.teardown(previous, env).await?;
+        }
+        let (pod, mut record) = self.prepare_add(env, conf).await?;
+        self.state.save(&record).await.map_err(state_error)?;
+
+        for i in 0..record.attachments.len() {
+            let attachment = &record.attachments[i];
+            tracing::info!(network = %attachment.network, ifname = %attachment.ifname, "attaching");
+            match self.delegator.add(&attachment.delegate, &invocation(env, &attachment.ifname)).await {
+                Ok(result) => record.attachments[i].result = result,
+                Err(e) => {
+                    let err = e.to_cni_error(&attachment.network);
+                    if let Some(pod) = &pod {
+                        self.catalog.record_event(pod, "AttachmentFailed", &err.msg).await;
+                    }
+                    // Later attachments were never attempted (spec 7.2) and need no undo.
+                    record.attachments.truncate(i + 1);
+                    return Err(self.rollback(record, env, err).await);
+                }
+            }
+        }
+        if let Err(err) = apply_default_route(&record, env).await {
+            return Err(self.rollback(record, env, err).await);
+        }
+        record.complete = true;
+        if let Err(e) = self.state.save(&record).await {
+            return Err(self.rollback(record, env, state_error(e)).await);
+        }
+        let statuses = network_statuses(&record);
+        self.publish_status(pod.as_ref(), &statuses).await;
+        default_result(&record, &conf.cni_version)
+    }
+
+    /// Everything that can be refused before anything is attached: a refusal here leaves
+    /// nothing behind by construction.
+    async fn prepare_add(
+        &self,
+        env: &CniEnv,
+        conf: &PlexusConf,
+    ) -> Result<(Option<PodInfo>, ContainerRecord), CniError> {
+        let pod = self.lookup_pod(env).await?;
+        let default_dir = self.config.default_network_dir.clone();
+        let (_, default_list) = blocking(move || confdir::default_network(&default_dir))
+            .await?
+            .map_err(|e: DefaultNetworkMissing| CniError::try_again(e.to_string()))?;
+        let default = AttachmentRecord {
+            network: default_list.name.clone(),
+            is_default: true,
+            ifname: env.ifname.clone(),
+            delegate: default_delegate(default_list, &conf.runtime_config),
+            result: None,
+            default_route: None,
+        };
+        let mut attachments = vec![default];
+        if let Some(pod) = &pod {
+            let selections = self.selections(pod).await?;
+            attachments.extend(self.secondary_attachments(pod, &env.ifname, &selections).await?);
+        }
+        let record = ContainerRecord {
+            container_id: env.container_id.clone(),
+            ifname: env.ifname.clone(),
+            netns: env.netns.clone(),
+            cni_args: env.args.clone(),
+            pod: pod.as_ref().map(|p| PodRef {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+            }),
+            attachments,
+            complete: false,
+        };
+        Ok((pod, record))
+    }
+
+    async fn lookup_pod(&self, env: &CniEnv) -> Result<Option<PodInfo>, CniError> {
+        let Some(args) = env.pod() else { return Ok(None) };
+        match self.catalog.pod(&args.namespace, &args.name).await {
+            Ok(Some(mut pod)) => {
+                if pod.uid.is_none() {
+                    pod.uid = args.uid;
+                }
+                Ok(Some(pod))
+            }
+            Ok(None) => Err(CniError::try_again(format!(
+                "pod {}/{} is not known to the agent's catalog yet; retry once it is",
+                args.namespace, args.name
+            ))),
+            Err(e) => {
+                Err(CniError::try_again(format!("looking up pod {}/{}: {e}", args.namespace, args.name)))
+            }
+        }
+    }
+
+    /// The pod's selections. An invalid annotation is ignored as the spec requires, but
+    /// loudly: a warning and a pod event with the reason (or a failure in strict mode).
+    async fn selections(&self, pod: &PodInfo) -> Result<Vec<NetworkSelection>, CniError> {
+        let Some(text) = pod.annotations.get(NETWORKS_ANNOTATION) else { return Ok(Vec::new()) };
+        match parse_selection(text) {
+            Ok(s) => Ok(s),
+            Err(e) if self.config.strict_annotations => Err(CniError::invalid_config(e.to_string())
+                .with_details(format!("pod {}/{} (strict annotations)", pod.namespace, pod.name))),
+            Err(e) => {
+                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name),
+                    "ignoring the pod's networks annotation, attaching the default network only: {e}");
+                self.catalog.record_event(pod, "InvalidNetworksAnnotation", &format!("ignored: {e}")).await;
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    async fn secondary_attachments(
+        &self,
+        pod: &PodInfo,
+        default_ifname: &str,
+        selections: &[NetworkSelection],
+    ) -> Result<Vec<AttachmentRecord>, CniError> {
+        if selections.is_empty() {
+            return Ok(Vec::new());
+        }
+        let refuse = |msg: String| async move {
+            self.catalog.record_event(pod, "NetworkRefused", &msg).await;
+            CniError::invalid_config(msg).with_details(format!("pod {}/{}", pod.namespace, pod.name))
+        };
+        let planned = match plan_attachments(
+            &pod.namespace,
+            default_ifname,
+            selections,
+            &self.config.allowed_namespaces,
+        ) {
+            Ok(p) => p,
+            Err(e) => return Err(refuse(e.to_string()).await),
+        };
+        let dirs = self.config.network_conf_dirs.clone();
+        let on_disk = blocking(move || confdir::on_disk_configs(&dirs)).await?;
+        let mut out = Vec::with_capacity(planned.len());
+        for p in planned {
+            let network = p.status_name();
+            let nad = match self.catalog.nad(&p.namespace, &p.name).await {
+                Ok(Some(nad)) => nad,
+                Ok(None) => {
+                    return Err(refuse(format!(
+                        "network {network} does not exist: no NetworkAttachmentDefinition {network}; create it or \
+                         fix the pod's {NETWORKS_ANNOTATION} annotation"
+                    ))
+                    .await)
+                }
+                Err(e) => return Err(CniError::try_again(format!("looking up network {network}: {e}"))),
+            };
+            let (list, _origin) = match resolve_network_config(&nad, &on_disk) {
+                Ok(r) => r,
+                Err(e) => return Err(refuse(e.to_string()).await),
+            };
+            let delegate = match secondary_delegate(&network, list, &p.selection) {
+                Ok(d) => d,
+                Err(e) => return Err(refuse(e.to_string()).await),
+            };
+            out.push(AttachmentRecord {
+                network,
+                is_default: false,
+                ifname: p.ifname,
+                delegate,
+                result: None,
+                default_route: p.selection.default_route.clone(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Undoes a failed ADD: every attachment that may have been attempted, newest first.
+    /// When the undo itself fails the record stays, so the runtime's DEL retries it.
+    async fn rollback(&self, record: ContainerRecord, env: &CniEnv, cause: CniError) -> CniError {
+        tracing::warn!("ADD failed, undoing: {}", cause.msg);
+        match self.teardown(record, env).await {
+            Ok(()) => cause,
+            Err(undo) => {
+                CniError { msg: format!("{}; undoing the ADD also failed: {}", cause.msg, undo.msg), ..cause }
+            }
+        }
+    }
+
+    async fn del(&self, env: &CniEnv) -> Result<(), CniError> {
+        let _serialized = self.locks.lock(&env.container_id).await;
+        match self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)? {
+            Some(record) => self.teardown(record, env).await,
+            // Nothing recorded: nothing was attached through plexus (DEL is idempotent).
+            None => Ok(()),
+        }
+    }
+
+    /// Detaches every attachment of the record in reverse order, going on past failures
+    /// (spec 7.2). What failed stays recorded for the next DEL; one error names them all.
+    async fn teardown(&self, mut record: ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
+        let netns = if env.netns.is_empty() { record.netns.clone() } else { env.netns.clone() };
+        let base = CniEnv { netns, ..env.clone() };
+        let mut failed = Vec::new();
+        let mut failures = Vec::new();
+        while let Some(a) = record.attachments.pop() {
+            match self.delegator.del(&a.delegate, &invocation(&base, &a.ifname), a.result.as_ref()).await {
+                Ok(()) => tracing::info!(network = %a.network, ifname = %a.ifname, "detached"),
+                Err(e) => {
+                    failures.push(format!("{} ({}): {e}", a.network, a.ifname));
+                    failed.push(a);
+                }
+            }
+        }
+        if failed.is_empty() {
+            return self.state.remove(&record.container_id, &record.ifname).await.map_err(state_error);
+        }
+        failed.reverse();
+        record.attachments = failed;
+        record.complete = false;
+        self.state.save(&record).await.map_err(state_error)?;
+        Err(CniError::new(
+            ErrorCode::DelegateFailed,
+            format!("detaching {} attachment(s) failed: {}", failures.len(), failures.join("; ")),
+        )
+        .with_details(format!("container {}", record.container_id)))
+    }
+
+    async fn check(&self, env: &CniEnv, conf: &PlexusConf) -> Result<(), CniError> {
+        if crate::cni::result::compare_versions(&conf.cni_version, "0.4.0").is_ok_and(|o| o.is_lt()) {
+            return Err(CniError::new(
+                ErrorCode::IncompatibleVersion,
+                format!("CHECK needs cniVersion 0.4.0 or later; the config says {}", conf.cni_version),
+            ));
+        }
+        let _serialized = self.locks.lock(&env.container_id).await;
+        let record =
+            self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)?.ok_or_else(|| {
+                CniError::new(
+                    ErrorCode::ContainerUnknown,
+                    format!(
+                        "no attachments are recorded for container {} interface {}",
+                        env.container_id, env.ifname
+                    ),
+                )
+            })?;
+        if !record.complete {
+            return Err(CniError::new(ErrorCode::ContainerUnknown, "the container's ADD did not complete"));
+        }
+        for a in &record.attachments {
+            self.delegator
+                .check(&a.delegate, &invocation(env, &a.ifname), a.result.as_ref())
+                .await
+                .map_err(|e| e.to_cni_error(&a.network))?;
+        }
+        check_default_route(&record, env).await
+    }
+
+    async fn status(&self) -> Result<(), CniError> {
+        let dir = self.config.default_network_dir.clone();
+        let (_, list) = blocking(move || confdir::default_network(&dir))
+            .await?
+            .map_err(|e| CniError::new(ErrorCode::PluginNotAvailable, e.to_string()))?;
+        let delegate = DelegateConfig { list, runtime_config: Default::default() };
+        self.delegator.status(&delegate).await.map_err(|e| {
+            CniError::new(
+                ErrorCode::PluginNotAvailable,
+                format!("the cluster default network is not ready: {e}"),
+            )
+        })
+    }
+
+    /// GC (CNI 1.1.0): removes every recorded attachment the runtime no longer lists, then
+    /// lets each delegate network collect its own leaks against what remains.
+    async fn gc(&self, conf: &PlexusConf) -> Result<(), CniError> {
+        let valid: HashSet<ValidAttachment> =
+            conf.valid_attachments.clone().unwrap_or_default().into_iter().collect();
+        let mut failures = Vec::new();
+        let records = self.state.list().await.map_err(state_error)?;
+        let mut kept = Vec::new();
+        for record in records {
+            let key =
+                ValidAttachment { container_id: record.container_id.clone(), ifname: record.ifname.clone() };
+            if valid.contains(&key) {
+                kept.push(record);
+                continue;
+            }
+            let env = CniEnv {
+                container_id: record.container_id.clone(),
+                netns: String::new(),
+                ifname: record.ifname.clone(),
+                args: record.cni_args.clone(),
+            };
+            let _serialized = self.locks.lock(&env.container_id).await;
+            tracing::info!(container = %env.container_id, "GC: removing stale attachments");
+            if let Err(e) = self.teardown(record, &env).await {
+                failures.push(e.msg);
+            }
+        }
+        for (delegate, still_valid) in networks_in_use(&kept, self.current_default().await) {
+            if let Err(e) = self.delegator.gc(&delegate, &still_valid).await {
+                failures.push(format!("GC of network {}: {e}", delegate.list.name));
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::new(ErrorCode::DelegateFailed, format!("GC incomplete: {}", failures.join("; "))))
+        }
+    }
+
+    async fn current_default(&self) -> Option<DelegateConfig> {
+        let dir = self.config.default_network_dir.clone();
+        let found = blocking(move || confdir::default_network(&dir)).await.ok()?.ok()?;
+        Some(DelegateConfig { list: found.1, runtime_config: Default::default() })
+    }
+
+    async fn publish_status(&self, pod: Option<&PodInfo>, statuses: &[NetworkStatus]) {
+        let value = annotation_value(statuses);
+        tracing::info!(network_status = %serde_json::to_string(statuses).unwrap_or_default(), "attached");
+        if let Some(pod) = pod {
+            if let Err(e) = self.catalog.publish_network_status(pod, &value).await {
+                tracing::warn!("publishing network-status: {e}");
+            }
+        }
+    }
+}
+
+/// The delegate networks of the kept records (and the current default), each with the
+/// attachments of it that are still valid.
+fn networks_in_use(
+    kept: &[ContainerRecord],
+    current_default: Option<DelegateConfig>,
+) -> Vec<(DelegateConfig, Vec<ValidAttachment>)> {
+    let mut by_name: BTreeMap<String, (DelegateConfig, Vec<ValidAttachment>)> = BTreeMap::new();
+    if let Some(d) = current_default {
+        by_name.insert(d.list.name.clone(), (d, Vec::new()));
+    }
+    for r in kept {
+        for a in &r.attachments {
+            let entry = by_name
+                .entry(a.delegate.list.name.clone())
+                .or_insert_with(|| (a.delegate.clone(), Vec::new()));
+            entry.1.push(ValidAttachment { container_id: r.container_id.clone(), ifname: a.ifname.clone() });
+        }
+    }
+    by_name.into_values().collect()
+}
+
+fn invocation(env: &CniEnv, ifname: &str) -> InvocationEnv {
+    InvocationEnv {
+        container_id: env.container_id.clone(),
+        netns: env.netns.clone(),
+        ifname: ifname.to_owned(),
+        args: env.args.clone(),
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, CniError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| CniError::io(format!("agent task failed: {e}")))
+}
+
+/// The secondary attachment that takes the pod's default route, if any (spec 4.1.2.1.9).
+fn default_route_holder(record: &ContainerRecord) -> Option<(&AttachmentRecord, &[std::net::IpAddr])> {
+    record
+        .attachments
+        .iter()
+        .filter(|a| !a.is_default)
+        .find_map(|a| a.default_route.as_deref().map(|g| (a, g)))
+}
+
+async fn apply_default_route(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
+    let Some((holder, gateways)) = default_route_holder(record) else { return Ok(()) };
+    netns::replace_default_routes(std::path::Path::new(&env.netns), &holder.ifname, gateways).await.map_err(
+        |e| {
+            CniError::invalid_config(format!("setting the default route of network {}: {e}", holder.network))
+                .with_details(holder.network.clone())
+        },
+    )
+}
+
+async fn check_default_route(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
+    let Some((holder, gateways)) = default_route_holder(record) else { return Ok(()) };
+    let routes = netns::default_routes(std::path::Path::new(&env.netns))
+        .await
+        .map_err(|e| CniError::io(format!("reading the pod's routes: {e}")))?;
+    for gw in gateways {
+        if !routes.iter().any(|(ifname, g)| *ifname == holder.ifname && *g == Some(*gw)) {
+            return Err(CniError::invalid_config(format!(
+                "the default route via {gw} on {} (network {}) is missing",
+                holder.ifname, holder.network
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn parsed_result(a: &AttachmentRecord) -> Option<CniResult> {
+    a.result.as_ref().and_then(|v| CniResult::parse(v, &a.delegate.list.cni_version).ok())
+}
+
+/// The network-status of a completed ADD (spec 5): one entry per attachment, the default
+/// network's marked `default: true`.
+pub fn network_statuses(record: &ContainerRecord) -> Vec<NetworkStatus> {
+    let holder = default_route_holder(record).map(|(a, _)| a.ifname.clone());
+    record
+        .attachments
+        .iter()
+        .map(|a| {
+            let result = parsed_result(a);
+            let default_route: Option<Vec<std::net::IpAddr>> = if a.is_default {
+                // The default network keeps its gateways only when no selection took them.
+                match (&holder, &result) {
+                    (None, Some(r)) => Some(default_gateways(r)).filter(|g| !g.is_empty()),
+                    _ => None,
+                }
+            } else {
+                a.default_route.clone()
+            };
+            network_status(StatusInput {
+                name: &a.network,
+                ifname: &a.ifname,
+                result: result.as_ref(),
+                is_default: a.is_default,
+                default_route: default_route.as_deref(),
+            })
+        })
+        .collect()
+}
+
+/// The ADD result plexus returns: the cluster default network's, in the request's version,
+/// which is what kubelet reads the pod IP from.
+fn default_result(record: &ContainerRecord, version: &str) -> Result<Value, CniError> {
+    let Some(default) = record.attachments.first() else { return Ok(json!({"cniVersion": version})) };
+    let Some(result) = parsed_result(default) else {
+        return Ok(json!({"cniVersion": version}));
+    };
+    result.to_version(version).map_err(|e| {
+        CniError::new(
+            ErrorCode::IncompatibleVersion,
+            format!("the default network's result cannot be expressed in cniVersion {version}: {e}"),
+        )
+    })
+}

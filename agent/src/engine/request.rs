@@ -1,0 +1,255 @@
+//! A CNI request as the engine sees it: validated environment and plexus's own config.
+
+use serde_json::{Map, Value};
+
+use crate::cni::result::is_supported_version;
+use crate::cni::{CniError, ErrorCode, CURRENT_VERSION};
+use crate::delegate::ValidAttachment;
+use crate::spec::validate::is_kernel_ifname;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Add,
+    Del,
+    Check,
+    Status,
+    Gc,
+    Version,
+}
+
+impl Command {
+    pub fn parse(s: &str) -> Result<Self, CniError> {
+        Ok(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "STATUS" => Command::Status,
+            "GC" => Command::Gc,
+            "VERSION" => Command::Version,
+            other => {
+                return Err(CniError::new(
+                    ErrorCode::InvalidEnvironment,
+                    format!("CNI_COMMAND {other:?} is unknown; use ADD, DEL, CHECK, STATUS, GC or VERSION"),
+                ))
+            }
+        })
+    }
+}
+
+/// The config the runtime passed to plexus itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlexusConf {
+    pub cni_version: String,
+    pub name: String,
+    /// kubelet's runtimeConfig: for the cluster default network only (spec 7.5).
+    pub runtime_config: Map<String, Value>,
+    pub valid_attachments: Option<Vec<ValidAttachment>>,
+}
+
+/// The version of the request's config, for answering even when the rest is unusable.
+pub fn request_version(config: &str) -> String {
+    serde_json::from_str::<Value>(config)
+        .ok()
+        .and_then(|v| v.get("cniVersion").and_then(Value::as_str).map(str::to_owned))
+        .filter(|v| is_supported_version(v))
+        .unwrap_or_else(|| CURRENT_VERSION.to_owned())
+}
+
+impl PlexusConf {
+    pub fn parse(config: &str) -> Result<Self, CniError> {
+        let value: Value = serde_json::from_str(config).map_err(|e| {
+            CniError::new(ErrorCode::DecodeFailure, format!("the CNI config on stdin is not valid JSON: {e}"))
+        })?;
+        let Value::Object(obj) = value else {
+            return Err(CniError::new(
+                ErrorCode::DecodeFailure,
+                "the CNI config on stdin must be a JSON object",
+            ));
+        };
+        let cni_version = match obj.get("cniVersion").and_then(Value::as_str) {
+            Some(v) if is_supported_version(v) => v.to_owned(),
+            Some(v) => {
+                return Err(CniError::new(
+                    ErrorCode::IncompatibleVersion,
+                    format!(
+                        "cniVersion {v:?} is not supported by plexus; use one of {}",
+                        crate::cni::SUPPORTED_VERSIONS.join(", ")
+                    ),
+                ))
+            }
+            None => return Err(CniError::invalid_config("the plexus CNI config has no \"cniVersion\"")),
+        };
+        let name = obj.get("name").and_then(Value::as_str).unwrap_or("plexus").to_owned();
+        let runtime_config = match obj.get("runtimeConfig") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Err(CniError::invalid_config("\"runtimeConfig\" must be an object")),
+        };
+        let valid_attachments = match obj.get("cni.dev/valid-attachments") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| {
+                CniError::invalid_config(format!(
+                    "\"cni.dev/valid-attachments\" must be a list of {{\"containerID\", \"ifname\"}}: {e}"
+                ))
+            })?),
+        };
+        Ok(PlexusConf { cni_version, name, runtime_config, valid_attachments })
+    }
+}
+
+/// The CNI_* variables of a request, validated per command.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CniEnv {
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    pub args: String,
+}
+
+/// The pod named by CNI_ARGS (kubelet and CRI runtimes pass these).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodArgs {
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+impl CniEnv {
+    pub fn from_request(req: &plexus_cni_shim::Request, command: Command) -> Result<Self, CniError> {
+        let env = CniEnv {
+            container_id: req.container_id.clone().unwrap_or_default(),
+            netns: req.netns.clone().unwrap_or_default(),
+            ifname: req.ifname.clone().unwrap_or_default(),
+            args: req.args.clone().unwrap_or_default(),
+        };
+        let need = |name: &str, value: &str| {
+            if value.is_empty() {
+                Err(CniError::new(
+                    ErrorCode::InvalidEnvironment,
+                    format!("{name} is required for this command"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match command {
+            Command::Add | Command::Check => {
+                need("CNI_CONTAINERID", &env.container_id)?;
+                need("CNI_NETNS", &env.netns)?;
+                need("CNI_IFNAME", &env.ifname)?;
+            }
+            Command::Del => {
+                need("CNI_CONTAINERID", &env.container_id)?;
+                need("CNI_IFNAME", &env.ifname)?;
+            }
+            Command::Status | Command::Gc | Command::Version => return Ok(env),
+        }
+        if !is_container_id(&env.container_id) {
+            return Err(CniError::new(
+                ErrorCode::InvalidEnvironment,
+                format!(
+                    "CNI_CONTAINERID {:?} is invalid: it must start with a letter or digit and hold only \
+                     letters, digits, '_', '.' and '-'",
+                    env.container_id
+                ),
+            ));
+        }
+        if !is_kernel_ifname(&env.ifname) {
+            return Err(CniError::new(
+                ErrorCode::InvalidEnvironment,
+                format!("CNI_IFNAME {:?} is not a valid interface name", env.ifname),
+            ));
+        }
+        Ok(env)
+    }
+
+    /// The pod, when CNI_ARGS names one (K8S_POD_NAMESPACE and K8S_POD_NAME).
+    pub fn pod(&self) -> Option<PodArgs> {
+        let mut ns = None;
+        let mut name = None;
+        let mut uid = None;
+        for pair in self.args.split(';') {
+            match pair.split_once('=') {
+                Some(("K8S_POD_NAMESPACE", v)) if !v.is_empty() => ns = Some(v.to_owned()),
+                Some(("K8S_POD_NAME", v)) if !v.is_empty() => name = Some(v.to_owned()),
+                Some(("K8S_POD_UID", v)) if !v.is_empty() => uid = Some(v.to_owned()),
+                _ => {}
+            }
+        }
+        Some(PodArgs { namespace: ns?, name: name?, uid })
+    }
+}
+
+/// CNI spec: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`.
+pub fn is_container_id(id: &str) -> bool {
+    let mut bytes = id.bytes();
+    bytes.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && bytes.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plexus_cni_shim::Request;
+
+    fn req(cid: &str, ifname: &str) -> Request {
+        Request {
+            command: "ADD".into(),
+            container_id: Some(cid.into()),
+            netns: Some("/var/run/netns/x".into()),
+            ifname: Some(ifname.into()),
+            args: Some("IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=u".into()),
+            path: None,
+            config: String::new(),
+        }
+    }
+
+    #[test]
+    fn environment_is_validated_per_command() {
+        let env = CniEnv::from_request(&req("abc-1.2_3", "eth0"), Command::Add).unwrap();
+        assert_eq!(
+            env.pod(),
+            Some(PodArgs { namespace: "ns".into(), name: "p".into(), uid: Some("u".into()) })
+        );
+        for (cid, ifname, want) in [
+            ("", "eth0", "CNI_CONTAINERID is required"),
+            ("-bad", "eth0", "CNI_CONTAINERID \"-bad\" is invalid"),
+            ("../x", "eth0", "is invalid"),
+            ("c", "", "CNI_IFNAME is required"),
+            ("c", "a/b", "not a valid interface name"),
+        ] {
+            let err = CniEnv::from_request(&req(cid, ifname), Command::Add).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidEnvironment);
+            assert!(err.msg.contains(want), "{}", err.msg);
+        }
+        let mut del = req("c", "eth0");
+        del.netns = None;
+        assert!(CniEnv::from_request(&del, Command::Del).is_ok(), "DEL needs no netns");
+        assert!(CniEnv::from_request(&del, Command::Check).is_err());
+    }
+
+    #[test]
+    fn plexus_conf_errors_have_the_right_codes() {
+        assert_eq!(PlexusConf::parse("nope").unwrap_err().code, ErrorCode::DecodeFailure);
+        assert_eq!(
+            PlexusConf::parse(r#"{"cniVersion":"7.0.0"}"#).unwrap_err().code,
+            ErrorCode::IncompatibleVersion
+        );
+        assert_eq!(PlexusConf::parse(r#"{"name":"x"}"#).unwrap_err().code, ErrorCode::InvalidNetworkConfig);
+        let c = PlexusConf::parse(
+            r#"{"cniVersion":"1.1.0","name":"plexus","type":"plexus","runtimeConfig":{"portMappings":[]},
+                "cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}"#,
+        )
+        .unwrap();
+        assert!(c.runtime_config.contains_key("portMappings"));
+        assert_eq!(c.valid_attachments.unwrap()[0].container_id, "c1");
+        assert_eq!(request_version(r#"{"cniVersion":"0.3.1"}"#), "0.3.1");
+        assert_eq!(request_version("garbage"), CURRENT_VERSION);
+    }
+
+    #[test]
+    fn unknown_commands_are_invalid_environment() {
+        assert_eq!(Command::parse("ADD").unwrap(), Command::Add);
+        assert_eq!(Command::parse("UP").unwrap_err().code, ErrorCode::InvalidEnvironment);
+    }
+}

@@ -1,0 +1,18 @@
+//! plexus agent: attaches pods to secondary networks per the NPWG multi-network spec v1.1.
+//!
+//! The path of one request reads top to bottom:
+//! [`server`] (Unix socket) → [`engine`] (order, locking, undo) → [`spec`] (pure: selection,
+//! plan, delegate configs, network-status) → [`catalog`] (NADs, pods, on-disk CNI configs) →
+//! [`delegate`] (exec of CNI plugins) and [`netns`] (netlink inside the pod) → [`state`]
+//! (durable record of every attachment).
+
+pub mod catalog;
+pub mod cni;
+pub mod delegate;
+pub mod engine;
+pub mod netns;
+pub mod options;
+pub mod readiness;
+pub mod server;
+pub mod spec;
+pub mod state;

@@ -1,0 +1,292 @@
+//! These tests need root and a real kernel: each builds its own network namespace with `ip`.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use futures::TryStreamExt;
+
+use super::links::links_by_index;
+use super::routes::{delete_route, main_defaults, Family};
+use super::*;
+
+static NEXT_NETNS: AtomicU32 = AtomicU32::new(0);
+
+/// A named network namespace that is deleted when dropped, even when the test panics.
+struct TestNetns {
+    name: String,
+    path: PathBuf,
+}
+
+impl TestNetns {
+    fn empty() -> Self {
+        let name = format!("plx-nt-{}-{}", std::process::id(), NEXT_NETNS.fetch_add(1, Ordering::Relaxed));
+        run(&["ip", "netns", "add", &name]);
+        let path = Path::new("/var/run/netns").join(&name);
+        TestNetns { name, path }
+    }
+
+    /// A pod with two attachments, each a veth whose peer stays in the pod to give it a carrier:
+    /// eth0 (10.0.0.2/24, fd00::2/64) holding both default routes, and net1 (10.1.0.2/24,
+    /// 10.1.1.2/24, fd01::2/64, fd02::2/64) with none.
+    fn pod() -> Self {
+        let ns = Self::empty();
+        for (ifname, peer) in [("eth0", "peer0"), ("net1", "peer1")] {
+            ns.ip(&format!("link add {ifname} type veth peer name {peer}"));
+            ns.ip(&format!("link set {ifname} up"));
+            ns.ip(&format!("link set {peer} up"));
+        }
+        ns.ip("link set lo up");
+        for address in ["10.0.0.2/24 dev eth0", "10.1.0.2/24 dev net1", "10.1.1.2/24 dev net1"] {
+            ns.ip(&format!("addr add {address}"));
+        }
+        // nodad: duplicate address detection would leave the address tentative, and the kernel
+        // refuses gateways behind a tentative address for a second or so.
+        for address in ["fd00::2/64 dev eth0", "fd01::2/64 dev net1", "fd02::2/64 dev net1"] {
+            ns.ip(&format!("addr add {address} nodad"));
+        }
+        ns.ip("-4 route add default via 10.0.0.1 dev eth0");
+        ns.ip("-6 route add default via fd00::1 dev eth0");
+        ns
+    }
+
+    fn ip(&self, args: &str) -> String {
+        let mut argv = vec!["ip", "-n", &self.name];
+        argv.extend(args.split_whitespace());
+        run(&argv)
+    }
+
+    /// (gateway, metric) of each default route as iproute2 sees it, an oracle independent of the
+    /// code under test.
+    fn ip_defaults(&self, family: &str) -> Vec<(String, u32)> {
+        self.ip(&format!("{family} route show default"))
+            .lines()
+            .map(|line| (word_after(line, "via").unwrap_or_default(), metric_in(line)))
+            .collect()
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        let deleted = Command::new("ip").args(["netns", "del", &self.name]).status();
+        if !deleted.is_ok_and(|status| status.success()) {
+            eprintln!("could not delete test netns {}", self.name);
+        }
+    }
+}
+
+fn run(argv: &[&str]) -> String {
+    let output = Command::new(argv[0]).args(&argv[1..]).output().expect("ip (iproute2) must be installed");
+    assert!(output.status.success(), "{argv:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn word_after(line: &str, key: &str) -> Option<String> {
+    let mut words = line.split_whitespace();
+    words.by_ref().find(|word| *word == key)?;
+    words.next().map(str::to_owned)
+}
+
+/// iproute2 leaves out "metric 0".
+fn metric_in(line: &str) -> u32 {
+    word_after(line, "metric").map_or(0, |metric| metric.parse().expect("metric is a number"))
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().expect("test addresses are valid")
+}
+
+fn pair(ifname: &str, gateway: &str) -> (String, Option<IpAddr>) {
+    (ifname.to_owned(), Some(ip(gateway)))
+}
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|name| name.to_string()).collect()
+}
+
+#[tokio::test]
+async fn netlink_in_sees_the_namespace_links_not_the_hosts() {
+    let ns = TestNetns::pod();
+    let handle = netlink_in(&ns.path).await.expect("netlink in the test netns");
+    let links: Vec<_> = handle.link().get().execute().try_collect().await.expect("link dump");
+    assert_eq!(links.len(), 5, "lo, eth0, peer0, net1, peer1 and nothing from the host");
+    let host: BTreeSet<String> =
+        link_names(Path::new("/proc/self/ns/net")).await.expect("links of the host").into_iter().collect();
+    assert_ne!(host, names(&["lo", "eth0", "peer0", "net1", "peer1"]), "the host's own namespace differs");
+}
+
+// A multi-threaded runtime moves tasks between workers; the socket must stay in the pod anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_names_lists_every_link_of_the_namespace() {
+    let ns = TestNetns::pod();
+    let found: BTreeSet<String> = link_names(&ns.path).await.expect("link names").into_iter().collect();
+    assert_eq!(found, names(&["lo", "eth0", "peer0", "net1", "peer1"]));
+    let empty = TestNetns::empty();
+    assert_eq!(link_names(&empty.path).await.expect("link names"), vec!["lo".to_owned()]);
+}
+
+#[tokio::test]
+async fn netlink_in_names_a_missing_netns() {
+    let missing = Path::new("/var/run/netns/plx-nt-does-not-exist");
+    let err = netlink_in(missing).await.expect_err("no such netns");
+    assert!(matches!(err, NetnsError::Open { .. }), "{err:?}");
+    assert!(err.to_string().contains("/var/run/netns/plx-nt-does-not-exist"), "{err}");
+}
+
+#[tokio::test]
+async fn netlink_in_refuses_a_namespace_of_another_kind() {
+    let err = netlink_in(Path::new("/proc/self/ns/uts")).await.expect_err("not a network namespace");
+    assert!(matches!(err, NetnsError::Enter { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn default_routes_reports_interface_and_gateway_in_metric_order() {
+    let ns = TestNetns::pod();
+    ns.ip("-4 route add default dev net1 metric 50");
+    let routes = default_routes(&ns.path).await.expect("default routes");
+    let expected = vec![pair("eth0", "10.0.0.1"), ("net1".to_owned(), None), pair("eth0", "fd00::1")];
+    assert_eq!(routes, expected);
+}
+
+#[tokio::test]
+async fn default_routes_is_empty_without_default_routes() {
+    let ns = TestNetns::empty();
+    assert_eq!(default_routes(&ns.path).await.expect("default routes"), vec![]);
+}
+
+#[tokio::test]
+async fn replace_v4_leaves_v6_alone() {
+    let ns = TestNetns::pod();
+    replace_default_routes(&ns.path, "net1", &[ip("10.1.0.1")]).await.expect("replace");
+    let routes = default_routes(&ns.path).await.expect("default routes");
+    assert_eq!(routes, vec![pair("net1", "10.1.0.1"), pair("eth0", "fd00::1")]);
+}
+
+#[tokio::test]
+async fn replace_v6_leaves_v4_alone() {
+    let ns = TestNetns::pod();
+    replace_default_routes(&ns.path, "net1", &[ip("fd01::1")]).await.expect("replace");
+    let routes = default_routes(&ns.path).await.expect("default routes");
+    assert_eq!(routes, vec![pair("eth0", "10.0.0.1"), pair("net1", "fd01::1")]);
+}
+
+#[tokio::test]
+async fn replace_both_families() {
+    let ns = TestNetns::pod();
+    replace_default_routes(&ns.path, "net1", &[ip("fd01::1"), ip("10.1.0.1")]).await.expect("replace");
+    let routes = default_routes(&ns.path).await.expect("default routes");
+    assert_eq!(routes, vec![pair("net1", "10.1.0.1"), pair("net1", "fd01::1")]);
+}
+
+#[tokio::test]
+async fn replace_with_no_gateway_clears_both_families() {
+    let ns = TestNetns::pod();
+    ns.ip("-4 route add default via 10.1.0.1 dev net1 metric 10");
+    replace_default_routes(&ns.path, "net1", &[]).await.expect("replace");
+    assert_eq!(default_routes(&ns.path).await.expect("default routes"), vec![]);
+    assert_eq!(ns.ip("-4 route show default") + &ns.ip("-6 route show default"), "");
+}
+
+#[tokio::test]
+async fn replace_removes_default_routes_on_every_interface() {
+    let ns = TestNetns::pod();
+    ns.ip("-4 route add default via 10.1.1.1 dev net1 metric 7");
+    ns.ip("-6 route add default via fd02::1 dev net1 metric 7");
+    replace_default_routes(&ns.path, "net1", &[ip("10.1.0.1"), ip("fd01::1")]).await.expect("replace");
+    let routes = default_routes(&ns.path).await.expect("default routes");
+    assert_eq!(routes, vec![pair("net1", "10.1.0.1"), pair("net1", "fd01::1")]);
+}
+
+#[tokio::test]
+async fn multiple_gateways_get_increasing_metrics_so_the_first_wins() {
+    let ns = TestNetns::pod();
+    let gateways = [ip("10.1.0.1"), ip("10.1.1.1"), ip("fd01::1"), ip("fd02::1")];
+    replace_default_routes(&ns.path, "net1", &gateways).await.expect("replace");
+    let v4 = vec![("10.1.0.1".to_owned(), 0), ("10.1.1.1".to_owned(), 1)];
+    assert_eq!(ns.ip_defaults("-4"), v4);
+    // IPv6 metrics are shifted by one: the kernel would turn 0 into 1024.
+    let v6 = vec![("fd01::1".to_owned(), 3), ("fd02::1".to_owned(), 4)];
+    assert_eq!(ns.ip_defaults("-6"), v6);
+    let routes = default_routes(&ns.path).await.expect("default routes");
+    let expected = vec![
+        pair("net1", "10.1.0.1"),
+        pair("net1", "10.1.1.1"),
+        pair("net1", "fd01::1"),
+        pair("net1", "fd02::1"),
+    ];
+    assert_eq!(routes, expected);
+}
+
+#[tokio::test]
+async fn replace_is_idempotent() {
+    let ns = TestNetns::pod();
+    let gateways = [ip("10.1.0.1"), ip("fd01::1"), ip("10.1.1.1")];
+    replace_default_routes(&ns.path, "net1", &gateways).await.expect("first replace");
+    let first =
+        (ns.ip("-4 route show"), ns.ip("-6 route show"), default_routes(&ns.path).await.expect("routes"));
+    replace_default_routes(&ns.path, "net1", &gateways).await.expect("second replace");
+    let second =
+        (ns.ip("-4 route show"), ns.ip("-6 route show"), default_routes(&ns.path).await.expect("routes"));
+    assert_eq!(first, second);
+}
+
+#[tokio::test]
+async fn unreachable_v4_gateway_is_reported_clearly() {
+    let ns = TestNetns::pod();
+    let err = replace_default_routes(&ns.path, "net1", &[ip("192.168.77.1")]).await.expect_err("unreachable");
+    assert!(matches!(err, NetnsError::GatewayUnreachable { .. }), "{err:?}");
+    let text = err.to_string();
+    let expected = format!(
+        "gateway 192.168.77.1 is not reachable through net1 in network namespace {}: ",
+        ns.path.display()
+    );
+    assert!(text.starts_with(&expected), "{text}");
+}
+
+#[tokio::test]
+async fn unreachable_v6_gateway_is_reported_clearly() {
+    let ns = TestNetns::pod();
+    // fd00::1 is on eth0's subnet, not net1's.
+    let err = replace_default_routes(&ns.path, "net1", &[ip("fd00::1")]).await.expect_err("unreachable");
+    assert!(matches!(err, NetnsError::GatewayUnreachable { .. }), "{err:?}");
+    assert!(err.to_string().starts_with("gateway fd00::1 is not reachable through net1 in "), "{err}");
+}
+
+#[tokio::test]
+async fn unknown_interface_leaves_routes_untouched() {
+    let ns = TestNetns::pod();
+    let err = replace_default_routes(&ns.path, "net9", &[ip("10.1.0.1")]).await.expect_err("no net9");
+    assert!(matches!(&err, NetnsError::LinkNotFound { ifname, .. } if ifname == "net9"), "{err:?}");
+    let routes = default_routes(&ns.path).await.expect("default routes");
+    assert_eq!(routes, vec![pair("eth0", "10.0.0.1"), pair("eth0", "fd00::1")]);
+}
+
+#[tokio::test]
+async fn removing_a_route_that_vanished_meanwhile_is_fine() {
+    let ns = TestNetns::pod();
+    let handle = netlink_in(&ns.path).await.expect("netlink");
+    let links = links_by_index(&handle, &ns.path).await.expect("links");
+    let mut stale = main_defaults(&handle, &ns.path, Family::V4).await.expect("v4 defaults");
+    stale.extend(main_defaults(&handle, &ns.path, Family::V6).await.expect("v6 defaults"));
+    assert_eq!(stale.len(), 2);
+    ns.ip("-4 route flush default");
+    ns.ip("-6 route flush default");
+    for route in stale {
+        delete_route(&handle, &ns.path, &links, route).await.expect("already gone is fine");
+    }
+}
+
+#[test]
+fn netns_exists_only_for_network_namespaces() {
+    let ns = TestNetns::empty();
+    assert!(netns_exists(&ns.path));
+    assert!(netns_exists(Path::new("/proc/self/ns/net")));
+    assert!(!netns_exists(Path::new("/var/run/netns/plx-nt-does-not-exist")));
+    assert!(!netns_exists(Path::new("/proc/self/ns/mnt")), "a namespace, but not a network one");
+    assert!(!netns_exists(Path::new("/proc/self/status")), "a plain file");
+    let path = ns.path.clone();
+    drop(ns);
+    assert!(!netns_exists(&path), "deleted");
+}

@@ -1,0 +1,83 @@
+//! The agent's command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "plexus-agent", version, about = "plexus node agent: secondary networks for pods")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: CliCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CliCommand {
+    /// Serve CNI requests from the `plexus` shim.
+    Run(AgentOptions),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AgentOptions {
+    /// Unix socket the shim connects to.
+    #[arg(long, env = "PLEXUS_SOCKET", default_value = plexus_cni_shim::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+
+    /// Durable state (attachment records).
+    #[arg(long, env = "PLEXUS_STATE_DIR", default_value = "/var/lib/plexus")]
+    pub state_dir: PathBuf,
+
+    /// Directories of CNI plugin binaries, searched in order (repeat or separate with ':').
+    #[arg(long = "cni-bin-dir", env = "PLEXUS_CNI_BIN_DIRS", value_delimiter = ':',
+          default_values = ["/opt/cni/bin", "/usr/lib/cni"])]
+    pub cni_bin_dirs: Vec<PathBuf>,
+
+    /// Where the cluster default network's CNI config is: its first valid config is used.
+    #[arg(long, env = "PLEXUS_DEFAULT_NETWORK_DIR", default_value = "/etc/cni/net.d")]
+    pub default_network_dir: PathBuf,
+
+    /// Directories searched for CNI configs named after a NetworkAttachmentDefinition.
+    #[arg(long = "network-conf-dir", env = "PLEXUS_NETWORK_CONF_DIRS", value_delimiter = ':',
+          default_values = ["/etc/cni/multus/net.d", "/etc/cni/net.d"])]
+    pub network_conf_dirs: Vec<PathBuf>,
+
+    /// The runtime's CNI config directory: plexus writes its own config there once the
+    /// default network is ready. Unset: plexus writes none.
+    #[arg(long, env = "PLEXUS_RUNTIME_CONF_DIR")]
+    pub runtime_conf_dir: Option<PathBuf>,
+
+    /// File name of plexus's own config; it must sort before the default network's.
+    #[arg(long, default_value = "00-plexus.conflist")]
+    pub runtime_conf_name: String,
+
+    /// cniVersion of plexus's own config (the runtime's libcni must know it).
+    #[arg(long, default_value = "1.0.0")]
+    pub runtime_cni_version: String,
+
+    /// Standalone mode: directories of NetworkAttachmentDefinition manifests.
+    #[arg(long = "nad-dir", env = "PLEXUS_NAD_DIRS", value_delimiter = ':')]
+    pub nad_dirs: Vec<PathBuf>,
+
+    /// Standalone mode: directories of pod manifests (found via K8S_POD_NAMESPACE/NAME).
+    #[arg(long = "pod-dir", env = "PLEXUS_POD_DIRS", value_delimiter = ':')]
+    pub pod_dirs: Vec<PathBuf>,
+
+    /// Namespaces whose networks pods of any namespace may select (repeatable).
+    #[arg(long = "allow-namespace", value_delimiter = ',', default_values = ["default"])]
+    pub allowed_namespaces: Vec<String>,
+
+    /// Fail an ADD whose networks annotation is invalid, instead of ignoring it.
+    #[arg(long)]
+    pub strict_annotations: bool,
+
+    /// Time limit of one delegate plugin execution, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub delegate_timeout_secs: u64,
+}
+
+impl AgentOptions {
+    pub fn delegate_timeout(&self) -> Duration {
+        Duration::from_secs(self.delegate_timeout_secs)
+    }
+}

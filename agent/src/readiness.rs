@@ -1,0 +1,111 @@
+//! Readiness (spec 6.1): plexus's own CNI config appears in the runtime's config directory
+//! only once the cluster default network's config exists, and stays there when the agent
+//! stops, so pods started during an agent restart get "try again" from the shim instead of
+//! silently fewer networks.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use crate::catalog::confdir;
+use crate::state::atomic_write;
+
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    pub default_network_dir: PathBuf,
+    pub runtime_conf_path: PathBuf,
+    pub socket: PathBuf,
+    pub cni_version: String,
+}
+
+impl Readiness {
+    /// The config plexus would write now, or None while the default network is missing. It
+    /// declares the capabilities the default network declares, so kubelet's runtimeConfig
+    /// reaches it (and only it, spec 7.5).
+    pub fn desired_config(&self) -> Option<Value> {
+        let (_, default) = confdir::default_network(&self.default_network_dir).ok()?;
+        let mut caps = Map::new();
+        for plugin in &default.plugins {
+            if let Some(Value::Object(c)) = plugin.get("capabilities") {
+                for (k, v) in c {
+                    if v.as_bool() == Some(true) {
+                        caps.insert(k.clone(), Value::Bool(true));
+                    }
+                }
+            }
+        }
+        let mut plugin = json!({"type": confdir::PLEXUS_TYPE, "socket": self.socket});
+        if !caps.is_empty() {
+            plugin["capabilities"] = Value::Object(caps);
+        }
+        Some(json!({"cniVersion": self.cni_version, "name": "plexus", "plugins": [plugin]}))
+    }
+
+    /// Writes the config when it is due and differs from what is on disk. Returns whether
+    /// plexus is ready.
+    pub fn sync(&self) -> std::io::Result<bool> {
+        let Some(desired) = self.desired_config() else { return Ok(false) };
+        let body = serde_json::to_vec_pretty(&desired).unwrap_or_default();
+        if std::fs::read(&self.runtime_conf_path).ok().as_deref() != Some(body.as_slice()) {
+            atomic_write(&self.runtime_conf_path, &body)?;
+            tracing::info!(path = %self.runtime_conf_path.display(), "wrote plexus CNI config: ready");
+        }
+        Ok(true)
+    }
+
+    /// Keeps the config in step with the default network, forever.
+    pub async fn watch(self, every: Duration) {
+        let mut was_ready = None;
+        loop {
+            let me = self.clone();
+            let ready = tokio::task::spawn_blocking(move || me.sync()).await;
+            match ready {
+                Ok(Ok(r)) => {
+                    if was_ready != Some(r) && !r {
+                        tracing::warn!(dir = %self.default_network_dir.display(), "default network not ready yet");
+                    }
+                    was_ready = Some(r);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(path = %self.runtime_conf_path.display(), "writing plexus CNI config: {e}")
+                }
+                Err(e) => tracing::warn!("readiness task: {e}"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
+
+pub fn runtime_conf_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_only_once_the_default_network_exists_and_copies_its_capabilities() {
+        let d = tempfile::tempdir().unwrap();
+        let r = Readiness {
+            default_network_dir: d.path().to_owned(),
+            runtime_conf_path: d.path().join("00-plexus.conflist"),
+            socket: "/run/plexus/plexus.sock".into(),
+            cni_version: "1.0.0".into(),
+        };
+        assert!(!r.sync().unwrap());
+        assert!(!r.runtime_conf_path.exists());
+        std::fs::write(
+            d.path().join("10-default.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"cluster","plugins":[{"type":"bridge"},
+                {"type":"portmap","capabilities":{"portMappings":true,"ips":false}}]}"#,
+        )
+        .unwrap();
+        assert!(r.sync().unwrap());
+        let written: Value = serde_json::from_slice(&std::fs::read(&r.runtime_conf_path).unwrap()).unwrap();
+        assert_eq!(written["plugins"][0]["type"], "plexus");
+        assert_eq!(written["plugins"][0]["capabilities"], json!({"portMappings": true}));
+        assert!(r.sync().unwrap(), "its own config in the same directory is not the default network");
+    }
+}

@@ -1,0 +1,140 @@
+//! From selections to attachments: namespaces allowed, interface names chosen (spec 4.1.2.1.5,
+//! 4.2, 7.4).
+
+use std::collections::HashSet;
+
+use super::selection::NetworkSelection;
+
+/// One attachment the engine will make, in selection order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedAttachment {
+    pub selection: NetworkSelection,
+    /// The NAD's namespace (the pod's unless the selection names another).
+    pub namespace: String,
+    pub name: String,
+    /// CNI_IFNAME for this attachment; with the container ID and network name it is the
+    /// attachment's unique tuple (spec 4.2.1).
+    pub ifname: String,
+}
+
+impl PlannedAttachment {
+    /// The network-status `name`: the NAD reference with its namespace (spec 5.3.1).
+    pub fn status_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error(
+        "pod in namespace {pod_namespace:?} may not select network {namespace}/{name}: namespace {namespace:?} is \
+         not in the agent's allowed list; select a network of the pod's namespace or allow {namespace:?} \
+         (--allow-namespace)"
+    )]
+    NamespaceNotAllowed { pod_namespace: String, namespace: String, name: String },
+    #[error("interface {ifname:?} requested for network {network} is already used by {holder}; choose another name")]
+    InterfaceInUse { ifname: String, network: String, holder: String },
+}
+
+/// Plans the attachments of a pod. Generated names are `net1`, `net2`, ... in order, never
+/// one that any selection requests explicitly, so the spec's "already used" failure only
+/// happens for names the user asked for twice (or asked for the default network's).
+pub fn plan_attachments(
+    pod_namespace: &str,
+    default_ifname: &str,
+    selections: &[NetworkSelection],
+    allowed_namespaces: &[String],
+) -> Result<Vec<PlannedAttachment>, PlanError> {
+    let requested: HashSet<&str> = selections.iter().filter_map(|s| s.interface.as_deref()).collect();
+    let mut used: Vec<(String, String)> =
+        vec![(default_ifname.to_owned(), "the cluster default network".into())];
+    let mut next = 1usize;
+    let mut planned = Vec::with_capacity(selections.len());
+    for sel in selections {
+        let namespace = sel.namespace_or(pod_namespace).to_owned();
+        if namespace != pod_namespace && !allowed_namespaces.contains(&namespace) {
+            return Err(PlanError::NamespaceNotAllowed {
+                pod_namespace: pod_namespace.to_owned(),
+                namespace,
+                name: sel.name.clone(),
+            });
+        }
+        let network = format!("{namespace}/{}", sel.name);
+        let ifname = match sel.interface.as_deref() {
+            Some(wanted) => {
+                if let Some((_, holder)) = used.iter().find(|(n, _)| n == wanted) {
+                    return Err(PlanError::InterfaceInUse {
+                        ifname: wanted.to_owned(),
+                        network,
+                        holder: holder.clone(),
+                    });
+                }
+                wanted.to_owned()
+            }
+            None => loop {
+                let candidate = format!("net{next}");
+                next += 1;
+                if !requested.contains(candidate.as_str()) && !used.iter().any(|(n, _)| *n == candidate) {
+                    break candidate;
+                }
+            },
+        };
+        used.push((ifname.clone(), format!("network {network}")));
+        planned.push(PlannedAttachment { selection: sel.clone(), namespace, name: sel.name.clone(), ifname });
+    }
+    Ok(planned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::selection::parse_selection;
+
+    fn plan(annotation: &str) -> Result<Vec<PlannedAttachment>, PlanError> {
+        plan_attachments("pod-ns", "eth0", &parse_selection(annotation).unwrap(), &["default".into()])
+    }
+
+    fn names(p: &[PlannedAttachment]) -> Vec<&str> {
+        p.iter().map(|a| a.ifname.as_str()).collect()
+    }
+
+    #[test]
+    fn generated_names_count_up_in_order() {
+        assert_eq!(names(&plan("a,b,c").unwrap()), ["net1", "net2", "net3"]);
+    }
+
+    #[test]
+    fn generated_names_skip_names_requested_anywhere() {
+        let p = plan(r#"[{"name":"a"},{"name":"b","interface":"net1"},{"name":"c"}]"#).unwrap();
+        assert_eq!(names(&p), ["net2", "net1", "net3"]);
+    }
+
+    #[test]
+    fn a_name_requested_twice_fails_the_second() {
+        let err = plan(r#"[{"name":"a","interface":"data"},{"name":"b","interface":"data"}]"#).unwrap_err();
+        assert!(matches!(err, PlanError::InterfaceInUse { ref ifname, .. } if ifname == "data"));
+        assert!(err.to_string().contains("network pod-ns/a"), "{err}");
+    }
+
+    #[test]
+    fn the_default_interface_name_is_taken() {
+        let err = plan(r#"[{"name":"a","interface":"eth0"}]"#).unwrap_err();
+        assert!(err.to_string().contains("cluster default network"), "{err}");
+    }
+
+    #[test]
+    fn same_network_twice_gets_two_names() {
+        let p = plan("net-a,net-a").unwrap();
+        assert_eq!(names(&p), ["net1", "net2"]);
+        assert_eq!(p[0].status_name(), p[1].status_name());
+    }
+
+    #[test]
+    fn other_namespaces_need_the_allow_list() {
+        assert_eq!(plan("default/x").unwrap()[0].status_name(), "default/x");
+        assert_eq!(plan("pod-ns/x").unwrap()[0].namespace, "pod-ns");
+        let err = plan("secret/x").unwrap_err();
+        assert!(matches!(err, PlanError::NamespaceNotAllowed { .. }));
+        assert!(err.to_string().contains("--allow-namespace"));
+    }
+}

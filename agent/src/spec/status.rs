@@ -1,0 +1,209 @@
+//! The network-status annotation (spec 5) built from CNI results of any version.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cni::result::CniResult;
+
+/// One element of `k8s.v1.cni.cncf.io/network-status` (spec 5.3).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    #[serde(default, rename = "default-route", skip_serializing_if = "Option::is_none")]
+    pub default_route: Option<Vec<String>>,
+    pub default: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nameservers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub search: Vec<String>,
+}
+
+/// What the engine knows about one attachment when it reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInput<'a> {
+    pub name: &'a str,
+    /// CNI_IFNAME the attachment ran with: the interface when the result cannot name it.
+    pub ifname: &'a str,
+    pub result: Option<&'a CniResult>,
+    pub is_default: bool,
+    /// The gateways of the attachment's default route, when it has one.
+    pub default_route: Option<&'a [IpAddr]>,
+}
+
+/// Builds one status map from the first sandbox interface of the result (spec 5.1.1).
+pub fn network_status(input: StatusInput<'_>) -> NetworkStatus {
+    let mut st = NetworkStatus {
+        name: input.name.to_owned(),
+        default: input.is_default,
+        default_route: input.default_route.map(|gws| gws.iter().map(ToString::to_string).collect()),
+        ..Default::default()
+    };
+    let Some(result) = input.result else {
+        // No result (allowed by CNI): the minimal map of spec 5.1.1.
+        st.interface = Some(input.ifname.to_owned());
+        return st;
+    };
+    let pre_interfaces = matches!(result.cni_version.as_str(), "0.1.0" | "0.2.0");
+    let sandbox = result.first_sandbox_interface();
+    match (sandbox, pre_interfaces) {
+        (Some(i), false) => {
+            let iface = &result.interfaces[i];
+            st.interface = Some(iface.name.clone());
+            st.mac = iface.mac.clone().filter(|m| !m.is_empty());
+            st.ips = result
+                .ips
+                .iter()
+                .filter(|ip| ip.interface == Some(i as i64))
+                .map(|ip| ip.address.to_string())
+                .collect();
+        }
+        _ => {
+            // Results before 0.3.0 have no interfaces: CNI_IFNAME names it (5.3.2.1).
+            // Without a sandbox interface, the ips not bound to any interface (5.3.3.1 rule 2).
+            st.interface = Some(input.ifname.to_owned());
+            st.ips = result
+                .ips
+                .iter()
+                .filter(|ip| ip.interface.is_none_or(|idx| idx < 0))
+                .map(|ip| ip.address.to_string())
+                .collect();
+        }
+    }
+    let dns = &result.dns;
+    if !dns.nameservers.is_empty() || dns.domain.is_some() || !dns.search.is_empty() {
+        st.dns = Some(DnsStatus {
+            nameservers: dns.nameservers.clone(),
+            domain: dns.domain.clone(),
+            search: dns.search.clone(),
+        });
+    }
+    st
+}
+
+/// The gateways of the default routes a result installs, for the default network's
+/// `default-route` when no selection takes the default route away from it.
+pub fn default_gateways(result: &CniResult) -> Vec<IpAddr> {
+    let mut gws: Vec<IpAddr> = result
+        .routes
+        .iter()
+        .filter(|r| r.dst.prefix_len() == 0)
+        .filter_map(|r| {
+            r.gw.or_else(|| {
+                result.ips.iter().find(|ip| ip.address.addr().is_ipv4() == r.dst.addr().is_ipv4())?.gateway
+            })
+        })
+        .collect();
+    gws.dedup();
+    gws
+}
+
+/// The annotation value: a JSON list of status maps.
+pub fn annotation_value(statuses: &[NetworkStatus]) -> String {
+    serde_json::to_string_pretty(statuses).unwrap_or_else(|_| "[]".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn result(v: serde_json::Value) -> CniResult {
+        CniResult::parse(&v, "1.0.0").unwrap()
+    }
+
+    fn input<'a>(r: Option<&'a CniResult>) -> StatusInput<'a> {
+        StatusInput { name: "ns/net", ifname: "net1", result: r, is_default: false, default_route: None }
+    }
+
+    #[test]
+    fn status_comes_from_the_first_sandbox_interface() {
+        let r = result(json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [
+                {"name": "br0", "mac": "02:00:00:00:00:01"},
+                {"name": "veth1", "mac": "02:00:00:00:00:02"},
+                {"name": "net1", "mac": "02:00:00:00:00:03", "sandbox": "/var/run/netns/p"},
+                {"name": "net9", "mac": "02:00:00:00:00:04", "sandbox": "/var/run/netns/p"}
+            ],
+            "ips": [
+                {"address": "10.0.0.1/24", "interface": 0},
+                {"address": "10.0.0.5/24", "interface": 2, "gateway": "10.0.0.1"},
+                {"address": "2001:db8::5/64", "interface": 2},
+                {"address": "10.9.0.5/24", "interface": 3}
+            ],
+            "dns": {"nameservers": ["10.0.0.1"], "search": ["example.com"]}
+        }));
+        let st = network_status(input(Some(&r)));
+        assert_eq!(st.interface.as_deref(), Some("net1"));
+        assert_eq!(st.mac.as_deref(), Some("02:00:00:00:00:03"));
+        assert_eq!(st.ips, ["10.0.0.5/24", "2001:db8::5/64"]);
+        assert_eq!(st.dns.as_ref().unwrap().search, ["example.com"]);
+    }
+
+    #[test]
+    fn without_sandbox_interfaces_ips_come_from_unbound_entries() {
+        let r = result(json!({
+            "cniVersion": "0.4.0",
+            "interfaces": [{"name": "br0"}],
+            "ips": [
+                {"version": "4", "address": "10.0.0.1/24", "interface": 0},
+                {"version": "4", "address": "10.0.0.7/24"},
+                {"version": "4", "address": "10.0.0.8/24", "interface": -1}
+            ]
+        }));
+        let st = network_status(input(Some(&r)));
+        assert_eq!(st.ips, ["10.0.0.7/24", "10.0.0.8/24"]);
+        assert_eq!(st.interface.as_deref(), Some("net1"));
+        assert_eq!(st.mac, None);
+    }
+
+    #[test]
+    fn old_results_use_ip4_ip6_and_the_cni_ifname() {
+        let r = result(json!({
+            "cniVersion": "0.2.0",
+            "ip4": {"ip": "10.1.0.5/16", "gateway": "10.1.0.1"},
+            "ip6": {"ip": "2001:db8::5/64"}
+        }));
+        let st = network_status(input(Some(&r)));
+        assert_eq!(st.interface.as_deref(), Some("net1"));
+        assert_eq!(st.ips, ["10.1.0.5/16", "2001:db8::5/64"]);
+        assert_eq!(st.mac, None);
+    }
+
+    #[test]
+    fn no_result_gives_the_minimal_map() {
+        let st = network_status(input(None));
+        assert_eq!(
+            serde_json::to_value(&st).unwrap(),
+            json!({"name":"ns/net","interface":"net1","default":false})
+        );
+    }
+
+    #[test]
+    fn default_gateways_from_routes_or_ip_gateways() {
+        let r = result(json!({
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "10.0.0.5/24", "gateway": "10.0.0.1"}],
+            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0", "gw": "2001:db8::1"}, {"dst": "10.9.0.0/16", "gw": "10.0.0.9"}]
+        }));
+        assert_eq!(
+            default_gateways(&r),
+            ["10.0.0.1".parse::<IpAddr>().unwrap(), "2001:db8::1".parse().unwrap()]
+        );
+    }
+}

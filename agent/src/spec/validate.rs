@@ -1,0 +1,127 @@
+//! Validators for the values the spec constrains: object names, interface names, MACs, IPs.
+
+use std::net::IpAddr;
+
+/// DNS-1123 label: lower-case alphanumerics and '-', alphanumeric at both ends, at most 63.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// NAD names are "comprised of units of the DNS-1123 label format" (spec 3.3): labels
+/// joined by dots, as Kubernetes validates object names (at most 253 characters).
+pub fn is_nad_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// Namespaces are single DNS-1123 labels.
+pub fn is_namespace(s: &str) -> bool {
+    is_dns1123_label(s)
+}
+
+/// A name the kernel accepts for a network interface (`dev_valid_name`): 1 to 15 bytes,
+/// not "." or "..", no '/', ':' or white space.
+pub fn is_kernel_ifname(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < 16
+        && s != "."
+        && s != ".."
+        && s.bytes().all(|c| c != b'/' && c != b':' && c != 0 && !c.is_ascii_whitespace())
+}
+
+/// A 6-byte Ethernet or 20-byte IP-over-InfiniBand hardware address (spec 4.1.2.1.4), as
+/// hex pairs separated by ':' or '-'.
+pub fn is_mac(s: &str) -> bool {
+    let sep = if s.contains('-') { '-' } else { ':' };
+    let parts: Vec<&str> = s.split(sep).collect();
+    (parts.len() == 6 || parts.len() == 20)
+        && parts.iter().all(|p| p.len() == 2 && p.bytes().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// An IPv4 or IPv6 address with an optional prefix length within the family's bounds.
+pub fn parse_ip_with_optional_prefix(s: &str) -> Option<(IpAddr, Option<u8>)> {
+    let (addr, prefix) = match s.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (s, None),
+    };
+    let ip: IpAddr = addr.parse().ok()?;
+    let prefix = match prefix {
+        None => None,
+        Some(p) if !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()) => {
+            let n: u8 = p.parse().ok()?;
+            let max = if ip.is_ipv4() { 32 } else { 128 };
+            if n > max {
+                return None;
+            }
+            Some(n)
+        }
+        Some(_) => return None,
+    };
+    Some((ip, prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns1123_labels() {
+        for ok in ["a", "net-a", "0abc", "a0", &"a".repeat(63)] {
+            assert!(is_dns1123_label(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a_b", "a.b", "ä", &"a".repeat(64)] {
+            assert!(!is_dns1123_label(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn nad_names_are_dot_joined_labels() {
+        assert!(is_nad_name("a-bridge-network"));
+        assert!(is_nad_name("sriov.vendor-a"));
+        assert!(!is_nad_name("a..b"));
+        assert!(!is_nad_name("Net"));
+        assert!(!is_nad_name(&format!("{}.{}", "a".repeat(63), "b".repeat(200))));
+    }
+
+    #[test]
+    fn kernel_interface_names() {
+        for ok in ["net1", "eth0", "a", "veth-1234567890", "ib0.8001", "x@y"] {
+            assert!(is_kernel_ifname(ok), "{ok}");
+        }
+        for bad in ["", ".", "..", "a/b", "a:b", "a b", "a\tb", "0123456789abcdef"] {
+            assert!(!is_kernel_ifname(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn macs_of_six_and_twenty_bytes() {
+        assert!(is_mac("02:23:45:67:89:01"));
+        assert!(is_mac("02-23-45-67-89-0A"));
+        assert!(is_mac("80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22"));
+        for bad in ["", "02:23:45:67:89", "02:23:45:67:89:01:02:03", "0g:23:45:67:89:01", "2:23:45:67:89:01"]
+        {
+            assert!(!is_mac(bad), "{bad}");
+        }
+        assert!(!is_mac("02:23-45:67:89:01"));
+    }
+
+    #[test]
+    fn ips_with_optional_prefix() {
+        assert_eq!(
+            parse_ip_with_optional_prefix("10.2.2.42/24"),
+            Some(("10.2.2.42".parse().unwrap(), Some(24)))
+        );
+        assert_eq!(
+            parse_ip_with_optional_prefix("2001:db8::5"),
+            Some(("2001:db8::5".parse().unwrap(), None))
+        );
+        assert_eq!(parse_ip_with_optional_prefix("2001:db8::5/128").unwrap().1, Some(128));
+        for bad in ["", "10.2.2.42/33", "2001:db8::5/129", "10.2.2/24", "10.2.2.42/", "10.2.2.42/-1", "x"] {
+            assert_eq!(parse_ip_with_optional_prefix(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The durable record of every attachment, so DEL, CHECK and GC work after the agent
+//! restarts or the node reboots.
+//!
+//! One JSON file per runtime attachment (container ID + interface), written atomically
+//! (temporary file, fsync, rename, fsync of the directory) before the runtime hears back.
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::spec::delegate_conf::DelegateConfig;
+
+/// One attachment of a container: the default network or a selected one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttachmentRecord {
+    /// The network-status name.
+    pub network: String,
+    pub is_default: bool,
+    /// CNI_IFNAME it runs with.
+    pub ifname: String,
+    /// The exact config it was added with: DEL must run the same one.
+    pub delegate: DelegateConfig,
+    /// The raw result of the ADD (the delegate's own version), the prevResult of DEL/CHECK.
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// Gateways when this attachment holds the pod's default route (spec 4.1.2.1.9).
+    #[serde(default)]
+    pub default_route: Option<Vec<IpAddr>>,
+}
+
+/// The pod a container belongs to, as CNI_ARGS named it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default)]
+    pub uid: Option<String>,
+}
+
+/// Everything plexus did for one runtime attachment (container ID, CNI_IFNAME).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub container_id: String,
+    pub ifname: String,
+    pub netns: String,
+    #[serde(default)]
+    pub cni_args: String,
+    #[serde(default)]
+    pub pod: Option<PodRef>,
+    /// In order of attachment; the default network first.
+    pub attachments: Vec<AttachmentRecord>,
+    /// False while the ADD is running: everything listed may have been attempted.
+    pub complete: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state file {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("state file {path} is corrupt: {source}; move it aside to let the agent start over")]
+    Corrupt { path: PathBuf, source: serde_json::Error },
+    #[error("state I/O task failed: {0}")]
+    Join(String),
+}
+
+/// The directory of records.
+#[derive(Debug, Clone)]
+pub struct StateStore {
+    dir: PathBuf,
+}
+
+impl StateStore {
+    pub fn new(state_dir: &Path) -> Self {
+        StateStore { dir: state_dir.join("attachments") }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Container IDs are restricted to `[A-Za-z0-9_.-]` by the CNI spec and interface names
+    /// cannot hold '/' or '@', so the file name is unambiguous and stays in the directory.
+    fn path(&self, container_id: &str, ifname: &str) -> PathBuf {
+        self.dir.join(format!("{container_id}@{ifname}.json"))
+    }
+
+    pub async fn save(&self, record: &ContainerRecord) -> Result<(), StateError> {
+        let path = self.path(&record.container_id, &record.ifname);
+        let body = serde_json::to_vec_pretty(record).map_err(|e| StateError::Join(e.to_string()))?;
+        blocking(move || atomic_write(&path, &body).map_err(|source| StateError::Io { path, source })).await
+    }
+
+    pub async fn load(
+        &self,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<ContainerRecord>, StateError> {
+        let path = self.path(container_id, ifname);
+        blocking(move || read_record(&path)).await
+    }
+
+    pub async fn remove(&self, container_id: &str, ifname: &str) -> Result<(), StateError> {
+        let path = self.path(container_id, ifname);
+        blocking(move || match std::fs::remove_file(&path) {
+            Ok(()) => sync_dir(path.parent().unwrap_or(Path::new(".")))
+                .map_err(|source| StateError::Io { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StateError::Io { path, source }),
+        })
+        .await
+    }
+
+    /// Every record; a corrupt file is reported, not skipped silently.
+    pub async fn list(&self) -> Result<Vec<ContainerRecord>, StateError> {
+        let dir = self.dir.clone();
+        blocking(move || {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(source) => return Err(StateError::Io { path: dir, source }),
+            };
+            let mut paths: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "json"))
+                .collect();
+            paths.sort();
+            let mut out = Vec::with_capacity(paths.len());
+            for p in paths {
+                if let Some(r) = read_record(&p)? {
+                    out.push(r);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+fn read_record(path: &Path) -> Result<Option<ContainerRecord>, StateError> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| StateError::Corrupt { path: path.to_owned(), source }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(StateError::Io { path: path.to_owned(), source }),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StateError> + Send + 'static,
+) -> Result<T, StateError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| StateError::Join(e.to_string()))?
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves either the old or the new content,
+/// never a torn file.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile_in(dir, path)?;
+    let result = (|| {
+        tmp.1.write_all(bytes)?;
+        tmp.1.sync_all()?;
+        std::fs::rename(&tmp.0, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp.0);
+    }
+    result
+}
+
+fn tempfile_in(dir: &Path, target: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let base = target.file_name().and_then(|n| n.to_str()).unwrap_or("state");
+    let tmp = dir.join(format!(".{base}.{}.tmp", std::process::id()));
+    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+    Ok((tmp, file))
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::config::NetworkConfigList;
+
+    fn record(cid: &str) -> ContainerRecord {
+        let list =
+            NetworkConfigList::parse(r#"{"cniVersion":"1.0.0","name":"n","type":"bridge"}"#, None).unwrap();
+        ContainerRecord {
+            container_id: cid.into(),
+            ifname: "eth0".into(),
+            netns: "/var/run/netns/x".into(),
+            cni_args: String::new(),
+            pod: Some(PodRef { namespace: "ns".into(), name: "p".into(), uid: None }),
+            attachments: vec![AttachmentRecord {
+                network: "n".into(),
+                is_default: true,
+                ifname: "eth0".into(),
+                delegate: DelegateConfig { list, runtime_config: Default::default() },
+                result: Some(serde_json::json!({"cniVersion":"1.0.0"})),
+                default_route: None,
+            }],
+            complete: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn save_load_list_remove() {
+        let d = tempfile::tempdir().unwrap();
+        let store = StateStore::new(d.path());
+        assert!(store.list().await.unwrap().is_empty());
+        store.save(&record("c1")).await.unwrap();
+        store.save(&record("c2")).await.unwrap();
+        assert_eq!(store.load("c1", "eth0").await.unwrap(), Some(record("c1")));
+        assert_eq!(store.list().await.unwrap().len(), 2);
+        store.remove("c1", "eth0").await.unwrap();
+        store.remove("c1", "eth0").await.unwrap();
+        assert_eq!(store.load("c1", "eth0").await.unwrap(), None);
+        let leftovers: Vec<_> = std::fs::read_dir(store.dir()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary files stay behind");
+    }
+
+    #[tokio::test]
+    async fn corrupt_records_are_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let store = StateStore::new(d.path());
+        std::fs::create_dir_all(store.dir()).unwrap();
+        std::fs::write(store.dir().join("bad@eth0.json"), "{").unwrap();
+        assert!(matches!(store.list().await, Err(StateError::Corrupt { .. })));
+    }
+}

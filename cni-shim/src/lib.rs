@@ -1,0 +1,51 @@
+//! The wire between the `plexus` CNI binary (the shim) and the agent.
+//!
+//! The shim is deliberately thin: it packs the CNI environment and stdin into one
+//! [`Request`], writes it as JSON on the agent's Unix socket, half-closes the write
+//! side, and reads one [`Response`] until EOF. All CNI logic lives in the agent; the
+//! shim only answers `VERSION` itself and reports an unreachable agent.
+
+use serde::{Deserialize, Serialize};
+
+pub mod shim;
+
+/// Where the agent listens unless a CNI config overrides it with a `"socket"` key.
+pub const DEFAULT_SOCKET: &str = "/run/plexus/plexus.sock";
+
+/// CNI spec versions plexus speaks, oldest first.
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// The newest CNI version plexus implements.
+pub const CURRENT_VERSION: &str = "1.1.0";
+
+/// One CNI invocation as the runtime made it, forwarded verbatim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// CNI_COMMAND
+    pub command: String,
+    /// CNI_CONTAINERID
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// CNI_NETNS
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    /// CNI_IFNAME
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifname: Option<String>,
+    /// CNI_ARGS
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<String>,
+    /// CNI_PATH
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The network configuration the runtime wrote on stdin, as it was written.
+    pub config: String,
+}
+
+/// The agent's answer: what the shim prints on stdout and its exit status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    pub exit_code: i32,
+    #[serde(default)]
+    pub stdout: String,
+}
