@@ -319,9 +319,11 @@ fn parse_bandwidth(value: &Value) -> Result<Bandwidth, String> {
             "ingressBurst" => bw.ingress_burst = Some(n),
             "egressRate" => bw.egress_rate = Some(n),
             "egressBurst" => bw.egress_burst = Some(n),
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "bandwidth key {other:?} is unknown; use ingressRate, ingressBurst, egressRate, egressBurst"
-            )),
+            ))
+            }
         }
     }
     if bw.ingress_burst.is_some() && bw.ingress_rate.is_none() {

@@ -1,0 +1,16 @@
+//! Fixtures for plexus's integration tests: real network namespaces, a real agent process,
+//! the real `plexus` shim and the reference CNI plugins. Every fixture tears down on drop,
+//! also when a test panics.
+//!
+//! A test world is a "node" network namespace the agent runs in (so bridges and host-side
+//! veths of delegates live there, never in the machine's own namespace), plus pod
+//! namespaces, plus a temporary directory tree for configs and state.
+
+pub mod fixture;
+pub mod world;
+
+pub use fixture::{ip, unique, Netns};
+pub use world::{Agent, CniOutput, World};
+
+/// Where the reference CNI plugins are (Debian's containernetworking-plugins).
+pub const REFERENCE_PLUGINS: &str = "/usr/lib/cni";

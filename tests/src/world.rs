@@ -1,0 +1,372 @@
+//! A test world: a node namespace running a real agent, its config tree, and the shim.
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use crate::fixture::Netns;
+use crate::REFERENCE_PLUGINS;
+
+/// The directory of the workspace's built binaries (`target/debug`), next to the test's.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current test executable");
+    let dir = exe.parent().and_then(Path::parent).expect("target directory");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is missing: run `cargo build --workspace` before the tests", path.display());
+    path
+}
+
+/// What the shim printed and how it exited.
+#[derive(Debug, Clone)]
+pub struct CniOutput {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CniOutput {
+    pub fn ok(&self) -> bool {
+        self.exit_code == 0
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or(Value::Null)
+    }
+
+    /// The CNI error code, when the output is an error.
+    pub fn code(&self) -> Option<u64> {
+        if self.ok() {
+            None
+        } else {
+            self.json()["code"].as_u64()
+        }
+    }
+
+    pub fn msg(&self) -> String {
+        self.json()["msg"].as_str().unwrap_or_default().to_owned()
+    }
+
+    #[track_caller]
+    pub fn expect_ok(&self) -> Value {
+        assert!(self.ok(), "CNI call failed: {} {}", self.stdout, self.stderr);
+        self.json()
+    }
+}
+
+/// A running `plexus-agent`, killed on drop.
+#[derive(Debug)]
+pub struct Agent {
+    child: Child,
+}
+
+impl Agent {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, as a crash would: no cleanup runs.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct World {
+    pub dir: TempDir,
+    pub node: Netns,
+    pub agent: Option<Agent>,
+    /// Options added to every agent start.
+    pub agent_args: Vec<String>,
+}
+
+impl World {
+    /// A node with a cluster default network: bridge `cni0`, 10.88.0.0/24, host-local IPAM.
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("plexus-test-").tempdir().expect("tempdir");
+        for sub in ["default", "nads", "pods", "state", "netconf", "runtime", "ipam"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("creating world dirs");
+        }
+        let world = World { dir, node: Netns::new("pxnode"), agent: None, agent_args: Vec::new() };
+        world.write_default_network(
+            "10-cluster.conflist",
+            &world.bridge_config("cluster", "cni0", "10.88.0.0/24", true),
+        );
+        world
+    }
+
+    pub fn path(&self, sub: &str) -> PathBuf {
+        self.dir.path().join(sub)
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.path("plexus.sock")
+    }
+
+    /// A bridge + host-local configlist (the reference plugins), IPAM state in this world.
+    pub fn bridge_config(&self, name: &str, bridge: &str, subnet: &str, gateway: bool) -> String {
+        json!({
+            "cniVersion": "1.0.0",
+            "name": name,
+            "plugins": [{
+                "type": "bridge",
+                "bridge": bridge,
+                "isGateway": gateway,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": subnet}]],
+                    "dataDir": self.path("ipam").join(name),
+                }
+            }]
+        })
+        .to_string()
+    }
+
+    pub fn write_default_network(&self, file: &str, config: &str) {
+        std::fs::write(self.path("default").join(file), config).expect("writing default network");
+    }
+
+    /// A CNI config file in the directory searched for NAD names (spec 3.4.1 rules 2, 3).
+    pub fn write_netconf(&self, file: &str, config: &str) {
+        std::fs::write(self.path("netconf").join(file), config).expect("writing netconf");
+    }
+
+    /// A NetworkAttachmentDefinition manifest; `config: None` for one without spec.config.
+    pub fn write_nad(&self, namespace: &str, name: &str, config: Option<&str>) {
+        let mut nad = json!({
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": namespace},
+        });
+        if let Some(c) = config {
+            nad["spec"] = json!({"config": c});
+        }
+        std::fs::write(self.path("nads").join(format!("{namespace}_{name}.json")), nad.to_string())
+            .expect("writing NAD");
+    }
+
+    pub fn write_pod(&self, namespace: &str, name: &str, networks: Option<&str>) {
+        let mut pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}});
+        if let Some(n) = networks {
+            pod["metadata"]["annotations"] = json!({"k8s.v1.cni.cncf.io/networks": n});
+        }
+        std::fs::write(self.path("pods").join(format!("{namespace}_{name}.json")), pod.to_string())
+            .expect("writing pod");
+    }
+
+    /// Starts the agent inside the node namespace and waits until it answers.
+    pub fn start_agent(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("agent.log"))
+            .expect("agent log");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.node.name])
+            .arg(bin("plexus-agent"))
+            .arg("run")
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--state-dir")
+            .arg(self.path("state"))
+            .arg("--cni-bin-dir")
+            .arg(REFERENCE_PLUGINS)
+            .arg("--default-network-dir")
+            .arg(self.path("default"))
+            .arg("--network-conf-dir")
+            .arg(self.path("netconf"))
+            .arg("--runtime-conf-dir")
+            .arg(self.path("runtime"))
+            .arg("--nad-dir")
+            .arg(self.path("nads"))
+            .arg("--pod-dir")
+            .arg(self.path("pods"))
+            .args(&self.agent_args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log);
+        let child = cmd.spawn().expect("starting plexus-agent");
+        self.agent = Some(Agent { child });
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while UnixStream::connect(self.socket()).is_err() {
+            assert!(Instant::now() < deadline, "agent did not start; log:\n{}", self.agent_log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the agent with SIGKILL.
+    pub fn kill_agent(&mut self) {
+        if let Some(a) = self.agent.take() {
+            a.kill();
+        }
+    }
+
+    pub fn agent_log(&self) -> String {
+        std::fs::read_to_string(self.path("agent.log")).unwrap_or_default()
+    }
+
+    /// plexus's own CNI config as a runtime passes it.
+    pub fn plexus_config(&self, cni_version: &str) -> String {
+        json!({"cniVersion": cni_version, "name": "plexus", "type": "plexus", "socket": self.socket()})
+            .to_string()
+    }
+
+    /// Runs the real `plexus` binary as a runtime would.
+    pub fn shim(&self, env: &[(&str, &str)], stdin: &str) -> CniOutput {
+        let mut child = Command::new(bin("plexus"))
+            .env_clear()
+            .envs(env.iter().copied())
+            .env("CNI_PATH", REFERENCE_PLUGINS)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running plexus");
+        child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("writing stdin");
+        let out = child.wait_with_output().expect("waiting for plexus");
+        CniOutput {
+            exit_code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// A CNI call for a pod's sandbox `cid` in `pod` (namespace/name via CNI_ARGS).
+    pub fn cni(&self, command: &str, cid: &str, netns: &Netns, pod: (&str, &str)) -> CniOutput {
+        self.cni_versioned(command, cid, netns, pod, "1.0.0")
+    }
+
+    pub fn cni_versioned(
+        &self,
+        command: &str,
+        cid: &str,
+        netns: &Netns,
+        pod: (&str, &str),
+        v: &str,
+    ) -> CniOutput {
+        let args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={cid}",
+            pod.0, pod.1
+        );
+        let netns_path = netns.path_str();
+        self.shim(
+            &[
+                ("CNI_COMMAND", command),
+                ("CNI_CONTAINERID", cid),
+                ("CNI_NETNS", &netns_path),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_ARGS", &args),
+            ],
+            &self.plexus_config(v),
+        )
+    }
+
+    pub fn add(&self, cid: &str, netns: &Netns, pod: (&str, &str)) -> CniOutput {
+        self.cni("ADD", cid, netns, pod)
+    }
+
+    pub fn del(&self, cid: &str, netns: &Netns, pod: (&str, &str)) -> CniOutput {
+        self.cni("DEL", cid, netns, pod)
+    }
+
+    /// The network-status the agent published for a pod, parsed.
+    pub fn network_status(&self, namespace: &str, name: &str) -> Value {
+        let path =
+            self.path("state").join("pods").join(namespace).join(format!("{name}.network-status.json"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_json::from_str(&text).expect("network-status JSON")
+    }
+
+    pub fn events(&self, namespace: &str, name: &str) -> String {
+        std::fs::read_to_string(
+            self.path("state").join("pods").join(namespace).join(format!("{name}.events")),
+        )
+        .unwrap_or_default()
+    }
+
+    /// Attachment records on disk.
+    pub fn state_files(&self) -> Vec<String> {
+        list_files(&self.path("state").join("attachments"))
+    }
+
+    /// Addresses host-local still holds, per network ("net/10.88.0.2").
+    pub fn ipam_allocations(&self) -> Vec<String> {
+        // host-local keeps one file per address in <dataDir>/<network name>/.
+        let mut out = Vec::new();
+        for data_dir in list_files(&self.path("ipam")) {
+            for net in list_files(&self.path("ipam").join(&data_dir)) {
+                for f in list_files(&self.path("ipam").join(&data_dir).join(&net)) {
+                    if f != "lock" && !f.starts_with("last_reserved_ip") {
+                        out.push(format!("{net}/{f}"));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// veth ends of pods on the node (a delegate that did not clean up leaves these).
+    pub fn node_veths(&self) -> Vec<String> {
+        self.node
+            .links()
+            .iter()
+            .filter(|l| {
+                l["linkinfo"]["info_kind"] == "veth"
+                    || l["link_type"] == "ether"
+                        && l["ifname"].as_str().is_some_and(|n| n.starts_with("veth"))
+            })
+            .filter_map(|l| l["ifname"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Everything a pod's attachments may leave behind: records, addresses, veths, and any
+    /// interface but `lo` in the pods' namespaces.
+    pub fn leftovers(&self, pods: &[&Netns]) -> Vec<String> {
+        let mut out: Vec<String> =
+            self.state_files().into_iter().map(|f| format!("state file {f}")).collect();
+        out.extend(self.ipam_allocations().into_iter().map(|a| format!("IPAM allocation {a}")));
+        out.extend(self.node_veths().into_iter().map(|v| format!("node veth {v}")));
+        for p in pods {
+            out.extend(
+                p.link_names().into_iter().filter(|n| n != "lo").map(|n| format!("link {n} in {}", p.name)),
+            );
+        }
+        out
+    }
+}
+
+impl Default for World {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.kill_agent();
+        if std::thread::panicking() {
+            eprintln!("--- agent log ({}) ---\n{}", self.path("agent.log").display(), self.agent_log());
+        }
+    }
+}
+
+fn list_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
