@@ -1,0 +1,217 @@
+//! The standalone demo: a node and three pods as network namespaces, networks and pods from
+//! `deploy/examples/`, the real agent and the real `plexus` CNI binary, real traffic.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+use crate::util::{is_root, output, root};
+
+const BASE: &str = "/run/plexus-demo";
+const NODE: &str = "pxdemo-node";
+const PODS: &[&str] = &["pod-a", "pod-b", "pod-c"];
+
+/// Everything the demo created; dropping it removes all of it, also after a failure.
+struct Demo {
+    base: PathBuf,
+    agent: Option<Child>,
+    namespaces: Vec<String>,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if let Some(mut a) = self.agent.take() {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+        for ns in self.namespaces.drain(..).rev() {
+            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+pub fn run() -> anyhow::Result<()> {
+    if !is_root() {
+        bail!("the demo creates network namespaces: run it as root");
+    }
+    let examples = root().join("deploy/examples");
+    let bin = root().join("target/debug");
+    let mut demo = Demo { base: PathBuf::from(BASE), agent: None, namespaces: Vec::new() };
+    clean_previous_run();
+    for sub in ["default", "nads", "pods", "state", "runtime"] {
+        std::fs::create_dir_all(demo.base.join(sub)).with_context(|| format!("creating {BASE}/{sub}"))?;
+    }
+    copy_dir(&examples.join("default-network"), &demo.base.join("default"))?;
+    copy_dir(&examples.join("networks"), &demo.base.join("nads"))?;
+    copy_dir(&examples.join("pods"), &demo.base.join("pods"))?;
+
+    step("node", "a network namespace stands in for the node; the agent runs in it");
+    add_netns(&mut demo, NODE)?;
+    start_agent(&mut demo, &bin)?;
+    let conf = demo.base.join("runtime/00-plexus.conflist");
+    wait_for(&conf, Duration::from_secs(5))?;
+    println!("  agent ready: it wrote its CNI config {} (the default network exists)", conf.display());
+
+    step("ADD", "the runtime's view: one `plexus` exec per pod, as containerd or CRI-O would run it");
+    for pod in PODS {
+        let ns = format!("pxdemo-{pod}");
+        add_netns(&mut demo, &ns)?;
+        let started = Instant::now();
+        let out = shim(&bin, &demo.base, "ADD", pod, &ns)?;
+        let result: Value = serde_json::from_str(&out).context("ADD result")?;
+        let ip = result["ips"][0]["address"].as_str().unwrap_or("?");
+        println!("  {pod}: attached in {} ms, default network address {ip}", started.elapsed().as_millis());
+    }
+
+    step("network-status", "what plexus reports per pod (the k8s.v1.cni.cncf.io/network-status annotation)");
+    for pod in PODS {
+        let status =
+            std::fs::read_to_string(demo.base.join(format!("state/pods/default/{pod}.network-status.json")))
+                .with_context(|| format!("network-status of {pod}"))?;
+        println!("  {pod}:");
+        for line in status.lines() {
+            println!("    {line}");
+        }
+        let links = output(Command::new("ip").args(["-n", &format!("pxdemo-{pod}"), "-br", "addr"]))?;
+        println!("  interfaces in {pod}:");
+        for line in links.lines() {
+            println!("    {line}");
+        }
+    }
+
+    step("traffic", "pod-a reaches pod-b over both secondary networks");
+    let status_b: Value = serde_json::from_str(&std::fs::read_to_string(
+        demo.base.join("state/pods/default/pod-b.network-status.json"),
+    )?)?;
+    for entry in status_b.as_array().into_iter().flatten().filter(|e| e["default"] == false) {
+        let Some(addr) = entry["ips"][0].as_str().and_then(|a| a.split('/').next()) else { continue };
+        let ping = Command::new("ip")
+            .args(["netns", "exec", "pxdemo-pod-a", "ping", "-c", "3", "-i", "0.2", "-W", "2", addr])
+            .output()
+            .context("running ping")?;
+        let text = String::from_utf8_lossy(&ping.stdout);
+        let summary = text.lines().find(|l| l.contains("packets transmitted")).unwrap_or("no reply");
+        println!("  pod-a -> pod-b {addr} ({}): {summary}", entry["name"].as_str().unwrap_or(""));
+        if !ping.status.success() {
+            bail!(
+                "pod-a could not reach pod-b at {addr}; agent log: {}",
+                demo.base.join("agent.log").display()
+            );
+        }
+    }
+
+    step("DEL", "teardown in reverse order; nothing stays behind");
+    for pod in PODS {
+        shim(&bin, &demo.base, "DEL", pod, &format!("pxdemo-{pod}"))?;
+        let left: Vec<String> =
+            output(Command::new("ip").args(["-n", &format!("pxdemo-{pod}"), "-br", "link"]))?
+                .lines()
+                .filter(|l| !l.starts_with("lo "))
+                .map(str::to_owned)
+                .collect();
+        println!(
+            "  {pod}: detached, interfaces left besides lo: {}",
+            if left.is_empty() { "none".into() } else { left.join(", ") }
+        );
+    }
+    let records = std::fs::read_dir(demo.base.join("state/attachments")).map(|d| d.count()).unwrap_or(0);
+    println!("  attachment records left: {records}");
+    println!("\ndemo complete; everything it created is being removed");
+    Ok(())
+}
+
+fn step(name: &str, what: &str) {
+    println!("\n== {name}: {what}");
+}
+
+fn clean_previous_run() {
+    let _ = std::fs::remove_dir_all(BASE);
+    if let Ok(list) = output(Command::new("ip").args(["netns", "list"])) {
+        for ns in
+            list.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| n.starts_with("pxdemo-"))
+        {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn add_netns(demo: &mut Demo, name: &str) -> anyhow::Result<()> {
+    output(Command::new("ip").args(["netns", "add", name]))?;
+    demo.namespaces.push(name.to_owned());
+    output(Command::new("ip").args(["-n", name, "link", "set", "lo", "up"]))?;
+    Ok(())
+}
+
+fn start_agent(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
+    let base = &demo.base;
+    let log = std::fs::File::create(base.join("agent.log")).context("agent log")?;
+    let child = Command::new("ip")
+        .args(["netns", "exec", NODE])
+        .arg(bin.join("plexus-agent"))
+        .arg("run")
+        .args(["--socket", &format!("{BASE}/plexus.sock")])
+        .args(["--state-dir", &format!("{BASE}/state")])
+        .args(["--cni-bin-dir", "/usr/lib/cni"])
+        .args(["--default-network-dir", &format!("{BASE}/default")])
+        .args(["--network-conf-dir", &format!("{BASE}/default")])
+        .args(["--runtime-conf-dir", &format!("{BASE}/runtime")])
+        .args(["--nad-dir", &format!("{BASE}/nads")])
+        .args(["--pod-dir", &format!("{BASE}/pods")])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting plexus-agent")?;
+    demo.agent = Some(child);
+    wait_for(&base.join("plexus.sock"), Duration::from_secs(10))
+}
+
+fn wait_for(path: &Path, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while !path.exists() {
+        if Instant::now() > deadline {
+            bail!("{} did not appear; agent log: {BASE}/agent.log", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// One CNI call through the real `plexus` binary, exactly as a runtime makes it.
+fn shim(bin: &Path, base: &Path, command: &str, pod: &str, netns: &str) -> anyhow::Result<String> {
+    let config = serde_json::json!({
+        "cniVersion": "1.0.0", "name": "plexus", "type": "plexus", "socket": base.join("plexus.sock"),
+    });
+    let mut child = Command::new(bin.join("plexus"))
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", format!("demo-{pod}"))
+        .env("CNI_NETNS", format!("/run/netns/{netns}"))
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/usr/lib/cni")
+        .env("CNI_ARGS", format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running plexus")?;
+    child.stdin.take().context("stdin")?.write_all(config.to_string().as_bytes())?;
+    let out = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!("{command} {pod} failed: {stdout}");
+    }
+    Ok(stdout)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), to.join(entry.file_name()))
+            .with_context(|| format!("copying {}", entry.path().display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,43 @@
+//! Project automation: `cargo xtask <task>`.
+
+mod demo;
+mod setup;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "plexus project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building and testing plexus needs on this machine (root, Debian).
+    Setup,
+    /// The standalone demo: pods as network namespaces, networks from deploy/examples.
+    Demo,
+    /// Everything CI checks: format, lints, build, and every test (root).
+    Test,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup::run(),
+        Task::Demo => {
+            setup::run()?;
+            util::cargo(&["build", "--quiet", "-p", "plexus-agent", "-p", "plexus-cni-shim"])?;
+            demo::run()
+        }
+        Task::Test => {
+            setup::run()?;
+            util::cargo(&["fmt", "--all", "--check"])?;
+            util::cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+            // The integration tests run the built binaries, so they are built first.
+            util::cargo(&["build", "--workspace"])?;
+            util::cargo(&["test", "--workspace"])
+        }
+    }
+}
