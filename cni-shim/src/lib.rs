@@ -49,3 +49,15 @@ pub struct Response {
     #[serde(default)]
     pub stdout: String,
 }
+
+/// A CNI error result, as printed on stdout by whoever fails: the agent, or the shim when
+/// it cannot reach the agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResult {
+    #[serde(rename = "cniVersion")]
+    pub cni_version: String,
+    pub code: u32,
+    pub msg: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub details: String,
+}

@@ -65,16 +65,9 @@ impl Outcome {
         msg: impl Into<String>,
         details: impl Into<String>,
     ) -> Outcome {
-        #[derive(Serialize)]
-        struct Wire<'a> {
-            #[serde(rename = "cniVersion")]
-            cni_version: &'a str,
-            code: u32,
-            msg: &'a str,
-            details: &'a str,
-        }
         let (msg, details) = (msg.into(), details.into());
-        let wire = Wire { cni_version, code, msg: &msg, details: &details };
+        let wire =
+            crate::ErrorResult { cni_version: cni_version.to_owned(), code, msg: msg.clone(), details };
         Outcome { exit_code: 1, stdout: to_json_line(&wire), diagnostic: Some(msg) }
     }
 

@@ -1,6 +1,5 @@
 //! The CNI error result returned to the runtime.
 
-use serde::Serialize;
 use std::fmt;
 
 /// Error codes of the CNI 1.1.0 specification, plus plexus's own (100 and up, as the
@@ -74,22 +73,14 @@ impl CniError {
 
     /// The JSON object the runtime reads, in the request's CNI version.
     pub fn to_json(&self, cni_version: &str) -> serde_json::Value {
-        #[derive(Serialize)]
-        struct Wire<'a> {
-            #[serde(rename = "cniVersion")]
-            cni_version: &'a str,
-            code: u32,
-            msg: &'a str,
-            #[serde(skip_serializing_if = "str::is_empty")]
-            details: &'a str,
-        }
-        serde_json::to_value(Wire {
-            cni_version,
+        let wire = plexus_cni_shim::ErrorResult {
+            cni_version: cni_version.to_owned(),
             code: self.code.code(),
-            msg: &self.msg,
-            details: &self.details,
-        })
-        .unwrap_or_else(|_| serde_json::json!({"code": self.code.code(), "msg": self.msg}))
+            msg: self.msg.clone(),
+            details: self.details.clone(),
+        };
+        serde_json::to_value(wire)
+            .unwrap_or_else(|_| serde_json::json!({"code": self.code.code(), "msg": self.msg}))
     }
 }
 
