@@ -40,7 +40,11 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             strict_annotations: opts.strict_annotations,
         },
         catalog,
-        Delegator { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout() },
+        Delegator {
+            bin_dirs: opts.cni_bin_dirs.clone(),
+            timeout: opts.delegate_timeout(),
+            natives: Default::default(),
+        },
         StateStore::new(&opts.state_dir),
     ));
     let listener = server::bind(&opts.socket)?;

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::exec::{self, DelegateError, Exec};
+use super::native::{NativeCall, NativePlugins};
 use crate::cni::result::compare_versions;
 use crate::spec::delegate_conf::DelegateConfig;
 
@@ -43,12 +44,14 @@ pub struct ValidAttachment {
     pub ifname: String,
 }
 
-/// Runs configlists against the plugin binaries of `bin_dirs`.
+/// Runs configlists: each plugin natively when the agent implements its type, else by
+/// exec'ing the binary from `bin_dirs`.
 #[derive(Debug, Clone)]
 pub struct Delegator {
     pub bin_dirs: Vec<PathBuf>,
     /// Per plugin execution.
     pub timeout: Duration,
+    pub natives: NativePlugins,
 }
 
 fn at_least(version: &str, min: &str) -> bool {
@@ -61,15 +64,15 @@ impl Delegator {
         d: &DelegateConfig,
         i: usize,
         command: &str,
-        env: Vec<(&'static str, String)>,
+        env: &InvocationEnv,
         conf: Value,
     ) -> Result<Option<Value>, DelegateError> {
-        exec::run(
-            &self.bin_dirs,
-            Exec { plugin: d.list.plugin_type(i), command, env, config: &conf },
-            self.timeout,
-        )
-        .await
+        let plugin = d.list.plugin_type(i);
+        if let Some(native) = self.natives.get(plugin) {
+            return native.invoke(NativeCall { command, config: &conf, env }).await;
+        }
+        let vars = if matches!(command, "STATUS" | "GC") { Vec::new() } else { env.vars() };
+        exec::run(&self.bin_dirs, Exec { plugin, command, env: vars, config: &conf }, self.timeout).await
     }
 
     /// ADD: every plugin in order, each seeing the previous one's result. Returns the last
@@ -79,7 +82,7 @@ impl Delegator {
         let mut prev: Option<Value> = None;
         for i in 0..d.list.plugins.len() {
             let conf = d.list.plugin_config(i, &d.runtime_config, prev.as_ref());
-            let out = self.run(d, i, "ADD", env.vars(), conf).await?;
+            let out = self.run(d, i, "ADD", env, conf).await?;
             // A plugin that prints nothing passes the previous result on.
             if out.is_some() {
                 prev = out;
@@ -101,7 +104,7 @@ impl Delegator {
         let mut first_error = None;
         for i in (0..d.list.plugins.len()).rev() {
             let conf = d.list.plugin_config(i, &d.runtime_config, prev);
-            if let Err(e) = self.run(d, i, "DEL", env.vars(), conf).await {
+            if let Err(e) = self.run(d, i, "DEL", env, conf).await {
                 tracing::warn!(plugin = d.list.plugin_type(i), "DEL failed: {e}");
                 first_error.get_or_insert(e);
             }
@@ -121,7 +124,7 @@ impl Delegator {
         }
         for i in 0..d.list.plugins.len() {
             let conf = d.list.plugin_config(i, &d.runtime_config, cached);
-            self.run(d, i, "CHECK", env.vars(), conf).await?;
+            self.run(d, i, "CHECK", env, conf).await?;
         }
         Ok(())
     }
@@ -133,7 +136,7 @@ impl Delegator {
         }
         for i in 0..d.list.plugins.len() {
             let conf = d.list.plugin_config(i, &Default::default(), None);
-            self.run(d, i, "STATUS", Vec::new(), conf).await?;
+            self.run(d, i, "STATUS", &InvocationEnv::default(), conf).await?;
         }
         Ok(())
     }
@@ -147,7 +150,7 @@ impl Delegator {
         for i in 0..d.list.plugins.len() {
             let mut conf = d.list.plugin_config(i, &Default::default(), None);
             conf["cni.dev/valid-attachments"] = json!(valid);
-            if let Err(e) = self.run(d, i, "GC", Vec::new(), conf).await {
+            if let Err(e) = self.run(d, i, "GC", &InvocationEnv::default(), conf).await {
                 first_error.get_or_insert(e);
             }
         }
@@ -190,7 +193,11 @@ exit 0
             None,
         )
         .unwrap();
-        let del = Delegator { bin_dirs: vec![d.path().to_owned()], timeout: Duration::from_secs(5) };
+        let del = Delegator {
+            bin_dirs: vec![d.path().to_owned()],
+            timeout: Duration::from_secs(5),
+            natives: NativePlugins::default(),
+        };
         (d, del, DelegateConfig { list, runtime_config: Default::default() })
     }
 

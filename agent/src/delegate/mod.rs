@@ -3,6 +3,8 @@
 
 pub mod chain;
 pub mod exec;
+pub mod native;
 
 pub use chain::{Delegator, InvocationEnv, ValidAttachment};
 pub use exec::DelegateError;
+pub use native::{NativeCall, NativePlugin, NativePlugins};

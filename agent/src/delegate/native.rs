@@ -1,0 +1,69 @@
+//! Plugins the agent runs in-process instead of exec'ing a binary.
+//!
+//! A native plugin honours the same contract as a CNI plugin binary (the plugin's config
+//! JSON and the CNI variables in, a result or a CNI error out), so a configlist can mix
+//! native and exec'd plugins, chain prevResult between them, and an operator can switch
+//! native handling off per type and get the reference binary's behaviour back.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use super::chain::InvocationEnv;
+use super::exec::DelegateError;
+
+/// One invocation of a native plugin.
+#[derive(Debug, Clone, Copy)]
+pub struct NativeCall<'a> {
+    /// ADD, DEL, CHECK, STATUS or GC.
+    pub command: &'a str,
+    /// The plugin's config exactly as a binary would read it on stdin.
+    pub config: &'a Value,
+    /// Empty for STATUS and GC.
+    pub env: &'a InvocationEnv,
+}
+
+pub trait NativePlugin: Send + Sync {
+    /// Runs the command; `Ok(None)` for commands without output (DEL, CHECK, ...).
+    fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>>;
+}
+
+/// The native plugins by CNI `type`.
+#[derive(Clone, Default)]
+pub struct NativePlugins {
+    by_type: BTreeMap<String, Arc<dyn NativePlugin>>,
+}
+
+impl NativePlugins {
+    pub fn register(&mut self, plugin_type: &str, plugin: Arc<dyn NativePlugin>) {
+        self.by_type.insert(plugin_type.to_owned(), plugin);
+    }
+
+    pub fn get(&self, plugin_type: &str) -> Option<&Arc<dyn NativePlugin>> {
+        self.by_type.get(plugin_type)
+    }
+
+    pub fn types(&self) -> impl Iterator<Item = &str> {
+        self.by_type.keys().map(String::as_str)
+    }
+}
+
+impl std::fmt::Debug for NativePlugins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.types()).finish()
+    }
+}
+
+/// A CNI error from a native plugin, shaped like one a binary would print.
+pub fn native_error(plugin: &str, command: &str, code: u32, msg: impl Into<String>) -> DelegateError {
+    DelegateError::Failed {
+        plugin: plugin.to_owned(),
+        command: command.to_owned(),
+        code,
+        msg: msg.into(),
+        details: String::new(),
+        stderr: String::new(),
+    }
+}
