@@ -107,7 +107,10 @@ impl Engine {
             Command::Add => self.add(&env, &conf).await.map(Some),
             Command::Del => self.del(&env).await.map(|()| None),
             Command::Check => self.check(&env, &conf).await.map(|()| None),
-            Command::Status => self.status().await.map(|()| None),
+            Command::Status => {
+                require_version(&conf, "1.1.0", "STATUS")?;
+                self.status().await.map(|()| None)
+            }
             Command::Gc => self.gc(&conf).await.map(|()| None),
             Command::Version => Ok(None),
         }
@@ -134,8 +137,16 @@ impl Engine {
                     if let Some(pod) = &pod {
                         self.catalog.record_event(pod, "AttachmentFailed", &err.msg).await;
                     }
+                    // The failed attachment is undone best effort and not kept recorded: a
+                    // plugin rejecting its config (missing master, unknown type) fails its DEL
+                    // the same way, so a record would fail every later DEL of the pod for good.
+                    let failed = &record.attachments[i];
+                    let failed_env = invocation(env, &failed.ifname);
+                    if let Err(e) = self.delegator.del(&failed.delegate, &failed_env, None).await {
+                        tracing::warn!(network = %failed.network, "undoing the failed attachment: {e}");
+                    }
                     // Later attachments were never attempted (spec 7.2) and need no undo.
-                    record.attachments.truncate(i + 1);
+                    record.attachments.truncate(i);
                     return Err(self.rollback(record, env, err).await);
                 }
             }
@@ -339,12 +350,7 @@ impl Engine {
     }
 
     async fn check(&self, env: &CniEnv, conf: &PlexusConf) -> Result<(), CniError> {
-        if crate::cni::result::compare_versions(&conf.cni_version, "0.4.0").is_ok_and(|o| o.is_lt()) {
-            return Err(CniError::new(
-                ErrorCode::IncompatibleVersion,
-                format!("CHECK needs cniVersion 0.4.0 or later; the config says {}", conf.cni_version),
-            ));
-        }
+        require_version(conf, "0.4.0", "CHECK")?;
         let _serialized = self.locks.lock(&env.container_id).await;
         let record =
             self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)?.ok_or_else(|| {
@@ -385,8 +391,16 @@ impl Engine {
     /// GC (CNI 1.1.0): removes every recorded attachment the runtime no longer lists, then
     /// lets each delegate network collect its own leaks against what remains.
     async fn gc(&self, conf: &PlexusConf) -> Result<(), CniError> {
-        let valid: HashSet<ValidAttachment> =
-            conf.valid_attachments.clone().unwrap_or_default().into_iter().collect();
+        // GC exists from CNI 1.1.0 on (libcni refuses it below); acting on an older config
+        // with an empty valid list would tear down every pod of the node.
+        require_version(conf, "1.1.0", "GC")?;
+        // Likewise a GC without the list: "nothing is valid" must be said, not assumed.
+        let Some(listed) = conf.valid_attachments.clone() else {
+            return Err(CniError::invalid_config(
+                "GC needs \"cni.dev/valid-attachments\" in the config (an empty list when no attachment is valid)",
+            ));
+        };
+        let valid: HashSet<ValidAttachment> = listed.into_iter().collect();
         let mut failures = Vec::new();
         let records = self.state.list().await.map_err(state_error)?;
         let mut kept = Vec::new();
@@ -457,6 +471,17 @@ fn networks_in_use(
         }
     }
     by_name.into_values().collect()
+}
+
+/// Commands newer than the request's config version are refused, as libcni's skel does.
+fn require_version(conf: &PlexusConf, min: &str, verb: &str) -> Result<(), CniError> {
+    if crate::cni::result::compare_versions(&conf.cni_version, min).is_ok_and(|o| o.is_lt()) {
+        return Err(CniError::new(
+            ErrorCode::IncompatibleVersion,
+            format!("{verb} needs cniVersion {min} or later; the config says {}", conf.cni_version),
+        ));
+    }
+    Ok(())
 }
 
 fn invocation(env: &CniEnv, ifname: &str) -> InvocationEnv {
