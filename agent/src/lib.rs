@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod cni;
 pub mod delegate;
 pub mod engine;
+pub mod ipam;
 pub mod netns;
 pub mod options;
 pub mod readiness;

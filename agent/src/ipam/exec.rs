@@ -1,0 +1,54 @@
+//! IPAM types plexus does not implement: the plugin binary is exec'd as the reference plugins
+//! do it (`ipam.ExecAdd`/`ExecDel`/`ExecCheck`): the parent's CNI variables, CNI_COMMAND set
+//! to the command, the parent's whole config on stdin.
+
+use serde_json::Value;
+
+use crate::cni::result::CniResult;
+use crate::delegate::exec::{self, Exec};
+use crate::delegate::{DelegateError, InvocationEnv};
+
+use super::Ipam;
+
+/// The CNI variables of the attachment, as the delegator passes them to any plugin.
+fn vars(env: &InvocationEnv) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        ("CNI_CONTAINERID", env.container_id.clone()),
+        ("CNI_NETNS", env.netns.clone()),
+        ("CNI_IFNAME", env.ifname.clone()),
+    ];
+    if !env.args.is_empty() {
+        v.push(("CNI_ARGS", env.args.clone()));
+    }
+    v
+}
+
+pub async fn run(
+    ipam: &Ipam,
+    plugin: &str,
+    command: &str,
+    netconf: &Value,
+    env: &InvocationEnv,
+) -> Result<Option<Value>, DelegateError> {
+    exec::run(&ipam.bin_dirs, Exec { plugin, command, env: vars(env), config: netconf }, ipam.timeout).await
+}
+
+/// ADD: the plugin must print a result, in any CNI version.
+pub async fn add(
+    ipam: &Ipam,
+    plugin: &str,
+    netconf: &Value,
+    env: &InvocationEnv,
+    cni_version: &str,
+) -> Result<CniResult, DelegateError> {
+    let bad = |detail: String| DelegateError::BadOutput {
+        plugin: plugin.to_owned(),
+        command: "ADD".to_owned(),
+        detail,
+        stderr: String::new(),
+    };
+    let out = run(ipam, plugin, "ADD", netconf, env)
+        .await?
+        .ok_or_else(|| bad("it printed nothing; an IPAM plugin must print its result on ADD".into()))?;
+    CniResult::parse(&out, cni_version).map_err(|e| bad(e.to_string()))
+}

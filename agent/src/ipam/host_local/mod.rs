@@ -1,0 +1,104 @@
+//! The `host-local` IPAM type, in-process and interchangeable with the reference plugin
+//! (containernetworking/plugins v1.1.1): same config, same allocation order, same files and
+//! the same lock, so both can allocate from one range and dataDir, and each can release what
+//! the other allocated.
+//!
+//! [`config`] reads the config, [`allocator`] decides, [`store`] does the file I/O (in
+//! `spawn_blocking`) under the network's lock, held for the whole ADD, DEL or CHECK.
+
+pub mod allocator;
+pub mod config;
+mod resolv;
+pub mod store;
+
+use std::time::{Duration, Instant};
+
+use allocator::{AllocError, Owner};
+pub use config::HostLocalConfig;
+use store::{DiskStore, StoreError};
+
+use super::IpamError;
+use crate::cni::result::{CniResult, Dns};
+use crate::delegate::InvocationEnv;
+
+/// ADD: one address from each range set, or the requested ones.
+pub async fn add(
+    cfg: HostLocalConfig,
+    env: &InvocationEnv,
+    timeout: Duration,
+) -> Result<CniResult, IpamError> {
+    let (id, ifname) = (env.container_id.clone(), env.ifname.clone());
+    let deadline = Instant::now() + timeout;
+    blocking(move || {
+        let dns = match &cfg.resolv_conf {
+            Some(path) => resolv::read(path)?,
+            None => Dns::default(),
+        };
+        let mut store = DiskStore::open(&cfg.network_dir(), deadline).map_err(|e| store_error(e, timeout))?;
+        let ips = allocator::allocate(&mut store, &cfg.ranges, &cfg.requested, Owner::new(&id, &ifname))
+            .map_err(alloc_error)?;
+        Ok(CniResult { cni_version: cfg.cni_version, interfaces: Vec::new(), ips, routes: cfg.routes, dns })
+    })
+    .await
+}
+
+/// DEL: releases every address of this container and interface; nothing to release is fine.
+pub async fn del(cfg: HostLocalConfig, env: &InvocationEnv, timeout: Duration) -> Result<(), IpamError> {
+    let (id, ifname) = (env.container_id.clone(), env.ifname.clone());
+    let deadline = Instant::now() + timeout;
+    blocking(move || {
+        let dir = cfg.network_dir();
+        let Some(mut store) =
+            DiskStore::open_existing(&dir, deadline).map_err(|e| store_error(e, timeout))?
+        else {
+            return Ok(());
+        };
+        allocator::release(&mut store, Owner::new(&id, &ifname))
+            .map_err(|e| IpamError::io(format!("host-local: releasing in {}: {e}", dir.display())))
+    })
+    .await
+}
+
+/// CHECK: some address is recorded for this container and interface.
+pub async fn check(cfg: HostLocalConfig, env: &InvocationEnv, timeout: Duration) -> Result<(), IpamError> {
+    let (id, ifname) = (env.container_id.clone(), env.ifname.clone());
+    let deadline = Instant::now() + timeout;
+    blocking(move || {
+        let dir = cfg.network_dir();
+        let found = match DiskStore::open_existing(&dir, deadline).map_err(|e| store_error(e, timeout))? {
+            Some(store) => allocator::has_allocation(&store, Owner::new(&id, &ifname))
+                .map_err(|e| IpamError::io(format!("host-local: reading {}: {e}", dir.display())))?,
+            None => false,
+        };
+        if found {
+            Ok(())
+        } else {
+            Err(IpamError::reference(format!("host-local: Failed to find address added by container {id}")))
+        }
+    })
+    .await
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, IpamError> + Send + 'static,
+) -> Result<T, IpamError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| IpamError::io(format!("host-local: the file worker failed: {e}")))?
+}
+
+fn store_error(e: StoreError, timeout: Duration) -> IpamError {
+    match e {
+        StoreError::Busy(_) => {
+            IpamError::try_again(format!("host-local: {e} for more than {timeout:?}; try again"))
+        }
+        StoreError::Io(..) => IpamError::io(format!("host-local: {e}")),
+    }
+}
+
+fn alloc_error(e: AllocError) -> IpamError {
+    match e {
+        AllocError::Refused(msg) => IpamError::reference(msg),
+        AllocError::Io(msg) => IpamError::io(msg),
+    }
+}
