@@ -7,9 +7,11 @@
 //! namespaces, plus a temporary directory tree for configs and state.
 
 pub mod fixture;
+pub mod recorder;
 pub mod world;
 
 pub use fixture::{ip, unique, Netns};
+pub use recorder::{Call, Recorder, RECORDER_TYPE};
 pub use world::{Agent, CniOutput, World};
 
 /// Where the reference CNI plugins are (Debian's containernetworking-plugins).

@@ -13,6 +13,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("/usr/lib/cni/bridge", "containernetworking-plugins"),
     ("/usr/sbin/ip", "iproute2"),
     ("/usr/bin/ping", "iputils-ping"),
+    // The tests' recording CNI plugin is a shell script built on jq.
+    ("/usr/bin/jq", "jq"),
 ];
 
 pub fn run() -> anyhow::Result<()> {

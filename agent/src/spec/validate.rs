@@ -4,18 +4,25 @@ use std::net::IpAddr;
 
 /// DNS-1123 label: lower-case alphanumerics and '-', alphanumeric at both ends, at most 63.
 pub fn is_dns1123_label(s: &str) -> bool {
+    s.len() <= 63 && has_dns1123_label_format(s)
+}
+
+/// The DNS-1123 label format without its length limit: lower-case alphanumerics and '-',
+/// alphanumeric at both ends.
+fn has_dns1123_label_format(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
         && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
 
-/// NAD names are "comprised of units of the DNS-1123 label format" (spec 3.3): labels
-/// joined by dots, as Kubernetes validates object names (at most 253 characters).
+/// NAD names are "comprised of units of the DNS-1123 label format" (spec 3.3): units
+/// joined by dots, as Kubernetes validates object names (at most 253 characters). The spec
+/// only recommends 63 characters or less per unit, and Kubernetes accepts longer ones, so
+/// a longer unit is a valid name.
 pub fn is_nad_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(has_dns1123_label_format)
 }
 
 /// Namespaces are single DNS-1123 labels.
@@ -85,6 +92,7 @@ mod tests {
         assert!(!is_nad_name("a..b"));
         assert!(!is_nad_name("Net"));
         assert!(!is_nad_name(&format!("{}.{}", "a".repeat(63), "b".repeat(200))));
+        assert!(is_nad_name(&"a".repeat(64)), "63 characters per unit is only recommended");
     }
 
     #[test]
