@@ -11,6 +11,7 @@ pub mod cni;
 pub mod delegate;
 pub mod engine;
 pub mod ipam;
+pub mod native;
 pub mod netns;
 pub mod options;
 pub mod readiness;

@@ -4,8 +4,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use plexus_agent::catalog::files::FileCatalog;
-use plexus_agent::delegate::Delegator;
+use plexus_agent::delegate::{Delegator, NativePlugins};
 use plexus_agent::engine::{Engine, EngineConfig};
+use plexus_agent::ipam::Ipam;
+use plexus_agent::native;
 use plexus_agent::options::{AgentOptions, Cli, CliCommand};
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
@@ -32,6 +34,15 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         pod_dirs: opts.pod_dirs.clone(),
         report_dir: opts.state_dir.join("pods"),
     });
+    let mut natives = NativePlugins::default();
+    if !opts.no_native {
+        let ipam = Ipam { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout() };
+        let types = native::register_all(&mut natives, ipam, &opts.state_dir, &opts.exec_plugins);
+        tracing::info!(
+            "plugin types run natively: {}",
+            if types.is_empty() { "none".into() } else { types.join(", ") }
+        );
+    }
     let engine = Arc::new(Engine::new(
         EngineConfig {
             default_network_dir: opts.default_network_dir.clone(),
@@ -40,11 +51,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             strict_annotations: opts.strict_annotations,
         },
         catalog,
-        Delegator {
-            bin_dirs: opts.cni_bin_dirs.clone(),
-            timeout: opts.delegate_timeout(),
-            natives: Default::default(),
-        },
+        Delegator { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout(), natives },
         StateStore::new(&opts.state_dir),
     ));
     let listener = server::bind(&opts.socket)?;

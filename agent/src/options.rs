@@ -71,6 +71,18 @@ pub struct AgentOptions {
     #[arg(long)]
     pub strict_annotations: bool,
 
+    /// Exec this CNI plugin type's binary instead of running it natively (repeatable, or
+    /// comma-separated). plexus implements `macvlan` and `sriov` in the agent, over netlink,
+    /// with the reference plugins' configs and results; naming a type here hands it back to the
+    /// binary in --cni-bin-dir, e.g. to compare behaviour or work around a difference.
+    #[arg(long = "exec-plugin", env = "PLEXUS_EXEC_PLUGINS", value_delimiter = ',', value_name = "TYPE")]
+    pub exec_plugins: Vec<String>,
+
+    /// Run no plugin type natively: exec every plugin's binary, as Multus does (the same as
+    /// --exec-plugin for every native type).
+    #[arg(long)]
+    pub no_native: bool,
+
     /// Time limit of one delegate plugin execution, in seconds.
     #[arg(long, default_value_t = 60)]
     pub delegate_timeout_secs: u64,

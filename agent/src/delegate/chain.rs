@@ -69,7 +69,7 @@ impl Delegator {
     ) -> Result<Option<Value>, DelegateError> {
         let plugin = d.list.plugin_type(i);
         if let Some(native) = self.natives.get(plugin) {
-            return native.invoke(NativeCall { command, config: &conf, env }).await;
+            return native.invoke(NativeCall { command, config: &conf, env, list: Some(&d.list) }).await;
         }
         let vars = if matches!(command, "STATUS" | "GC") { Vec::new() } else { env.vars() };
         exec::run(&self.bin_dirs, Exec { plugin, command, env: vars, config: &conf }, self.timeout).await

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::chain::InvocationEnv;
 use super::exec::DelegateError;
+use crate::cni::config::NetworkConfigList;
 
 /// One invocation of a native plugin.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +24,9 @@ pub struct NativeCall<'a> {
     pub config: &'a Value,
     /// Empty for STATUS and GC.
     pub env: &'a InvocationEnv,
+    /// The whole configlist the plugin runs in, when it runs in one: a chained plugin (such
+    /// as plexus-portmap) learns from it what made the interface it works on.
+    pub list: Option<&'a NetworkConfigList>,
 }
 
 pub trait NativePlugin: Send + Sync {

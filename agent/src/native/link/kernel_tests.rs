@@ -1,0 +1,191 @@
+//! The link operations against the kernel: root, each test in network namespaces of its own
+//! (made with `ip`, an oracle independent of the code under test).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::*;
+use crate::cni::result::Interface;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A named network namespace, deleted on drop (also when the test panics).
+struct Ns {
+    name: String,
+}
+
+impl Ns {
+    fn new() -> Ns {
+        let name = format!("lk-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        run(&["ip", "netns", "add", &name]);
+        Ns { name }
+    }
+
+    fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
+    fn ip(&self, args: &str) -> String {
+        let mut argv = vec!["ip", "-n", &self.name];
+        argv.extend(args.split_whitespace());
+        run(&argv)
+    }
+
+    fn has(&self, ifname: &str) -> bool {
+        Command::new("ip")
+            .args(["-n", &self.name, "link", "show", "dev", ifname])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+fn run(argv: &[&str]) -> String {
+    let output = Command::new(argv[0]).args(&argv[1..]).output().expect("ip (iproute2) must be installed");
+    assert!(output.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A "host" with a veth x0 (peer x0p, which keeps it company) and a "pod" that already has a
+/// link named x0, so nothing can travel under its own name.
+fn host_and_pod() -> (Ns, Ns) {
+    let (host, pod) = (Ns::new(), Ns::new());
+    host.ip("link add x0 type veth peer name x0p");
+    pod.ip("link add x0 type veth peer name x0q");
+    (host, pod)
+}
+
+#[tokio::test]
+async fn move_into_renames_inside_and_move_out_brings_the_link_back_under_its_name() {
+    let (host, pod) = host_and_pod();
+    let (from, to) = (Netlink::pod(&host.path()).await.unwrap(), Netlink::pod(&pod.path()).await.unwrap());
+    let link = from.require("x0").await.unwrap();
+
+    let inside = move_into(&from, &link, &to, "net5").await.unwrap();
+    assert_eq!(inside.name, "net5");
+    assert!(pod.has("net5") && pod.has("x0") && !host.has("x0"));
+    assert!(!pod.ip("link").contains("plx"), "no temporary name left behind");
+
+    let back = move_out(&to, &inside, &from, "x0").await.unwrap();
+    assert_eq!(back.name, "x0");
+    assert!(host.has("x0") && !pod.has("net5"));
+}
+
+#[tokio::test]
+async fn move_into_a_taken_name_fails_and_leaves_the_link_where_it_was() {
+    let (host, pod) = host_and_pod();
+    let (from, to) = (Netlink::pod(&host.path()).await.unwrap(), Netlink::pod(&pod.path()).await.unwrap());
+    let link = from.require("x0").await.unwrap();
+    let err = move_into(&from, &link, &to, "x0").await.unwrap_err();
+    assert!(err.is(Errno::EEXIST), "{err}");
+    assert!(err.to_string().contains("an interface named x0 is already there"), "{err}");
+    assert!(host.has("x0"), "the link stays on the host under its name");
+}
+
+#[tokio::test]
+async fn a_link_created_in_another_namespace_exists_only_there() {
+    let (host, pod) = host_and_pod();
+    let (from, to) = (Netlink::pod(&host.path()).await.unwrap(), Netlink::pod(&pod.path()).await.unwrap());
+    let master = from.require("x0").await.unwrap();
+    let message = rtnetlink::LinkMacVlan::new("mv9", master.index, MacVlanMode::Bridge).build();
+    from.create_in("macvlan mv9", message, &to).await.unwrap();
+    let made = to.require("mv9").await.unwrap();
+    assert!(made.is_macvlan() && made.parent_netnsid.is_some(), "{made:?}");
+    assert_eq!(made.parent_index, Some(master.index));
+    assert!(!host.has("mv9"));
+}
+
+fn result_for(ifname: &str, netns: &Ns) -> CniResult {
+    let ip = |address: &str, gateway: &str| IpConfig {
+        address: address.parse().unwrap(),
+        gateway: Some(gateway.parse().unwrap()),
+        interface: Some(0),
+    };
+    let route = |dst: &str| Route {
+        dst: dst.parse().unwrap(),
+        gw: None,
+        mtu: None,
+        advmss: None,
+        priority: None,
+        table: None,
+        scope: None,
+    };
+    CniResult {
+        interfaces: vec![Interface {
+            name: ifname.into(),
+            sandbox: Some(netns.path().display().to_string()),
+            ..Default::default()
+        }],
+        ips: vec![ip("10.70.0.5/24", "10.70.0.1"), ip("fd70::5/64", "fd70::1")],
+        routes: vec![route("0.0.0.0/0"), route("10.71.0.0/16"), route("fd71::/64")],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn configure_ip_applies_addresses_and_routes_that_verify_then_checks() {
+    let pod = Ns::new();
+    pod.ip("link add net1 type veth peer name peer1");
+    pod.ip("link set peer1 up");
+    let ns = Netlink::pod(&pod.path()).await.unwrap();
+    let result = result_for("net1", &pod);
+    configure_ip(&ns, "net1", &result).await.unwrap();
+
+    let addresses = pod.ip("-o addr show dev net1");
+    assert!(addresses.contains("inet 10.70.0.5/24 brd 10.70.0.255"), "{addresses}");
+    assert!(addresses.contains("inet6 fd70::5/64"), "{addresses}");
+    // -d: iproute2 shows "proto boot" only in detail.
+    let routes = pod.ip("-d route show dev net1") + &pod.ip("-d -6 route show dev net1");
+    for want in [
+        "default via 10.70.0.1 proto boot",
+        "10.71.0.0/16 via 10.70.0.1 proto boot",
+        "fd71::/64 via fd70::1 proto boot",
+    ] {
+        assert!(routes.contains(want), "{want:?} missing:\n{routes}");
+    }
+    verify_ips(&ns, "net1", &result.ips).await.unwrap();
+    verify_routes(&ns, &result.routes).await.unwrap();
+
+    // Applying it again changes nothing and fails on the addresses already there, as libcni does.
+    assert!(configure_ip(&ns, "net1", &result).await.unwrap_err().is(Errno::EEXIST));
+
+    pod.ip("route del 10.71.0.0/16");
+    let err = verify_routes(&ns, &result.routes).await.unwrap_err();
+    assert!(err.to_string().contains("checking route 10.71.0.0/16"), "{err}");
+    pod.ip("addr del 10.70.0.5/24 dev net1");
+    let err = verify_ips(&ns, "net1", &result.ips).await.unwrap_err();
+    assert!(
+        err.to_string().contains("10.70.0.5/24") && err.to_string().contains("not on the interface"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_ip_for_another_interface_is_refused_before_anything_changes() {
+    let pod = Ns::new();
+    pod.ip("link add net1 type veth peer name peer1");
+    let ns = Netlink::pod(&pod.path()).await.unwrap();
+    let result = result_for("eth9", &pod);
+    let err = configure_ip(&ns, "net1", &result).await.unwrap_err();
+    assert!(err.to_string().contains("which is not net1"), "{err}");
+    assert!(!pod.ip("addr show dev net1").contains("10.70.0.5"));
+}
+
+#[tokio::test]
+async fn the_default_route_interface_is_the_first_default_routes() {
+    let pod = Ns::new();
+    let ns = Netlink::pod(&pod.path()).await.unwrap();
+    assert_eq!(ns.default_route_interface().await.unwrap(), None);
+    pod.ip("link add uplink type veth peer name uplinkp");
+    pod.ip("link set uplink up");
+    pod.ip("link set uplinkp up");
+    pod.ip("addr add 10.80.0.2/24 dev uplink");
+    pod.ip("route add default via 10.80.0.1");
+    assert_eq!(ns.default_route_interface().await.unwrap().as_deref(), Some("uplink"));
+}

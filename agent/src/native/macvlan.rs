@@ -1,0 +1,500 @@
+//! The `macvlan` plugin, run in the agent over netlink instead of exec'ing the reference binary,
+//! with the reference's config, result and behaviour (containernetworking/plugins
+//! plugins/main/macvlan):
+//!
+//! - ADD creates the macvlan on the master (a node interface, or the pod's with
+//!   `linkInContainer`) directly inside the pod's namespace, under a temporary name so it
+//!   cannot collide with a node interface, renames it to CNI_IFNAME there, then runs IPAM and
+//!   applies its addresses and routes, brings it up and announces the addresses. Any failure
+//!   undoes everything done so far (link deleted, IPAM released).
+//! - DEL releases IPAM and deletes the link; a missing namespace or link is fine, and a link
+//!   of that name that is not a macvlan is left alone (it is not ours).
+//! - CHECK verifies the link (macvlan, mode, master, MTU, MAC) and the addresses and routes of
+//!   the previous result, then asks IPAM.
+//! - STATUS and GC would be IPAM's business (macvlan keeps no state of its own), but the IPAM
+//!   façade offers neither, so both only check that the config parses.
+
+mod config;
+
+use std::path::Path;
+
+use futures::future::BoxFuture;
+use nix::errno::Errno;
+use rtnetlink::LinkMacVlan;
+use serde_json::Value;
+
+pub use config::{mac_from_cni_args, mode_from_name, mode_name, MacvlanConf, Settings};
+
+use super::announce;
+use super::link::{self, configure_ip, verify_ips, verify_routes, LinkError, LinkSnapshot, Mac, Netlink};
+use super::Failure;
+use crate::cni::result::{is_supported_version, CniResult, Interface};
+use crate::cni::ErrorCode;
+use crate::delegate::native::{NativeCall, NativePlugin};
+use crate::delegate::{DelegateError, InvocationEnv};
+use crate::ipam::Ipam;
+use crate::netns::netns_exists;
+
+/// The CNI `type` this plugin answers to.
+pub const TYPE: &str = "macvlan";
+
+/// The native macvlan plugin; IPAM goes through the agent's IPAM façade, exactly as the
+/// reference plugin would exec the IPAM binary.
+pub struct Macvlan {
+    ipam: Ipam,
+}
+
+impl Macvlan {
+    pub fn new(ipam: Ipam) -> Macvlan {
+        Macvlan { ipam }
+    }
+}
+
+impl NativePlugin for Macvlan {
+    fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
+        Box::pin(async move {
+            let outcome = match call.command {
+                "ADD" => self.add(call.config, call.env).await.map(Some),
+                "DEL" => self.del(call.config, call.env).await.map(|()| None),
+                "CHECK" => self.check(call.config, call.env).await.map(|()| None),
+                "STATUS" => self.status(call.config).await.map(|()| None),
+                "GC" => self.gc(call.config).await.map(|()| None),
+                other => Err(Failure::new(
+                    ErrorCode::InvalidEnvironment.code(),
+                    format!("unknown CNI_COMMAND {other:?}: use ADD, DEL, CHECK, STATUS or GC"),
+                )),
+            };
+            outcome.map_err(|failure| failure.into_delegate_error(TYPE, call.command))
+        })
+    }
+}
+
+/// What an ADD was called with.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    conf: &'a MacvlanConf,
+    /// The config as received, for IPAM.
+    config: &'a Value,
+    env: &'a InvocationEnv,
+    /// The version the result is printed in.
+    version: &'a str,
+}
+
+/// The pod side of an invocation, checked.
+struct Pod<'a> {
+    netns: &'a Path,
+    ifname: &'a str,
+}
+
+impl Macvlan {
+    async fn add(&self, config: &Value, env: &InvocationEnv) -> Result<Value, Failure> {
+        let conf = parse(config)?;
+        let version = result_version(&conf)?;
+        let settings = conf.settings(&env.args).map_err(Failure::config)?;
+        let pod = pod_of(env)?;
+        let pod_ns = Netlink::pod(pod.netns).await.map_err(Failure::internal)?;
+        let host_ns =
+            if conf.link_in_container { None } else { Some(Netlink::agent().map_err(Failure::internal)?) };
+        let master_ns = host_ns.as_ref().unwrap_or(&pod_ns);
+        let master = master(master_ns, &conf).await?;
+        check_mtu(&settings, &master)?;
+
+        let created = create(master_ns, &pod_ns, &master, &settings).await?;
+        let call = Call { conf: &conf, config, env, version: &version };
+        match self.attach(&call, &pod_ns, &pod, &created).await {
+            Ok(output) => Ok(output),
+            Err(failure) => {
+                if let Err(e) = pod_ns.delete(&created).await {
+                    tracing::warn!("undoing a failed macvlan ADD: {e}");
+                }
+                Err(failure)
+            }
+        }
+    }
+
+    /// Everything after the link exists: rename, IPAM, addresses, up, and the result in the
+    /// config's version. On failure the caller deletes the link; IPAM is released here, since
+    /// only this knows whether it ran.
+    async fn attach(
+        &self,
+        call: &Call<'_>,
+        pod_ns: &Netlink,
+        pod: &Pod<'_>,
+        created: &LinkSnapshot,
+    ) -> Result<Value, Failure> {
+        let Call { conf, config, env, version } = *call;
+        let link = pod_ns.rename(created, pod.ifname).await.map_err(|e| {
+            if e.is(Errno::EEXIST) {
+                Failure::config(format!(
+                    "interface {} already exists in the pod's network namespace {}; give this attachment \
+                     another interface name (\"interface\" in the networks annotation)",
+                    pod.ifname,
+                    pod.netns.display()
+                ))
+            } else {
+                Failure::internal(e)
+            }
+        })?;
+        let mut result = base_result(&link, pod.netns, conf);
+        if let Err(e) = announce::enable_kernel_notify(pod.netns, pod.ifname).await {
+            // The explicit announcements below still go out.
+            tracing::debug!("{e}");
+        }
+        if !conf.is_layer3() {
+            pod_ns.set_up(&link).await.map_err(Failure::internal)?;
+            return output(&result, version);
+        }
+        let assigned = self.ipam.add(config, env).await.map_err(Failure::delegate)?;
+        let finished = match take_ipam(&mut result, assigned) {
+            Ok(()) => match configure(pod_ns, pod, &link, &result).await {
+                Ok(()) => output(&result, version),
+                Err(failure) => Err(failure),
+            },
+            Err(failure) => Err(failure),
+        };
+        if finished.is_err() {
+            if let Err(e) = self.ipam.del(config, env).await {
+                tracing::warn!("releasing the addresses of a failed macvlan ADD: {e}");
+            }
+        }
+        finished
+    }
+
+    async fn del(&self, config: &Value, env: &InvocationEnv) -> Result<(), Failure> {
+        let conf = parse(config)?;
+        // Both halves run even when one fails, so a retry has as little left to do as possible.
+        let released = if conf.is_layer3() {
+            self.ipam.del(config, env).await.map_err(Failure::delegate)
+        } else {
+            Ok(())
+        };
+        let removed = remove_link(env).await;
+        released.and(removed)
+    }
+
+    async fn check(&self, config: &Value, env: &InvocationEnv) -> Result<(), Failure> {
+        let conf = parse(config)?;
+        let settings = conf.settings(&env.args).map_err(Failure::config)?;
+        let pod = pod_of(env)?;
+        if conf.is_layer3() {
+            self.ipam.check(config, env).await.map_err(Failure::delegate)?;
+        }
+        let prev = match config.get("prevResult") {
+            None | Some(Value::Null) => {
+                return Err(Failure::config("required prevResult missing: CHECK needs the result of the ADD"))
+            }
+            Some(prev) => CniResult::parse(prev, &conf.cni_version)
+                .map_err(|e| Failure::new(ErrorCode::DecodeFailure.code(), format!("prevResult: {e}")))?,
+        };
+        let sandbox = pod.netns.display().to_string();
+        let Some(expected) = prev
+            .interfaces
+            .iter()
+            .find(|i| i.name == pod.ifname && i.sandbox.as_deref() == Some(sandbox.as_str()))
+        else {
+            return Err(Failure::internal_msg(format!(
+                "prevResult has no interface {} in sandbox {sandbox}: it does not describe this attachment",
+                pod.ifname
+            )));
+        };
+        let pod_ns = Netlink::pod(pod.netns).await.map_err(Failure::internal)?;
+        let host_ns =
+            if conf.link_in_container { None } else { Some(Netlink::agent().map_err(Failure::internal)?) };
+        let master = master(host_ns.as_ref().unwrap_or(&pod_ns), &conf).await?;
+        let link = pod_ns.link(pod.ifname).await.map_err(Failure::internal)?.ok_or_else(|| {
+            Failure::internal_msg(format!(
+                "interface {} of prevResult is missing from network namespace {sandbox}",
+                pod.ifname
+            ))
+        })?;
+        let wanted_mac = expected.mac.clone().or(settings.mac.map(|m| m.to_string()));
+        let wanted = Expected {
+            settings: &settings,
+            master: &master,
+            in_container: conf.link_in_container,
+            mac: wanted_mac,
+        };
+        verify_link(&link, &wanted).map_err(Failure::internal_msg)?;
+        verify_ips(&pod_ns, pod.ifname, &prev.ips).await.map_err(Failure::internal)?;
+        verify_routes(&pod_ns, &prev.routes).await.map_err(Failure::internal)?;
+        Ok(())
+    }
+
+    /// The reference asks IPAM for its STATUS; the IPAM façade has none to give (static and
+    /// host-local need nothing to be ready), so a config that parses is ready.
+    async fn status(&self, config: &Value) -> Result<(), Failure> {
+        parse(config).map(drop)
+    }
+
+    /// macvlan keeps no state of its own, and the IPAM façade keeps none that outlives DEL
+    /// except host-local's, which it offers no GC for: nothing to collect.
+    async fn gc(&self, config: &Value) -> Result<(), Failure> {
+        parse(config).map(drop)
+    }
+}
+
+fn parse(config: &Value) -> Result<MacvlanConf, Failure> {
+    MacvlanConf::parse(config).map_err(|e| Failure::config(format!("failed to load netconf: {e}")))
+}
+
+/// The version the result is printed in: the config's.
+fn result_version(conf: &MacvlanConf) -> Result<String, Failure> {
+    if !is_supported_version(&conf.cni_version) {
+        return Err(Failure::new(
+            ErrorCode::IncompatibleVersion.code(),
+            format!(
+                "cniVersion {:?} is not supported; use one of {}",
+                conf.cni_version,
+                crate::cni::SUPPORTED_VERSIONS.join(", ")
+            ),
+        ));
+    }
+    Ok(conf.cni_version.clone())
+}
+
+fn pod_of(env: &InvocationEnv) -> Result<Pod<'_>, Failure> {
+    let invalid = |msg: String| Failure::new(ErrorCode::InvalidEnvironment.code(), msg);
+    if env.netns.is_empty() {
+        return Err(invalid(
+            "CNI_NETNS is missing: the runtime must pass the pod's network namespace".into(),
+        ));
+    }
+    if !crate::spec::validate::is_kernel_ifname(&env.ifname) {
+        return Err(invalid(format!(
+            "CNI_IFNAME {:?} is not a valid interface name: 1 to 15 bytes, no '/', ':' or white space",
+            env.ifname
+        )));
+    }
+    let netns = Path::new(&env.netns);
+    if !netns_exists(netns) {
+        return Err(Failure::new(
+            ErrorCode::ContainerUnknown.code(),
+            format!("network namespace {} does not exist (the pod's sandbox is gone)", env.netns),
+        ));
+    }
+    Ok(Pod { netns, ifname: &env.ifname })
+}
+
+/// The master link: the configured one, or the interface of the default route.
+async fn master(ns: &Netlink, conf: &MacvlanConf) -> Result<LinkSnapshot, Failure> {
+    let name = match &conf.master {
+        Some(name) => name.clone(),
+        None => ns.default_route_interface().await.map_err(Failure::internal)?.ok_or_else(|| {
+            Failure::config(format!(
+                "the config names no \"master\" and {} has no default route to take it from; set \"master\" \
+                 to the interface the macvlan should sit on",
+                ns.place()
+            ))
+        })?,
+    };
+    // The reference's words come first ("failed to lookup master ...: Link not found"): people
+    // and scripts search for them.
+    ns.link(&name).await.map_err(Failure::internal)?.ok_or_else(|| {
+        Failure::config(format!(
+            "failed to lookup master {name:?}: Link not found: there is no such interface in {}; set \
+             \"master\" to an existing interface{}",
+            ns.place(),
+            if conf.link_in_container { " of the pod" } else { " of the node" }
+        ))
+    })
+}
+
+fn check_mtu(settings: &Settings, master: &LinkSnapshot) -> Result<(), Failure> {
+    let master_mtu = master.mtu.unwrap_or(u32::MAX);
+    if settings.mtu > master_mtu {
+        return Err(Failure::config(format!(
+            "invalid MTU {}, must be [0, master MTU({master_mtu})]: the macvlan cannot exceed the MTU of {}; \
+             use at most {master_mtu}, or 0 for the master's",
+            settings.mtu, master.name
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the macvlan inside the pod's namespace under a temporary name; returns it as found
+/// there. With the master in the node's namespace the link is created from there with
+/// IFLA_NET_NS_FD, so it never exists on the node.
+async fn create(
+    master_ns: &Netlink,
+    pod_ns: &Netlink,
+    master: &LinkSnapshot,
+    settings: &Settings,
+) -> Result<LinkSnapshot, Failure> {
+    let temporary = link::temp_name();
+    // IFLA_TXQLEN 0, because the reference's netlink library always sends the LinkAttrs field
+    // and the plugin leaves it 0; without it the kernel copies the master's (1000). The link
+    // has no queue either way (noqueue), but `ip link` would show the difference.
+    let mut builder = LinkMacVlan::new(&temporary, master.index, settings.mode).txqueuelen(0);
+    if settings.mtu > 0 {
+        builder = builder.mtu(settings.mtu);
+    }
+    if let Some(mac) = settings.mac {
+        builder = builder.address(mac.0.to_vec());
+    }
+    let what = format!("macvlan {temporary} ({} mode) on {}", mode_name(settings.mode), master.name);
+    let created = if master_ns.netns().is_none() {
+        master_ns.create_in(&what, builder.build(), pod_ns).await
+    } else {
+        master_ns.create(&what, builder.build()).await
+    };
+    created.map_err(|e| creation_failure(e, settings, master))?;
+    pod_ns.link(&temporary).await.map_err(Failure::internal)?.ok_or_else(|| {
+        Failure::internal_msg(format!("the new macvlan {temporary} is not in {}", pod_ns.place()))
+    })
+}
+
+/// The kernel's refusals of a new macvlan, with what to do about them.
+fn creation_failure(e: LinkError, settings: &Settings, master: &LinkSnapshot) -> Failure {
+    let hint = match e.errno {
+        Some(Errno::EINVAL) if settings.mode == netlink_packet_route::link::MacVlanMode::Passthrough => {
+            format!("; passthru mode needs {} to itself: no other macvlan may use it", master.name)
+        }
+        Some(Errno::EINVAL) => format!(
+            "; {} may already carry passthru macvlans, or it cannot be a macvlan master at all",
+            master.name
+        ),
+        Some(Errno::EADDRINUSE) | Some(Errno::EADDRNOTAVAIL) => match settings.mac {
+            Some(mac) => format!("; MAC {mac} is taken on {} or not usable: request another", master.name),
+            None => String::new(),
+        },
+        Some(Errno::EBUSY) => format!("; {} is enslaved to something that excludes macvlans", master.name),
+        _ => String::new(),
+    };
+    Failure::internal_msg(format!("failed to create macvlan: {e}{hint}"))
+}
+
+/// The result as the config's version writes it. 0.1.0 and 0.2.0 results consist of IP
+/// addresses, so a layer-2 macvlan cannot answer in them.
+fn output(result: &CniResult, version: &str) -> Result<Value, Failure> {
+    result.to_version(version).map_err(|e| {
+        Failure::new(
+            ErrorCode::IncompatibleVersion.code(),
+            format!("{e}; use cniVersion 0.3.0 or later for this network"),
+        )
+    })
+}
+
+/// The result of a layer-2 ADD: the macvlan in the pod's sandbox, with its MAC, and the
+/// config's DNS (the reference ignores IPAM's DNS).
+fn base_result(link: &LinkSnapshot, netns: &Path, conf: &MacvlanConf) -> CniResult {
+    CniResult {
+        interfaces: vec![Interface {
+            name: link.name.clone(),
+            mac: link.mac.clone(),
+            sandbox: Some(netns.display().to_string()),
+            ..Default::default()
+        }],
+        dns: conf.dns.clone(),
+        ..Default::default()
+    }
+}
+
+/// The result takes IPAM's IPs and routes, every IP bound to interface 0 (the macvlan), as
+/// the reference does. IPAM must have given at least one address.
+fn take_ipam(result: &mut CniResult, assigned: CniResult) -> Result<(), Failure> {
+    if assigned.ips.is_empty() {
+        return Err(Failure::internal_msg(
+            "IPAM plugin returned missing IP config: the network's \"ipam\" gave this pod no address",
+        ));
+    }
+    result.ips = assigned.ips;
+    result.routes = assigned.routes;
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    Ok(())
+}
+
+/// Applies the addresses and routes of `result` to the link and announces the addresses.
+async fn configure(
+    pod_ns: &Netlink,
+    pod: &Pod<'_>,
+    link: &LinkSnapshot,
+    result: &CniResult,
+) -> Result<(), Failure> {
+    configure_ip(pod_ns, pod.ifname, result).await.map_err(Failure::internal)?;
+    if let Some(mac) = link.mac.as_deref().and_then(|m| m.parse::<Mac>().ok()) {
+        let addresses = result.ips.iter().map(|ip| ip.address.addr()).collect();
+        for failure in announce::announce(pod.netns, link.index, mac, addresses).await {
+            tracing::debug!(ifname = pod.ifname, "not announced: {failure}");
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the attachment's link, if it is there and a macvlan.
+async fn remove_link(env: &InvocationEnv) -> Result<(), Failure> {
+    let netns = Path::new(&env.netns);
+    // No namespace (the runtime passes none, or the sandbox is gone): the link went with it.
+    if env.netns.is_empty() || env.ifname.is_empty() || !netns_exists(netns) {
+        return Ok(());
+    }
+    let pod_ns = Netlink::pod(netns).await.map_err(Failure::internal)?;
+    match pod_ns.link(&env.ifname).await.map_err(Failure::internal)? {
+        Some(link) if link.is_macvlan() => pod_ns.delete(&link).await.map_err(Failure::internal),
+        Some(link) => {
+            tracing::warn!(
+                "not deleting {} in {}: it is a {} interface, not the macvlan this attachment made",
+                link.name,
+                env.netns,
+                link.kind.map_or("plain".to_owned(), |k| k.to_string())
+            );
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+/// What CHECK expects of the link.
+struct Expected<'a> {
+    settings: &'a Settings,
+    master: &'a LinkSnapshot,
+    /// The master is in the pod's namespace rather than the node's.
+    in_container: bool,
+    /// From prevResult, else the requested one.
+    mac: Option<String>,
+}
+
+/// The reference's `validateCniContainerInterface`, plus master and MTU.
+fn verify_link(link: &LinkSnapshot, wanted: &Expected<'_>) -> Result<(), String> {
+    if !link.is_macvlan() {
+        let kind = link.kind.as_ref().map_or("plain".to_owned(), |k| k.to_string());
+        return Err(format!("container interface {} is not of type macvlan but {kind}", link.name));
+    }
+    let mode = link.macvlan_mode.unwrap_or(netlink_packet_route::link::MacVlanMode::Bridge);
+    if mode != wanted.settings.mode {
+        return Err(format!(
+            "container macvlan mode {} does not match expected value: {}",
+            mode_name(mode),
+            mode_name(wanted.settings.mode)
+        ));
+    }
+    // IFLA_LINK is the master's index in the master's namespace, which the link-netnsid
+    // names when that is not the pod's own.
+    let on_master = link.parent_index == Some(wanted.master.index)
+        && link.parent_netnsid.is_some() != wanted.in_container;
+    if !on_master {
+        return Err(format!("container macvlan {} is not on master {}", link.name, wanted.master.name));
+    }
+    if wanted.settings.mtu > 0 && link.mtu != Some(wanted.settings.mtu) {
+        return Err(format!(
+            "container macvlan {} has MTU {} instead of the configured {}",
+            link.name,
+            link.mtu.map_or("unknown".to_owned(), |m| m.to_string()),
+            wanted.settings.mtu
+        ));
+    }
+    if let Some(mac) = &wanted.mac {
+        if link.mac.as_deref().map(str::to_ascii_lowercase) != Some(mac.to_ascii_lowercase()) {
+            return Err(format!(
+                "interface {} Mac {mac} doesn't match container Mac: {}",
+                link.name,
+                link.mac.as_deref().unwrap_or("none")
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,350 @@
+//! The macvlan config, exactly as the reference plugin (containernetworking/plugins
+//! plugins/main/macvlan) reads it, so existing NetworkAttachmentDefinitions work unchanged:
+//!
+//! - `master`: the node interface to attach to; empty or absent: the interface of the default
+//!   route (of the pod's namespace with `linkInContainer`);
+//! - `mode`: `bridge` (default), `private`, `vepa` or `passthru`;
+//! - `mtu`: 0 (default: the master's) up to the master's MTU;
+//! - `mac`: the interface's MAC; `MAC=` in CNI_ARGS overrides it, and `runtimeConfig.mac`
+//!   (capability `mac`, the networks annotation's `mac`) overrides both;
+//! - `linkInContainer`: the master is an interface of the pod's namespace, not the node's;
+//! - `ipam`: any IPAM plugin; without a `type` the interface gets no address (layer 2 only);
+//! - `dns`: copied into the result as is (the IPAM plugin's DNS is not used, as in the
+//!   reference).
+//!
+//! Types are checked the way Go's JSON decoding does (null reads as unset, a wrong type is an
+//! error); unknown keys are ignored. Values (mode, MAC, MTU range) are checked separately, in
+//! [`MacvlanConf::settings`], so that DEL never fails on a value it does not need.
+
+use netlink_packet_route::link::MacVlanMode;
+use serde_json::{Map, Value};
+
+use crate::cni::result::Dns;
+use crate::native::link::Mac;
+
+/// The keys of a macvlan config that matter, types checked.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MacvlanConf {
+    /// "0.1.0" when absent, as libcni reads a config from before versioning.
+    pub cni_version: String,
+    pub name: String,
+    /// None: the interface of the default route.
+    pub master: Option<String>,
+    pub mode: String,
+    /// As written; may be out of range until [`MacvlanConf::settings`] checks it.
+    pub mtu: i64,
+    pub mac: Option<String>,
+    pub runtime_mac: Option<String>,
+    pub link_in_container: bool,
+    /// None: layer 2 only.
+    pub ipam_type: Option<String>,
+    pub dns: Dns,
+}
+
+/// The checked values an ADD or CHECK acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub mode: MacVlanMode,
+    /// 0: the master's.
+    pub mtu: u32,
+    pub mac: Option<Mac>,
+}
+
+impl MacvlanConf {
+    pub fn parse(config: &Value) -> Result<MacvlanConf, String> {
+        let Value::Object(top) = config else {
+            return Err("the macvlan config must be a JSON object".into());
+        };
+        let runtime = object(top, "runtimeConfig")?;
+        let ipam = object(top, "ipam")?;
+        Ok(MacvlanConf {
+            cni_version: string(top, "cniVersion")?.unwrap_or_else(|| "0.1.0".into()),
+            name: string(top, "name")?.unwrap_or_default(),
+            master: string(top, "master")?,
+            mode: string(top, "mode")?.unwrap_or_default(),
+            mtu: integer(top, "mtu")?.unwrap_or(0),
+            mac: string(top, "mac")?,
+            runtime_mac: match runtime {
+                Some(runtime) => string(runtime, "mac").map_err(|e| format!("runtimeConfig: {e}"))?,
+                None => None,
+            },
+            link_in_container: boolean(top, "linkInContainer")?.unwrap_or(false),
+            ipam_type: match ipam {
+                Some(ipam) => string(ipam, "type").map_err(|e| format!("ipam: {e}"))?,
+                None => None,
+            },
+            dns: match object(top, "dns")? {
+                Some(dns) => parse_dns(dns).map_err(|e| format!("dns: {e}"))?,
+                None => Dns::default(),
+            },
+        })
+    }
+
+    /// Mode, MTU and MAC, checked. `cni_args` is CNI_ARGS, whose `MAC=` the reference reads.
+    pub fn settings(&self, cni_args: &str) -> Result<Settings, String> {
+        let mode = mode_from_name(&self.mode)?;
+        let mtu = u32::try_from(self.mtu).map_err(|_| {
+            format!("mtu {} is invalid: use 0 (the master's MTU) or a positive MTU", self.mtu)
+        })?;
+        // Later sources win, as in the reference: config, then CNI_ARGS, then runtimeConfig.
+        let mac_text = [self.runtime_mac.clone(), mac_from_cni_args(cni_args)?, self.mac.clone()]
+            .into_iter()
+            .flatten()
+            .next();
+        let mac = mac_text.map(|text| parse_mac(&text)).transpose()?;
+        Ok(Settings { mode, mtu, mac })
+    }
+
+    pub fn is_layer3(&self) -> bool {
+        self.ipam_type.is_some()
+    }
+}
+
+/// The reference's `modeFromString`.
+pub fn mode_from_name(name: &str) -> Result<MacVlanMode, String> {
+    match name {
+        "" | "bridge" => Ok(MacVlanMode::Bridge),
+        "private" => Ok(MacVlanMode::Private),
+        "vepa" => Ok(MacVlanMode::Vepa),
+        "passthru" => Ok(MacVlanMode::Passthrough),
+        other => Err(format!("unknown macvlan mode {other:?}: use bridge, private, vepa or passthru")),
+    }
+}
+
+/// The reference's `modeToString`, for messages.
+pub fn mode_name(mode: MacVlanMode) -> String {
+    match mode {
+        MacVlanMode::Bridge => "bridge".into(),
+        MacVlanMode::Private => "private".into(),
+        MacVlanMode::Vepa => "vepa".into(),
+        MacVlanMode::Passthrough => "passthru".into(),
+        MacVlanMode::Source => "source".into(),
+        MacVlanMode::Other(n) => format!("mode {n}"),
+        _ => "an unknown mode".into(),
+    }
+}
+
+fn parse_mac(text: &str) -> Result<Mac, String> {
+    let mac: Mac = text.parse().map_err(|e| format!("invalid MAC address: {e}"))?;
+    if !mac.is_unicast() || mac.is_zero() {
+        return Err(format!(
+            "invalid MAC address {text:?}: an interface needs a unicast address (the lowest bit of the \
+             first byte clear, not all zeros), e.g. \"0a:58:0a:01:00:05\""
+        ));
+    }
+    Ok(mac)
+}
+
+/// `MAC` from CNI_ARGS, parsed as libcni's `LoadArgs` does for the reference's `MacEnvArgs`:
+/// `KEY=VALUE` pairs separated by `;`, every pair well formed, and unknown keys an error unless
+/// `IgnoreUnknown` is true.
+pub fn mac_from_cni_args(args: &str) -> Result<Option<String>, String> {
+    if args.is_empty() {
+        return Ok(None);
+    }
+    let mut mac = None;
+    let mut ignore_unknown = false;
+    let mut unknown = Vec::new();
+    for pair in args.split(';') {
+        let parts: Vec<&str> = pair.split('=').collect();
+        let [key, value] = parts[..] else {
+            return Err(format!("CNI_ARGS: invalid pair {pair:?}; write KEY=VALUE pairs separated by ';'"));
+        };
+        match key {
+            "MAC" => mac = Some(value.to_owned()),
+            "IgnoreUnknown" => {
+                ignore_unknown = match value {
+                    "1" | "true" | "True" => true,
+                    "0" | "false" | "False" => false,
+                    _ => return Err(format!("CNI_ARGS: IgnoreUnknown={value:?} is not a boolean")),
+                }
+            }
+            _ => unknown.push(pair),
+        }
+    }
+    if !unknown.is_empty() && !ignore_unknown {
+        return Err(format!("CNI_ARGS: unknown args {unknown:?}; the runtime should pass IgnoreUnknown=1"));
+    }
+    // An empty MAC= means "none", as for the reference.
+    Ok(mac.filter(|m| !m.is_empty()))
+}
+
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Array(_) => "a list".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+fn string(object: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        // Go cannot tell "" from absent either.
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(format!("{key:?} must be a string, got {}", describe(other))),
+    }
+}
+
+fn integer(object: &Map<String, Value>, key: &str) -> Result<Option<i64>, String> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if n.as_i64().is_some() => Ok(n.as_i64()),
+        Some(other) => Err(format!("{key:?} must be an integer, got {}", describe(other))),
+    }
+}
+
+fn boolean(object: &Map<String, Value>, key: &str) -> Result<Option<bool>, String> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(format!("{key:?} must be true or false, got {}", describe(other))),
+    }
+}
+
+fn object<'a>(object: &'a Map<String, Value>, key: &str) -> Result<Option<&'a Map<String, Value>>, String> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(inner)) => Ok(Some(inner)),
+        Some(other) => Err(format!("{key:?} must be an object, got {}", describe(other))),
+    }
+}
+
+fn strings(object: &Map<String, Value>, key: &str) -> Result<Vec<String>, String> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(format!("{key:?} must list strings, got {}", describe(other))),
+            })
+            .collect(),
+        Some(other) => Err(format!("{key:?} must be a list of strings, got {}", describe(other))),
+    }
+}
+
+fn parse_dns(dns: &Map<String, Value>) -> Result<Dns, String> {
+    Ok(Dns {
+        nameservers: strings(dns, "nameservers")?,
+        domain: string(dns, "domain")?,
+        search: strings(dns, "search")?,
+        options: strings(dns, "options")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_full_reference_config_reads_every_key() {
+        let conf = MacvlanConf::parse(&json!({
+            "cniVersion": "1.0.0", "name": "blue", "type": "macvlan", "master": "eth1", "mode": "vepa",
+            "mtu": 1400, "mac": "0a:00:00:00:00:01", "linkInContainer": true,
+            "runtimeConfig": {"mac": "0a:00:00:00:00:02"},
+            "ipam": {"type": "host-local", "subnet": "10.1.0.0/24"},
+            "dns": {"nameservers": ["10.1.0.1"], "domain": "example.org", "search": ["a"], "options": ["ndots:2"]},
+            "unknownKey": [1, 2]
+        }))
+        .unwrap();
+        assert_eq!(conf.cni_version, "1.0.0");
+        assert_eq!(conf.master.as_deref(), Some("eth1"));
+        assert!(conf.link_in_container && conf.is_layer3());
+        assert_eq!(conf.ipam_type.as_deref(), Some("host-local"));
+        assert_eq!(conf.dns.domain.as_deref(), Some("example.org"));
+        assert_eq!(conf.dns.options, ["ndots:2"]);
+        let settings = conf.settings("").unwrap();
+        assert_eq!(settings.mode, MacVlanMode::Vepa);
+        assert_eq!(settings.mtu, 1400);
+        assert_eq!(settings.mac, Some(Mac([0x0a, 0, 0, 0, 0, 2])), "runtimeConfig wins");
+    }
+
+    #[test]
+    fn defaults_are_the_references() {
+        let conf = MacvlanConf::parse(&json!({"type": "macvlan", "master": null, "ipam": {}})).unwrap();
+        assert_eq!(conf.cni_version, "0.1.0");
+        assert_eq!(conf.master, None);
+        assert!(!conf.is_layer3(), "an ipam without type is layer 2 only");
+        assert_eq!(conf.settings("").unwrap(), Settings { mode: MacVlanMode::Bridge, mtu: 0, mac: None });
+    }
+
+    #[test]
+    fn every_mode_maps_both_ways() {
+        for (name, mode) in [
+            ("bridge", MacVlanMode::Bridge),
+            ("private", MacVlanMode::Private),
+            ("vepa", MacVlanMode::Vepa),
+            ("passthru", MacVlanMode::Passthrough),
+        ] {
+            assert_eq!(mode_from_name(name).unwrap(), mode);
+            assert_eq!(mode_name(mode), name);
+        }
+        assert_eq!(mode_from_name("").unwrap(), MacVlanMode::Bridge);
+        let err = mode_from_name("passthrough").unwrap_err();
+        assert!(err.contains("\"passthrough\"") && err.contains("passthru"), "{err}");
+    }
+
+    #[test]
+    fn mac_precedence_is_config_then_cni_args_then_runtime_config() {
+        let mut conf = MacvlanConf { mac: Some("0a:00:00:00:00:01".into()), ..Default::default() };
+        assert_eq!(conf.settings("").unwrap().mac, Some(Mac([0x0a, 0, 0, 0, 0, 1])));
+        let args = "IgnoreUnknown=1;K8S_POD_NAME=p;MAC=0a:00:00:00:00:03";
+        assert_eq!(conf.settings(args).unwrap().mac, Some(Mac([0x0a, 0, 0, 0, 0, 3])));
+        conf.runtime_mac = Some("0a:00:00:00:00:02".into());
+        assert_eq!(conf.settings(args).unwrap().mac, Some(Mac([0x0a, 0, 0, 0, 0, 2])));
+    }
+
+    #[test]
+    fn cni_args_follow_libcni_load_args() {
+        assert_eq!(mac_from_cni_args("").unwrap(), None);
+        assert_eq!(mac_from_cni_args("MAC=0a:00:00:00:00:01").unwrap().as_deref(), Some("0a:00:00:00:00:01"));
+        assert_eq!(mac_from_cni_args("IgnoreUnknown=true;X=1;MAC=").unwrap(), None);
+        assert!(mac_from_cni_args("K8S_POD_NAME=p").unwrap_err().contains("unknown args"));
+        assert!(mac_from_cni_args("IgnoreUnknown=1;broken").unwrap_err().contains("invalid pair"));
+        assert!(mac_from_cni_args("IgnoreUnknown=1;A=b=c").unwrap_err().contains("invalid pair"));
+        assert!(mac_from_cni_args("IgnoreUnknown=yes").unwrap_err().contains("not a boolean"));
+    }
+
+    #[test]
+    fn bad_values_say_what_to_write() {
+        let conf = |v: Value| MacvlanConf::parse(&v).unwrap().settings("").unwrap_err();
+        assert!(conf(json!({"mtu": -1})).contains("use 0 (the master's MTU)"));
+        assert!(conf(json!({"mac": "01:00:5e:00:00:01"})).contains("unicast"));
+        assert!(conf(json!({"mac": "00:00:00:00:00:00"})).contains("unicast"));
+        assert!(conf(json!({"mac": "nope"})).contains("0a:58:0a:01:00:05"));
+        assert!(conf(json!({"mode": "l2"})).contains("bridge, private, vepa or passthru"));
+    }
+
+    #[test]
+    fn wrong_types_name_the_key_and_what_was_found() {
+        let cases = [
+            (json!({"master": 5}), "\"master\" must be a string, got the number 5"),
+            (json!({"mtu": "1500"}), "\"mtu\" must be an integer, got the string \"1500\""),
+            (json!({"mtu": 1500.5}), "\"mtu\" must be an integer"),
+            (json!({"linkInContainer": "yes"}), "\"linkInContainer\" must be true or false"),
+            (json!({"ipam": []}), "\"ipam\" must be an object, got a list"),
+            (json!({"ipam": {"type": 1}}), "ipam: \"type\" must be a string"),
+            (json!({"runtimeConfig": {"mac": 1}}), "runtimeConfig: \"mac\" must be a string"),
+            (json!({"dns": {"nameservers": "10.0.0.1"}}), "dns: \"nameservers\" must be a list of strings"),
+            (json!([1]), "must be a JSON object"),
+        ];
+        for (config, want) in cases {
+            let err = MacvlanConf::parse(&config).unwrap_err();
+            assert!(err.contains(want), "{config}: {err}");
+        }
+    }
+
+    #[test]
+    fn delete_needs_no_valid_values() {
+        // A mode or MAC the kernel would refuse must not keep DEL from releasing the address.
+        let conf =
+            MacvlanConf::parse(&json!({"mode": "bogus", "mac": "zz", "ipam": {"type": "static"}})).unwrap();
+        assert!(conf.is_layer3());
+    }
+}

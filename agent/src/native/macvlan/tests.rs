@@ -1,0 +1,174 @@
+//! The pure parts of the plugin: results, what CHECK compares, error hints. The netlink parts
+//! are covered against the kernel and the reference binary in tests/tests/native_macvlan.rs.
+
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoMacVlan, LinkAttribute, LinkInfo, LinkMessage, MacVlanMode,
+};
+use serde_json::json;
+
+use super::*;
+use crate::cni::result::IpConfig;
+use crate::native::INTERNAL;
+
+fn snapshot(kind: InfoKind, mode: Option<MacVlanMode>, parent: u32, netnsid: Option<i32>) -> LinkSnapshot {
+    let mut message = LinkMessage::default();
+    message.header.index = 7;
+    let mut info = vec![LinkInfo::Kind(kind)];
+    if let Some(mode) = mode {
+        info.push(LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(mode)])));
+    }
+    message.attributes = vec![
+        LinkAttribute::IfName("net1".into()),
+        LinkAttribute::Address(vec![0x0a, 0x58, 0, 0, 0, 1]),
+        LinkAttribute::Mtu(1400),
+        LinkAttribute::Link(parent),
+        LinkAttribute::LinkInfo(info),
+    ];
+    if let Some(id) = netnsid {
+        message.attributes.push(LinkAttribute::LinkNetNsId(id));
+    }
+    LinkSnapshot::from_message(message).unwrap()
+}
+
+fn master() -> LinkSnapshot {
+    let mut message = LinkMessage::default();
+    message.header.index = 3;
+    message.attributes = vec![LinkAttribute::IfName("up0".into()), LinkAttribute::Mtu(1500)];
+    LinkSnapshot::from_message(message).unwrap()
+}
+
+fn settings(mode: MacVlanMode, mtu: u32) -> Settings {
+    Settings { mode, mtu, mac: None }
+}
+
+fn macvlan_on_node() -> LinkSnapshot {
+    snapshot(InfoKind::MacVlan, Some(MacVlanMode::Bridge), 3, Some(0))
+}
+
+#[test]
+fn snapshots_read_kind_mode_parent_and_mac() {
+    let link = macvlan_on_node();
+    assert!(link.is_macvlan());
+    assert_eq!(link.macvlan_mode, Some(MacVlanMode::Bridge));
+    assert_eq!((link.parent_index, link.parent_netnsid), (Some(3), Some(0)));
+    assert_eq!(link.mac.as_deref(), Some("0a:58:00:00:00:01"));
+}
+
+#[test]
+fn the_result_carries_the_interface_in_its_sandbox_and_the_configs_dns() {
+    let conf =
+        MacvlanConf::parse(&json!({"cniVersion": "1.0.0", "dns": {"nameservers": ["10.1.0.1"]}})).unwrap();
+    let mut result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &conf);
+    let ipam = CniResult {
+        ips: vec![IpConfig { address: "10.1.0.5/24".parse().unwrap(), gateway: None, interface: Some(3) }],
+        routes: vec![],
+        dns: crate::cni::result::Dns { nameservers: vec!["ignored".into()], ..Default::default() },
+        ..Default::default()
+    };
+    take_ipam(&mut result, ipam).unwrap();
+    assert_eq!(
+        result.to_version("1.0.0").unwrap(),
+        json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "net1", "mac": "0a:58:00:00:00:01", "sandbox": "/run/netns/p"}],
+            "ips": [{"address": "10.1.0.5/24", "interface": 0}],
+            "dns": {"nameservers": ["10.1.0.1"]}
+        })
+    );
+    assert_eq!(result.to_version("0.3.1").unwrap()["ips"][0]["version"], "4");
+}
+
+#[test]
+fn ipam_without_addresses_fails_the_add() {
+    let conf = MacvlanConf::default();
+    let mut result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &conf);
+    let Err(Failure::Cni { code, msg }) = take_ipam(&mut result, CniResult::default()) else {
+        panic!("an empty IPAM result must fail");
+    };
+    assert_eq!(code, INTERNAL);
+    assert!(msg.contains("IPAM plugin returned missing IP config"), "{msg}");
+}
+
+fn expect<'a>(settings: &'a Settings, master: &'a LinkSnapshot) -> Expected<'a> {
+    Expected { settings, master, in_container: false, mac: None }
+}
+
+#[test]
+fn check_accepts_the_link_as_created() {
+    let (s, m) = (settings(MacVlanMode::Bridge, 1400), master());
+    let mut wanted = expect(&s, &m);
+    wanted.mac = Some("0A:58:00:00:00:01".into());
+    verify_link(&macvlan_on_node(), &wanted).unwrap();
+}
+
+#[test]
+fn check_names_each_mismatch() {
+    let m = master();
+    let bridge = settings(MacVlanMode::Bridge, 0);
+    let veth = snapshot(InfoKind::Veth, None, 3, Some(0));
+    assert!(verify_link(&veth, &expect(&bridge, &m)).unwrap_err().contains("not of type macvlan but veth"));
+    let vepa = settings(MacVlanMode::Vepa, 0);
+    let err = verify_link(&macvlan_on_node(), &expect(&vepa, &m)).unwrap_err();
+    assert_eq!(err, "container macvlan mode bridge does not match expected value: vepa");
+    let other_parent = snapshot(InfoKind::MacVlan, Some(MacVlanMode::Bridge), 9, Some(0));
+    assert!(verify_link(&other_parent, &expect(&bridge, &m)).unwrap_err().contains("not on master up0"));
+    let mut in_pod = expect(&bridge, &m);
+    in_pod.in_container = true;
+    assert!(verify_link(&macvlan_on_node(), &in_pod).is_err(), "the master is the node's, not the pod's");
+    let mtu = settings(MacVlanMode::Bridge, 9000);
+    assert!(verify_link(&macvlan_on_node(), &expect(&mtu, &m))
+        .unwrap_err()
+        .contains("MTU 1400 instead of the configured 9000"));
+    let mut mac = expect(&bridge, &m);
+    mac.mac = Some("0a:58:00:00:00:02".into());
+    assert!(verify_link(&macvlan_on_node(), &mac).unwrap_err().contains("doesn't match container Mac"));
+}
+
+#[test]
+fn creation_failures_hint_at_the_cause() {
+    let m = master();
+    let refused = |errno| LinkError {
+        action: "creating macvlan plx0".into(),
+        place: "the agent's network namespace".into(),
+        cause: "refused".into(),
+        errno: Some(errno),
+    };
+    let Failure::Cni { msg, .. } =
+        creation_failure(refused(Errno::EINVAL), &settings(MacVlanMode::Passthrough, 0), &m)
+    else {
+        panic!()
+    };
+    assert!(msg.contains("passthru mode needs up0 to itself"), "{msg}");
+    let with_mac = Settings { mac: Some(Mac([0x0a, 0, 0, 0, 0, 9])), ..settings(MacVlanMode::Bridge, 0) };
+    let Failure::Cni { msg, .. } = creation_failure(refused(Errno::EADDRINUSE), &with_mac, &m) else {
+        panic!()
+    };
+    assert!(msg.contains("MAC 0a:00:00:00:00:09 is taken on up0"), "{msg}");
+}
+
+#[test]
+fn mtu_above_the_masters_is_a_config_error() {
+    let Err(Failure::Cni { code, msg }) = check_mtu(&settings(MacVlanMode::Bridge, 9000), &master()) else {
+        panic!()
+    };
+    assert_eq!(code, 7);
+    assert!(msg.contains("invalid MTU 9000, must be [0, master MTU(1500)]"), "{msg}");
+    assert!(check_mtu(&settings(MacVlanMode::Bridge, 1500), &master()).is_ok());
+}
+
+#[test]
+fn unsupported_versions_are_refused_with_code_1() {
+    let conf = MacvlanConf { cni_version: "0.5.0".into(), ..Default::default() };
+    let Err(Failure::Cni { code, msg }) = result_version(&conf) else { panic!() };
+    assert_eq!(code, 1);
+    assert!(msg.contains("1.1.0"), "{msg}");
+}
+
+#[test]
+fn a_layer_2_result_cannot_be_written_as_0_2_0() {
+    let result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &MacvlanConf::default());
+    let Err(Failure::Cni { code, msg }) = output(&result, "0.2.0") else { panic!("0.2.0 has no interfaces") };
+    assert_eq!(code, 1);
+    assert!(msg.contains("use cniVersion 0.3.0 or later"), "{msg}");
+    assert_eq!(output(&result, "0.3.1").unwrap()["interfaces"][0]["name"], "net1");
+}
