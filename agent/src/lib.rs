@@ -2,7 +2,8 @@
 //!
 //! The path of one request reads top to bottom:
 //! [`server`] (Unix socket) → [`engine`] (order, locking, undo) → [`spec`] (pure: selection,
-//! plan, delegate configs, network-status) → [`catalog`] (NADs, pods, on-disk CNI configs) →
+//! plan, delegate configs, network-status) → [`catalog`] (NADs, pods, on-disk CNI configs;
+//! [`kube`] on a cluster) →
 //! [`delegate`] (exec of CNI plugins) and [`netns`] (netlink inside the pod) → [`state`]
 //! (durable record of every attachment).
 
@@ -10,7 +11,10 @@ pub mod catalog;
 pub mod cni;
 pub mod delegate;
 pub mod engine;
+pub mod install;
 pub mod ipam;
+pub mod kube;
+pub mod metrics;
 pub mod native;
 pub mod netns;
 pub mod options;

@@ -3,15 +3,19 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use plexus_agent::catalog::confdir;
 use plexus_agent::catalog::files::FileCatalog;
+use plexus_agent::catalog::Catalog;
 use plexus_agent::delegate::{Delegator, NativePlugins};
 use plexus_agent::engine::{Engine, EngineConfig};
+use plexus_agent::install::Installed;
 use plexus_agent::ipam::Ipam;
-use plexus_agent::native;
-use plexus_agent::options::{AgentOptions, Cli, CliCommand};
+use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
+use plexus_agent::options::{AgentOptions, CatalogSource, Cli, CliCommand};
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
 use plexus_agent::state::StateStore;
+use plexus_agent::{metrics, native};
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -24,16 +28,70 @@ fn main() -> anyhow::Result<()> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
     match cli.command {
-        CliCommand::Run(opts) => runtime.block_on(run(opts)),
+        CliCommand::Run(opts) => runtime.block_on(run(*opts)),
+        CliCommand::InstallShim(o) => {
+            match plexus_agent::install::install_shim(&o.from, &o.to, &o.name)? {
+                Installed::Written(path) => {
+                    tracing::info!(path = %path.display(), "installed the plexus shim")
+                }
+                Installed::Unchanged(path) => {
+                    tracing::info!(path = %path.display(), "the plexus shim is up to date")
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Whether the catalog holds its initial state (always, for local files).
+type SyncedCheck = Arc<dyn Fn() -> bool + Send + Sync>;
+
+async fn catalog(opts: &AgentOptions) -> anyhow::Result<(Arc<dyn Catalog>, SyncedCheck)> {
+    match opts.catalog {
+        CatalogSource::Files => {
+            let files = FileCatalog {
+                nad_dirs: opts.nad_dirs.clone(),
+                pod_dirs: opts.pod_dirs.clone(),
+                report_dir: opts.state_dir.join("pods"),
+            };
+            Ok((Arc::new(files), Arc::new(|| true)))
+        }
+        CatalogSource::Kube => {
+            let node = opts.node_name.clone().filter(|n| !n.is_empty()).context(
+                "--catalog kube needs --node-name (or NODE_NAME, from the downward API: spec.nodeName)",
+            )?;
+            let source = match &opts.kubeconfig {
+                Some(path) => ClientSource::Kubeconfig(path.clone()),
+                None => ClientSource::InCluster,
+            };
+            let client = build_client(&source).await?;
+            let kube = Arc::new(KubeCatalog::start(client, KubeCatalogConfig::new(node)));
+            let synced = kube.clone();
+            Ok((kube, Arc::new(move || synced.is_synced())))
+        }
     }
 }
 
 async fn run(opts: AgentOptions) -> anyhow::Result<()> {
-    let catalog = Arc::new(FileCatalog {
-        nad_dirs: opts.nad_dirs.clone(),
-        pod_dirs: opts.pod_dirs.clone(),
-        report_dir: opts.state_dir.join("pods"),
-    });
+    let (catalog, synced) = catalog(&opts).await?;
+    if let Some(addr) = opts.metrics_socket_addr().map_err(anyhow::Error::msg)? {
+        let listener =
+            metrics::bind(addr).await.with_context(|| format!("binding the metrics address {addr}"))?;
+        let default_dir = opts.default_network_dir.clone();
+        let ready: metrics::ReadyCheck = Arc::new(move || {
+            confdir::default_network(&default_dir).map_err(|e| e.to_string())?;
+            if synced() {
+                Ok(())
+            } else {
+                Err("the catalog has not received the API server's initial state yet".into())
+            }
+        });
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve(listener, ready).await {
+                tracing::error!("metrics endpoint stopped: {e}");
+            }
+        });
+    }
     let mut natives = NativePlugins::default();
     if !opts.no_native {
         let ipam = Ipam { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout() };
@@ -67,7 +125,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing SIGTERM handler")?;
     tokio::select! {
-        r = server::serve(listener, engine, opts.socket.clone()) => r,
+        r = server::serve_limited(listener, engine, opts.socket.clone(), opts.max_concurrent_adds as usize) => r,
         _ = term.recv() => { tracing::info!("SIGTERM: stopping (the CNI config stays: the shim answers try-again until restart)"); Ok(()) }
         _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted: stopping"); Ok(()) }
     }

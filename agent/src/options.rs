@@ -15,7 +15,32 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum CliCommand {
     /// Serve CNI requests from the `plexus` shim.
-    Run(AgentOptions),
+    Run(Box<AgentOptions>),
+    /// Install the `plexus` CNI binary into the node's CNI bin directory, atomically (a
+    /// temporary file renamed over the old one): the DaemonSet's init container.
+    InstallShim(InstallShimOptions),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct InstallShimOptions {
+    /// The shim binary to install.
+    #[arg(long, default_value = "/usr/local/bin/plexus")]
+    pub from: PathBuf,
+    /// The CNI bin directory (the host's, mounted).
+    #[arg(long, default_value = "/opt/cni/bin")]
+    pub to: PathBuf,
+    /// File name in that directory: the `type` of plexus's CNI config.
+    #[arg(long, default_value = "plexus")]
+    pub name: String,
+}
+
+/// Where NetworkAttachmentDefinitions and pods come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CatalogSource {
+    /// Manifests in --nad-dir and --pod-dir (standalone mode, no cluster).
+    Files,
+    /// The Kubernetes API server (needs --node-name; --kubeconfig or in-cluster).
+    Kube,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -71,6 +96,10 @@ pub struct AgentOptions {
     #[arg(long)]
     pub strict_annotations: bool,
 
+    /// Time limit of one delegate plugin execution, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub delegate_timeout_secs: u64,
+
     /// Exec this CNI plugin type's binary instead of running it natively (repeatable, or
     /// comma-separated). plexus implements `macvlan` and `sriov` in the agent, over netlink,
     /// with the reference plugins' configs and results; naming a type here hands it back to the
@@ -83,12 +112,41 @@ pub struct AgentOptions {
     #[arg(long)]
     pub no_native: bool,
 
-    /// Time limit of one delegate plugin execution, in seconds.
-    #[arg(long, default_value_t = 60)]
-    pub delegate_timeout_secs: u64,
+    /// Where NADs and pods come from: `files` (--nad-dir, --pod-dir) or `kube` (the API
+    /// server, with --node-name and --kubeconfig or the in-cluster service account).
+    #[arg(long, env = "PLEXUS_CATALOG", value_enum, default_value_t = CatalogSource::Files)]
+    pub catalog: CatalogSource,
+
+    /// With --catalog kube: the kubeconfig to use. Unset: the pod's service account
+    /// (in-cluster config); a KUBECONFIG variable is not consulted.
+    #[arg(long, env = "PLEXUS_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// With --catalog kube: this node's name, as kubelet registered it. Only pods with this
+    /// spec.nodeName are watched.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+
+    /// ADDs that run at once; more wait in line, in order (DEL, CHECK, STATUS and GC never
+    /// wait). Bounds memory and delegate processes during pod bursts.
+    #[arg(long, env = "PLEXUS_MAX_CONCURRENT_ADDS", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_adds: u32,
+
+    /// Address of the HTTP endpoints /metrics, /healthz and /readyz, or `off`.
+    #[arg(long, env = "PLEXUS_METRICS_ADDR", default_value = crate::metrics::DEFAULT_ADDR)]
+    pub metrics_addr: String,
 }
 
 impl AgentOptions {
+    /// `--metrics-addr`, `None` when switched off.
+    pub fn metrics_socket_addr(&self) -> Result<Option<std::net::SocketAddr>, String> {
+        match self.metrics_addr.as_str() {
+            "" | "off" => Ok(None),
+            a => a.parse().map(Some).map_err(|e| format!("--metrics-addr {a:?}: {e} (use HOST:PORT or off)")),
+        }
+    }
+
     pub fn delegate_timeout(&self) -> Duration {
         Duration::from_secs(self.delegate_timeout_secs)
     }

@@ -9,9 +9,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::engine::Engine;
+use crate::metrics::{metrics, AddSlotGauge};
 
 /// Requests are small; anything larger is not from the shim.
 const MAX_REQUEST_BYTES: u64 = 4 << 20;
+
+/// The default of `--max-concurrent-adds`.
+pub const DEFAULT_MAX_CONCURRENT_ADDS: usize = 16;
 
 /// Binds the socket, replacing a stale one left by a previous agent.
 pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
@@ -33,20 +37,39 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
 
 /// Serves until the listener fails; each connection runs on its own task.
 pub async fn serve(listener: UnixListener, engine: Arc<Engine>, socket: PathBuf) -> anyhow::Result<()> {
-    tracing::info!(socket = %socket.display(), "serving CNI requests");
+    serve_limited(listener, engine, socket, DEFAULT_MAX_CONCURRENT_ADDS).await
+}
+
+/// [`serve`], with at most `max_concurrent_adds` ADDs running at once. During a pod burst
+/// the others wait in line (a fair queue), so delegate processes, netlink work and memory
+/// stay bounded however many pods kubelet starts at once; DEL and the other verbs never
+/// wait behind ADDs, so tearing down is not held up by a burst.
+pub async fn serve_limited(
+    listener: UnixListener,
+    engine: Arc<Engine>,
+    socket: PathBuf,
+    max_concurrent_adds: usize,
+) -> anyhow::Result<()> {
+    tracing::info!(socket = %socket.display(), max_concurrent_adds, "serving CNI requests");
+    let add_slots = Arc::new(tokio::sync::Semaphore::new(max_concurrent_adds.max(1)));
     loop {
         let (stream, _) =
             listener.accept().await.with_context(|| format!("accepting on {}", socket.display()))?;
         let engine = engine.clone();
+        let add_slots = add_slots.clone();
         tokio::spawn(async move {
-            if let Err(e) = handle_connection(stream, &engine).await {
+            if let Err(e) = handle_connection(stream, &engine, &add_slots).await {
                 tracing::warn!("connection: {e:#}");
             }
         });
     }
 }
 
-async fn handle_connection(mut stream: UnixStream, engine: &Engine) -> anyhow::Result<()> {
+async fn handle_connection(
+    mut stream: UnixStream,
+    engine: &Engine,
+    add_slots: &tokio::sync::Semaphore,
+) -> anyhow::Result<()> {
     let mut buf = Vec::new();
     (&mut stream).take(MAX_REQUEST_BYTES).read_to_end(&mut buf).await.context("reading request")?;
     if buf.is_empty() {
@@ -54,7 +77,20 @@ async fn handle_connection(mut stream: UnixStream, engine: &Engine) -> anyhow::R
         return Ok(());
     }
     let response = match serde_json::from_slice::<Request>(&buf) {
-        Ok(req) => engine.handle(req).await,
+        Ok(req) => {
+            let started = std::time::Instant::now();
+            let verb = req.command.clone();
+            let response = if verb == "ADD" {
+                let mut gauge = AddSlotGauge::waiting();
+                let _slot = add_slots.acquire().await.context("the ADD queue is closed")?;
+                gauge.running();
+                engine.handle(req).await
+            } else {
+                engine.handle(req).await
+            };
+            metrics().request(&verb, error_code(&response), started.elapsed());
+            response
+        }
         Err(e) => {
             let err = crate::cni::CniError::new(
                 crate::cni::ErrorCode::DecodeFailure,
@@ -67,4 +103,15 @@ async fn handle_connection(mut stream: UnixStream, engine: &Engine) -> anyhow::R
     stream.write_all(&body).await.context("writing response")?;
     stream.shutdown().await.context("closing connection")?;
     Ok(())
+}
+
+/// The CNI error code of a response, 0 for success.
+fn error_code(r: &Response) -> u64 {
+    if r.exit_code == 0 {
+        return 0;
+    }
+    serde_json::from_str::<serde_json::Value>(&r.stdout)
+        .ok()
+        .and_then(|v| v.get("code").and_then(serde_json::Value::as_u64))
+        .unwrap_or(999)
 }

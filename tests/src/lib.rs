@@ -8,6 +8,7 @@
 
 pub mod fixture;
 pub mod recorder;
+pub mod test_apiserver;
 pub mod world;
 
 pub use fixture::{ip, unique, Netns};

@@ -1,6 +1,6 @@
 //! Where networks and pods come from: NetworkAttachmentDefinitions, pod annotations and the
-//! on-disk CNI config directories. One interface, several sources: local files now,
-//! Kubernetes later; the engine cannot tell them apart.
+//! on-disk CNI config directories. One interface, several sources: local files
+//! ([`files`]) or the API server ([`crate::kube`]); the engine cannot tell them apart.
 
 use std::collections::BTreeMap;
 

@@ -130,7 +130,15 @@ impl Engine {
         for i in 0..record.attachments.len() {
             let attachment = &record.attachments[i];
             tracing::info!(network = %attachment.network, ifname = %attachment.ifname, "attaching");
-            match self.delegator.add(&attachment.delegate, &invocation(env, &attachment.ifname)).await {
+            let started = std::time::Instant::now();
+            let added = self.delegator.add(&attachment.delegate, &invocation(env, &attachment.ifname)).await;
+            crate::metrics::metrics().attachment(
+                &attachment.network,
+                plugin_type(&attachment.delegate),
+                added.is_ok(),
+                started.elapsed(),
+            );
+            match added {
                 Ok(result) => record.attachments[i].result = result,
                 Err(e) => {
                     let err = e.to_cni_error(&attachment.network);
@@ -530,6 +538,11 @@ async fn check_default_route(record: &ContainerRecord, env: &CniEnv) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The CNI type of a network's first plugin, for metrics.
+fn plugin_type(d: &DelegateConfig) -> &str {
+    d.list.plugins.first().and_then(|p| p.get("type")).and_then(Value::as_str).unwrap_or("")
 }
 
 fn parsed_result(a: &AttachmentRecord) -> Option<CniResult> {

@@ -1,0 +1,182 @@
+//! [`Catalog`] over the API server: lookups from the caches, reports to the pod.
+
+use std::future::Future;
+use std::time::Duration;
+
+use ::kube::api::Api;
+use ::kube::core::PartialObjectMeta;
+use ::kube::Client;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::events::EventSink;
+use super::nad::{NadCache, NetworkAttachmentDefinition};
+use super::pods::{pod_info, PodCache};
+use super::status_patch::{PatchPolicy, StatusPublisher};
+use super::KubeError;
+use crate::catalog::{Catalog, CatalogError, PodInfo};
+use crate::metrics::metrics;
+use crate::spec::resolve;
+
+/// What the operator decides about the Kubernetes catalog.
+#[derive(Debug, Clone)]
+pub struct KubeCatalogConfig {
+    /// This node's name, as kubelet registered it (`spec.nodeName` of its pods).
+    pub node_name: String,
+    /// Time limit of the one GET made when a pod or NAD is not cached yet.
+    pub get_timeout: Duration,
+    /// A streaming list not complete within this is given up for list + watch.
+    pub streaming_init_limit: Duration,
+    pub status: PatchPolicy,
+}
+
+impl KubeCatalogConfig {
+    pub fn new(node_name: impl Into<String>) -> Self {
+        KubeCatalogConfig {
+            node_name: node_name.into(),
+            get_timeout: Duration::from_secs(2),
+            streaming_init_limit: super::watch::STREAMING_INIT_LIMIT,
+            status: PatchPolicy::default(),
+        }
+    }
+}
+
+/// NADs and this node's pods from the API server. Its tasks stop when it is dropped.
+pub struct KubeCatalog {
+    client: Client,
+    config: KubeCatalogConfig,
+    nads: NadCache,
+    pods: std::sync::Arc<PodCache>,
+    status: StatusPublisher,
+    events: EventSink,
+    nads_synced: watch::Receiver<bool>,
+    pods_synced: watch::Receiver<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl KubeCatalog {
+    /// Starts the watches and the event publisher on the current runtime.
+    pub fn start(client: Client, config: KubeCatalogConfig) -> Self {
+        let (nads_tx, nads_synced) = watch::channel(false);
+        let (pods_tx, pods_synced) = watch::channel(false);
+        let limit = config.streaming_init_limit;
+        let (nads, nad_task) = NadCache::start(client.clone(), limit, nads_tx);
+        let (pods, pod_task) = PodCache::start(client.clone(), &config.node_name, limit, pods_tx);
+        let (events, event_task) = EventSink::start(client.clone(), &config.node_name);
+        let status = StatusPublisher::new(client.clone(), config.status.clone(), events.clone());
+        let tasks = vec![tokio::spawn(nad_task), tokio::spawn(pod_task), tokio::spawn(event_task)];
+        tracing::info!(node = %config.node_name, "Kubernetes catalog: watching NetworkAttachmentDefinitions and this node's pods");
+        KubeCatalog { client, config, nads, pods, status, events, nads_synced, pods_synced, tasks }
+    }
+
+    /// True once both caches hold the server's initial state.
+    pub fn is_synced(&self) -> bool {
+        *self.nads_synced.borrow() && *self.pods_synced.borrow()
+    }
+
+    /// Waits until [`Self::is_synced`], at most `timeout`; returns whether it is.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        let mut nads = self.nads_synced.clone();
+        let mut pods = self.pods_synced.clone();
+        let both = async {
+            let _ = nads.wait_for(|s| *s).await;
+            let _ = pods.wait_for(|s| *s).await;
+        };
+        tokio::time::timeout(timeout, both).await.is_ok()
+    }
+
+    pub fn cached_pods(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn cached_nads(&self) -> usize {
+        self.nads.len()
+    }
+
+    /// network-status patches waiting or in progress.
+    pub fn pending_status_patches(&self) -> usize {
+        self.status.pending()
+    }
+
+    async fn get<T>(
+        &self,
+        what: String,
+        request: impl Future<Output = Result<Option<T>, ::kube::Error>>,
+    ) -> Result<Option<T>, CatalogError> {
+        let timeout = self.config.get_timeout;
+        let result = match tokio::time::timeout(timeout, request).await {
+            Ok(Ok(found)) => Ok(found),
+            Ok(Err(source)) => Err(KubeError::Api { what: what.clone(), source }),
+            Err(_) => Err(KubeError::Timeout { what: what.clone(), timeout }),
+        };
+        result.map_err(|e| CatalogError::Unavailable { what, detail: e.to_string() })
+    }
+}
+
+impl Drop for KubeCatalog {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Catalog for KubeCatalog {
+    fn nad<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<resolve::NetworkAttachmentDefinition>, CatalogError>> {
+        async move {
+            if let Some(nad) = self.nads.get(namespace, name) {
+                metrics().lookup("nad", "cache");
+                return Ok(Some(nad));
+            }
+            // Not cached: created a moment ago (the watch is behind), or absent.
+            metrics().lookup("nad", "api");
+            let api: Api<NetworkAttachmentDefinition> = Api::namespaced(self.client.clone(), namespace);
+            let found = self
+                .get(format!("getting NetworkAttachmentDefinition {namespace}/{name}"), api.get_opt(name))
+                .await?;
+            Ok(found.map(|n| n.to_spec()))
+        }
+        .boxed()
+    }
+
+    fn pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodInfo>, CatalogError>> {
+        async move {
+            if let Some(pod) = self.pods.get(namespace, name) {
+                metrics().lookup("pod", "cache");
+                return Ok(Some(pod));
+            }
+            // A pod the runtime starts is bound to this node, so the watch delivers it; a
+            // miss means it was bound a moment ago. One GET, metadata only.
+            metrics().lookup("pod", "api");
+            let api: Api<PartialObjectMeta<Pod>> = Api::namespaced(self.client.clone(), namespace);
+            let found = self.get(format!("getting pod {namespace}/{name}"), api.get_opt(name)).await?;
+            Ok(found.and_then(|p| pod_info(&p.metadata)))
+        }
+        .boxed()
+    }
+
+    fn publish_network_status<'a>(
+        &'a self,
+        pod: &'a PodInfo,
+        annotation_value: &'a str,
+    ) -> BoxFuture<'a, Result<(), CatalogError>> {
+        let queued = self.status.publish(pod, annotation_value);
+        async move { queued }.boxed()
+    }
+
+    fn record_event<'a>(&'a self, pod: &'a PodInfo, reason: &'a str, message: &'a str) -> BoxFuture<'a, ()> {
+        self.events.record(pod, reason, message);
+        async {}.boxed()
+    }
+}

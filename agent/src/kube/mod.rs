@@ -1,0 +1,75 @@
+//! The Kubernetes catalog: NADs and this node's pods from the API server, network-status
+//! and events back onto pods.
+//!
+//! Built so that the failure modes Multus users know cannot happen:
+//! - only the agent talks to the API server, with its own service account; the token file is
+//!   re-read as soon as kubelet rotates it ([`client`]), the shim never holds a credential;
+//! - pods are watched for this node only (`spec.nodeName` field selector, metadata only,
+//!   trimmed to the annotations plexus reads) so memory follows the node, not the cluster
+//!   ([`pods`]);
+//! - the ADD path reads caches; only a miss for a pod or NAD created a moment ago costs one
+//!   GET, with a short time limit ([`catalog`]);
+//! - lists are streamed where the server offers it, and otherwise served from the API
+//!   server's watch cache (`resourceVersion=0`), never a quorum read of every pod
+//!   ([`watch`]);
+//! - network-status is patched after the ADD answered, retried with backoff, never failing
+//!   the ADD ([`status_patch`]); events are best effort and bounded ([`events`]).
+
+pub mod catalog;
+pub mod client;
+pub mod events;
+pub mod nad;
+pub mod pods;
+pub mod status_patch;
+pub mod watch;
+
+pub use catalog::{KubeCatalog, KubeCatalogConfig};
+pub use client::{build_client, ClientSource};
+
+/// One kind of access the agent needs: every API call of this module is covered by one of
+/// these, and `deploy/rbac.yaml` grants exactly these (a test checks both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiAccess {
+    /// The API group ("" for the core group).
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+/// Everything the agent does with the API server.
+pub const API_ACCESS: &[ApiAccess] = &[
+    // The reflector lists and watches; a cache miss for a NAD created a moment ago GETs it.
+    ApiAccess { group: nad::GROUP, resource: nad::PLURAL, verbs: &["get", "list", "watch"] },
+    // This node's pods: watched, GET on a cache miss, network-status merge-patched.
+    ApiAccess { group: "", resource: "pods", verbs: &["get", "list", "watch", "patch"] },
+    // kube's event recorder creates an event, and patches it into a series when it repeats.
+    ApiAccess { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"] },
+];
+
+/// Errors of the Kubernetes catalog, with what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("reading kubeconfig {path}: {source}")]
+    Kubeconfig { path: std::path::PathBuf, source: ::kube::config::KubeconfigError },
+    #[error(
+        "loading the in-cluster config (service account token, CA, KUBERNETES_SERVICE_HOST): {0}; outside a \
+         cluster, pass --kubeconfig"
+    )]
+    InCluster(#[source] ::kube::config::InClusterError),
+    #[error("building the Kubernetes client: {0}")]
+    Client(#[source] ::kube::Error),
+    #[error("{what}: {source}")]
+    Api { what: String, source: ::kube::Error },
+    #[error("{what}: no answer within {timeout:?}")]
+    Timeout { what: String, timeout: std::time::Duration },
+}
+
+impl KubeError {
+    /// The HTTP status of an API error answer, if the server answered with one.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            KubeError::Api { source: ::kube::Error::Api(status), .. } => Some(status.code),
+            _ => None,
+        }
+    }
+}

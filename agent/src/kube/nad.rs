@@ -1,0 +1,180 @@
+//! The NetworkAttachmentDefinition custom resource (group `k8s.cni.cncf.io`, version `v1`)
+//! and its cache: a kube reflector fed by a watch of every namespace.
+
+use std::borrow::Cow;
+use std::future::Future;
+
+use ::kube::api::Api;
+use ::kube::core::NamespaceResourceScope;
+use ::kube::runtime::reflector::{self, ObjectRef, Store};
+use ::kube::runtime::{watcher, WatchStreamExt};
+use ::kube::{Client, Resource, ResourceExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::metrics::metrics;
+use crate::spec::resolve;
+
+pub const GROUP: &str = "k8s.cni.cncf.io";
+pub const VERSION: &str = "v1";
+pub const KIND: &str = "NetworkAttachmentDefinition";
+pub const PLURAL: &str = "network-attachment-definitions";
+
+/// kubectl's copy of the whole applied object: as large as the object, and never read.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The resource as the API server serves it (NPWG spec 3.2). Written by hand rather than
+/// derived: plexus needs no generated schema, and `deploy/crd.yaml` is the schema.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetworkAttachmentDefinition {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: NadSpec,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NadSpec {
+    /// A string holding CNI JSON. Read as any JSON value so one malformed object (on a
+    /// server without the CRD's schema) cannot make the whole list undecodable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Value>,
+}
+
+impl Resource for NetworkAttachmentDefinition {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        KIND.into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        PLURAL.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl NetworkAttachmentDefinition {
+    /// What the spec engine reads of it.
+    pub fn to_spec(&self) -> resolve::NetworkAttachmentDefinition {
+        let namespace = self.namespace().unwrap_or_else(|| "default".into());
+        let name = self.name_any();
+        let config = match &self.spec.config {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(text.clone()),
+            // Not a string: handed on as JSON text, so resolving it fails (or works) with the
+            // NAD named in the message, instead of the NAD silently not existing.
+            Some(other) => {
+                tracing::warn!(nad = %format!("{namespace}/{name}"), "spec.config should be a string holding CNI JSON");
+                Some(other.to_string())
+            }
+        };
+        resolve::NetworkAttachmentDefinition { namespace, name, config }
+    }
+}
+
+/// Drops what plexus never reads before the object is cached.
+fn trim(nad: &mut NetworkAttachmentDefinition) {
+    nad.metadata.managed_fields = None;
+    if let Some(a) = nad.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// The NADs of every namespace, as last seen by the watch.
+#[derive(Clone)]
+pub struct NadCache {
+    store: Store<NetworkAttachmentDefinition>,
+}
+
+impl NadCache {
+    /// The cache and the task that fills it (run it on the runtime; it never returns).
+    pub fn start(
+        client: Client,
+        streaming_init_limit: std::time::Duration,
+        synced: tokio::sync::watch::Sender<bool>,
+    ) -> (NadCache, impl Future<Output = ()> + Send + 'static) {
+        let (store, mut writer) = reflector::store::<NetworkAttachmentDefinition>();
+        let api: Api<NetworkAttachmentDefinition> = Api::all(client);
+        let reader = store.clone();
+        let task = super::watch::run(
+            "NetworkAttachmentDefinitions",
+            watcher::Config::default(),
+            streaming_init_limit,
+            move |config| watcher(api.clone(), config).modify(trim),
+            move |event| {
+                writer.apply_watcher_event(&event);
+                metrics().set_cached("nads", reader.len());
+            },
+            synced,
+        );
+        (NadCache { store }, task)
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<resolve::NetworkAttachmentDefinition> {
+        self.store.get(&ObjectRef::new(name).within(namespace)).map(|n| n.to_spec())
+    }
+
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn decodes_the_wire_object_and_trims_it() {
+        let mut nad: NetworkAttachmentDefinition = serde_json::from_value(json!({
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {
+                "name": "net-a", "namespace": "ns1", "resourceVersion": "7",
+                "annotations": {LAST_APPLIED: "{...}", "k8s.v1.cni.cncf.io/resourceName": "x"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
+            },
+            "spec": {"config": "{\"cniVersion\":\"1.0.0\",\"type\":\"bridge\"}"}
+        }))
+        .unwrap();
+        trim(&mut nad);
+        assert!(nad.metadata.managed_fields.is_none());
+        assert_eq!(nad.annotations().len(), 1);
+        let s = nad.to_spec();
+        assert_eq!((s.namespace.as_str(), s.name.as_str()), ("ns1", "net-a"));
+        assert!(s.config.unwrap().contains("bridge"));
+        assert_eq!(
+            NetworkAttachmentDefinition::url_path(&(), Some("ns1")),
+            "/apis/k8s.cni.cncf.io/v1/namespaces/ns1/network-attachment-definitions"
+        );
+    }
+
+    #[test]
+    fn spec_config_other_than_a_string_is_passed_on_as_text() {
+        let nad: NetworkAttachmentDefinition =
+            serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": {"config": {"type": "x"}}}))
+                .unwrap();
+        assert_eq!(nad.to_spec().config.as_deref(), Some(r#"{"type":"x"}"#));
+        let bare: NetworkAttachmentDefinition =
+            serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
+        assert_eq!(bare.to_spec().config, None);
+        assert_eq!(bare.to_spec().namespace, "default");
+    }
+}

@@ -1,0 +1,363 @@
+//! Prometheus metrics and the health endpoints, on one local HTTP port (`--metrics-addr`).
+//!
+//! - `GET /metrics`: OpenMetrics text;
+//! - `GET /healthz`: 200 while the agent runs (liveness);
+//! - `GET /readyz`: 200 once the cluster default network's config exists and the catalog
+//!   holds its initial state, 503 with the reason otherwise (readiness).
+//!
+//! The metrics are process-wide (one agent per process), so every layer records into
+//! [`metrics()`] without being handed a registry.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Method, Request, Response, StatusCode};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+/// The default of `--metrics-addr`: local only, since the port tells about the node's pods.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9465";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    verb: String,
+    /// `ok`, or `error`.
+    result: String,
+    /// The CNI error code, `0` on success.
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabels {
+    verb: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttachmentLabels {
+    network: String,
+    /// The CNI type of the network's first plugin.
+    r#type: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabels {
+    r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LookupLabels {
+    kind: String,
+    /// `cache`, or `api` for a miss answered by a GET.
+    source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchLabels {
+    watch: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 5 ms to about 80 s: a native plugin takes milliseconds, a delegate timing out a minute.
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+/// Every metric of the agent.
+pub struct Metrics {
+    requests: Family<RequestLabels, Counter>,
+    request_seconds: Histograms<VerbLabels>,
+    attachments: Family<AttachmentLabels, Counter>,
+    attachment_seconds: Histograms<TypeLabels>,
+    adds_in_flight: Gauge,
+    adds_waiting: Gauge,
+    cached: Family<KindLabels, Gauge>,
+    lookups: Family<LookupLabels, Counter>,
+    status_patches: Family<ResultLabels, Counter>,
+    events: Family<ResultLabels, Counter>,
+    watch_errors: Family<WatchLabels, Counter>,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    requests: Family::default(),
+    request_seconds: Family::new_with_constructor(latency_histogram),
+    attachments: Family::default(),
+    attachment_seconds: Family::new_with_constructor(latency_histogram),
+    adds_in_flight: Gauge::default(),
+    adds_waiting: Gauge::default(),
+    cached: Family::default(),
+    lookups: Family::default(),
+    status_patches: Family::default(),
+    events: Family::default(),
+    watch_errors: Family::default(),
+});
+
+/// The agent's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+/// Counts an ADD waiting for, then holding, a slot of `--max-concurrent-adds`.
+pub struct AddSlotGauge {
+    running: bool,
+}
+
+impl AddSlotGauge {
+    pub fn waiting() -> Self {
+        metrics().adds_waiting.inc();
+        AddSlotGauge { running: false }
+    }
+
+    pub fn running(&mut self) {
+        if !self.running {
+            metrics().adds_waiting.dec();
+            metrics().adds_in_flight.inc();
+            self.running = true;
+        }
+    }
+}
+
+impl Drop for AddSlotGauge {
+    fn drop(&mut self) {
+        if self.running {
+            metrics().adds_in_flight.dec();
+        } else {
+            metrics().adds_waiting.dec();
+        }
+    }
+}
+
+impl Metrics {
+    /// One CNI request answered; `code` is the CNI error code, 0 on success.
+    pub fn request(&self, verb: &str, code: u64, elapsed: Duration) {
+        // The verb comes from the runtime: unknown ones share a label, so they cannot grow
+        // the series without bound.
+        let verb = match verb {
+            "ADD" | "DEL" | "CHECK" | "STATUS" | "GC" | "VERSION" => verb,
+            _ => "other",
+        };
+        let result = if code == 0 { "ok" } else { "error" };
+        self.requests
+            .get_or_create(&RequestLabels {
+                verb: verb.into(),
+                result: result.into(),
+                code: code.to_string(),
+            })
+            .inc();
+        self.request_seconds.get_or_create(&VerbLabels { verb: verb.into() }).observe(elapsed.as_secs_f64());
+    }
+
+    /// One attachment attempted by an ADD.
+    pub fn attachment(&self, network: &str, plugin_type: &str, ok: bool, elapsed: Duration) {
+        let labels = AttachmentLabels {
+            network: network.into(),
+            r#type: plugin_type.into(),
+            result: if ok { "ok" } else { "error" }.into(),
+        };
+        self.attachments.get_or_create(&labels).inc();
+        self.attachment_seconds
+            .get_or_create(&TypeLabels { r#type: plugin_type.into() })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Objects held by a catalog cache (`pods`, `nads`).
+    pub fn set_cached(&self, kind: &str, n: usize) {
+        self.cached.get_or_create(&KindLabels { kind: kind.into() }).set(n.try_into().unwrap_or(i64::MAX));
+    }
+
+    pub fn lookup(&self, kind: &str, source: &str) {
+        self.lookups.get_or_create(&LookupLabels { kind: kind.into(), source: source.into() }).inc();
+    }
+
+    pub fn status_patch(&self, result: &str) {
+        self.status_patches.get_or_create(&ResultLabels { result: result.into() }).inc();
+    }
+
+    pub fn event(&self, result: &str) {
+        self.events.get_or_create(&ResultLabels { result: result.into() }).inc();
+    }
+
+    pub fn watch_errors(&self, watch: &str) {
+        self.watch_errors.get_or_create(&WatchLabels { watch: watch.into() }).inc();
+    }
+
+    /// ADDs holding a slot right now.
+    pub fn adds_in_flight(&self) -> i64 {
+        self.adds_in_flight.get()
+    }
+}
+
+/// The registry of every metric, with their names and help.
+pub fn registry() -> Registry {
+    let m = metrics();
+    let mut r = Registry::default();
+    r.register("plexus_cni_requests", "CNI requests answered, by verb and result", m.requests.clone());
+    r.register(
+        "plexus_cni_request_duration_seconds",
+        "Time to answer a CNI request, by verb",
+        m.request_seconds.clone(),
+    );
+    r.register(
+        "plexus_attachments",
+        "Attachments attempted by ADDs, by network, plugin type and result",
+        m.attachments.clone(),
+    );
+    r.register(
+        "plexus_attachment_duration_seconds",
+        "Time to attach one network (its delegate's ADD), by plugin type",
+        m.attachment_seconds.clone(),
+    );
+    r.register(
+        "plexus_adds_in_flight",
+        "ADDs running (at most --max-concurrent-adds)",
+        m.adds_in_flight.clone(),
+    );
+    r.register(
+        "plexus_adds_waiting",
+        "ADDs queued for a slot of --max-concurrent-adds",
+        m.adds_waiting.clone(),
+    );
+    r.register("plexus_catalog_cached_objects", "Objects in the catalog's caches, by kind", m.cached.clone());
+    r.register(
+        "plexus_catalog_lookups",
+        "Catalog lookups, by kind and where they were answered (cache, or one API GET on a miss)",
+        m.lookups.clone(),
+    );
+    r.register(
+        "plexus_network_status_patches",
+        "network-status patch attempts and outcomes (ok, retried, refused, gave_up, pod_gone, superseded, dropped)",
+        m.status_patches.clone(),
+    );
+    r.register("plexus_pod_events", "Pod events (published, failed, dropped)", m.events.clone());
+    r.register(
+        "plexus_kube_watch_errors",
+        "Errors of the Kubernetes watches, by watch",
+        m.watch_errors.clone(),
+    );
+    r
+}
+
+/// The `/metrics` body.
+pub fn encode() -> String {
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry()) {
+        tracing::warn!("encoding metrics: {e}");
+    }
+    out
+}
+
+/// Whether the agent is ready, or why not. Runs on a blocking thread (it may read files).
+pub type ReadyCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` until the listener fails.
+pub async fn serve(listener: TcpListener, ready: ReadyCheck) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    }
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| respond(req, ready.clone()));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!("metrics connection: {e}");
+            }
+        });
+    }
+}
+
+async fn respond(
+    req: Request<hyper::body::Incoming>,
+    ready: ReadyCheck,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let text = |status: StatusCode, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r
+    };
+    if req.method() != Method::GET {
+        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into()));
+    }
+    Ok(match req.uri().path() {
+        "/metrics" => {
+            let mut r = text(StatusCode::OK, encode());
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            r
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/readyz" => match tokio::task::spawn_blocking(move || ready()).await {
+            Ok(Ok(())) => text(StatusCode::OK, "ready\n".into()),
+            Ok(Err(why)) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("readiness check failed: {e}\n")),
+        },
+        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n".into()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_and_health() {
+        metrics().request("ADD", 0, Duration::from_millis(20));
+        metrics().attachment("ns/net-a", "macvlan", true, Duration::from_millis(3));
+        metrics().set_cached("pods", 3);
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ready: ReadyCheck = Arc::new(|| Err("no default network".into()));
+        let server = tokio::spawn(serve(listener, ready));
+        let body = get(addr, "/metrics").await;
+        assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+        assert!(body.contains(r#"plexus_cni_requests_total{verb="ADD",result="ok",code="0"}"#), "{body}");
+        assert!(body.contains(r#"plexus_attachments_total{network="ns/net-a",type="macvlan",result="ok"} 1"#));
+        assert!(body.contains(r#"plexus_catalog_cached_objects{kind="pods"} 3"#));
+        assert!(body.contains("plexus_attachment_duration_seconds_bucket"));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        let r = get(addr, "/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 503") && r.contains("no default network"), "{r}");
+        assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
+        server.abort();
+    }
+}

@@ -1,0 +1,388 @@
+//! A Kubernetes API server for tests, in-process: HTTP/1.1 on 127.0.0.1 speaking the real
+//! wire format for the resources plexus uses (pods, NetworkAttachmentDefinitions,
+//! events.k8s.io events), so the agent's unchanged Kubernetes code runs against it with a
+//! kubeconfig as it would against a cluster.
+//!
+//! What it implements, as the API server does:
+//! - list with `resourceVersion`, `limit`/`continue` pages, `fieldSelector`;
+//! - watch from a `resourceVersion` (410 Gone once it is compacted away), synthetic ADDED
+//!   events from "0", BOOKMARK events with `allowWatchBookmarks`, streaming lists
+//!   (`sendInitialEvents`, ended by the `k8s.io/initial-events-end` bookmark) or their
+//!   refusal (422) as on a server with the WatchList feature gate off, `timeoutSeconds`;
+//!   objects entering or leaving a field selector are ADDED or DELETED;
+//! - metadata-only answers (`Accept: ...;as=PartialObjectMetadata[List]`);
+//! - get, create, JSON merge patch and strategic merge patch (for maps), with
+//!   `resourceVersion` preconditions (409);
+//! - `Status` objects for 401, 403, 404, 409, 410, 415, 422;
+//! - bearer token authentication with a token that can be rotated, and optionally RBAC
+//!   from ClusterRole rules.
+//!
+//! For tests it also counts every request (by verb, resource, path), injects failures and
+//! delays, breaks or ends open watches, and compacts the history.
+//!
+//! It runs on its own thread and runtime, so it serves whatever the test's runtime does.
+
+mod http;
+pub mod patch;
+pub mod rbac;
+pub mod resources;
+pub mod selector;
+mod store;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+pub use rbac::Rule;
+pub use resources::{EVENTS, NADS, PODS};
+
+/// One request the server received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    /// get, list, watch, create, patch, update, delete, deletecollection, unknown.
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// Asked for PartialObjectMetadata.
+    pub metadata_only: bool,
+    pub content_type: Option<String>,
+    /// The request body, when it was JSON.
+    pub body: Option<Value>,
+    /// The HTTP status answered (a watch: the status it started with).
+    pub status: u16,
+}
+
+impl RequestRecord {
+    fn unknown(method: &hyper::Method, path: &str, query: &str) -> Self {
+        RequestRecord {
+            method: method.to_string(),
+            path: path.to_owned(),
+            query: query.to_owned(),
+            verb: "unknown".into(),
+            group: String::new(),
+            resource: String::new(),
+            namespace: None,
+            name: None,
+            metadata_only: false,
+            content_type: None,
+            body: None,
+            status: 404,
+        }
+    }
+}
+
+/// How the server behaves.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Serve streaming lists (`sendInitialEvents`); when false, refuse them with 422.
+    pub watch_list: bool,
+    /// Ignore `sendInitialEvents` and `resourceVersionMatch` on watches: the current state
+    /// comes as synthetic ADDED events but the initial-events-end bookmark never does (a
+    /// server or proxy that drops parameters it does not know).
+    pub ignore_initial_events: bool,
+    /// Authorize with these rules; `None` allows everything.
+    pub rbac: Option<Vec<Rule>>,
+    /// How often open watches that allow bookmarks get one.
+    pub bookmark_every: Duration,
+    /// The first accepted token (also written to the token file).
+    pub token: String,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            watch_list: true,
+            ignore_initial_events: false,
+            rbac: None,
+            bookmark_every: Duration::from_millis(500),
+            token: "token-1".into(),
+        }
+    }
+}
+
+struct Failure {
+    verb: String,
+    resource: String,
+    code: u16,
+    remaining: usize,
+}
+
+struct Config {
+    tokens: Vec<String>,
+    watch_list: bool,
+    ignore_initial_events: bool,
+    rbac: Option<Vec<Rule>>,
+    user: String,
+    failures: Vec<Failure>,
+    delays: Vec<(String, Duration)>,
+}
+
+impl Config {
+    fn take_failure(&mut self, verb: &str, resource: &str) -> Option<u16> {
+        let f =
+            self.failures.iter_mut().find(|f| f.remaining > 0 && f.verb == verb && f.resource == resource)?;
+        f.remaining -= 1;
+        Some(f.code)
+    }
+}
+
+pub struct Shared {
+    store: Mutex<store::Store>,
+    config: Mutex<Config>,
+    log: Mutex<Vec<RequestRecord>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    fn store(&self) -> MutexGuard<'_, store::Store> {
+        lock(&self.store)
+    }
+    fn config(&self) -> MutexGuard<'_, Config> {
+        lock(&self.config)
+    }
+    fn log(&self, r: RequestRecord) {
+        lock(&self.log).push(r);
+    }
+}
+
+/// The running server; it stops when dropped.
+pub struct TestApiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    dir: TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestApiServer {
+    pub fn start() -> Self {
+        Self::start_with(ServerOptions::default())
+    }
+
+    pub fn start_with(options: ServerOptions) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding the test API server");
+        listener.set_nonblocking(true).expect("non-blocking listener");
+        let addr = listener.local_addr().expect("local address");
+        let shared = Arc::new(Shared {
+            store: Mutex::new(store::Store::new()),
+            config: Mutex::new(Config {
+                tokens: vec![options.token.clone()],
+                watch_list: options.watch_list,
+                ignore_initial_events: options.ignore_initial_events,
+                rbac: options.rbac.clone(),
+                user: "system:serviceaccount:kube-system:plexus".into(),
+                failures: Vec::new(),
+                delays: Vec::new(),
+            }),
+            log: Mutex::default(),
+        });
+        let dir = tempfile::Builder::new().prefix("plexus-apiserver-").tempdir().expect("tempdir");
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let served = shared.clone();
+        let bookmark_every = options.bookmark_every;
+        let thread = std::thread::Builder::new()
+            .name("test-apiserver".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                rt.block_on(serve(listener, served, stopped, bookmark_every));
+            })
+            .expect("starting the test API server thread");
+        let server = TestApiServer { addr, shared, dir, stop: Some(stop), thread: Some(thread) };
+        server.write_token_file(&options.token);
+        server.write_kubeconfig();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig for the server whose user reads its token from [`Self::token_file`].
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    pub fn token_file(&self) -> PathBuf {
+        self.dir.path().join("token")
+    }
+
+    fn write_kubeconfig(&self) {
+        let config = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {"server": self.url()}}],
+            "users": [{"name": "plexus", "user": {"tokenFile": self.token_file()}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "plexus", "namespace": "kube-system"}}],
+            "current-context": "test",
+        });
+        std::fs::write(self.kubeconfig(), serde_yaml::to_string(&config).expect("kubeconfig YAML"))
+            .expect("writing the kubeconfig");
+    }
+
+    /// Replaces the token file as kubelet does: a new file renamed over the old one.
+    pub fn write_token_file(&self, token: &str) {
+        let tmp = self.dir.path().join("token.tmp");
+        std::fs::write(&tmp, token).expect("writing the token");
+        std::fs::rename(&tmp, self.token_file()).expect("replacing the token file");
+    }
+
+    /// From now on only `token` is accepted: every other one gets 401.
+    pub fn accept_only_token(&self, token: &str) {
+        self.shared.config().tokens = vec![token.to_owned()];
+    }
+
+    pub fn set_watch_list(&self, on: bool) {
+        self.shared.config().watch_list = on;
+    }
+
+    pub fn set_rbac(&self, rules: Option<Vec<Rule>>) {
+        self.shared.config().rbac = rules;
+    }
+
+    /// The next `times` requests of `verb` on `resource` fail with `code` (and a Status).
+    pub fn fail_next(&self, verb: &str, resource: &str, code: u16, times: usize) {
+        self.shared.config().failures.push(Failure {
+            verb: verb.into(),
+            resource: resource.into(),
+            code,
+            remaining: times,
+        });
+    }
+
+    /// Every request of `verb` waits this long before it is answered.
+    pub fn delay(&self, verb: &str, by: Duration) {
+        let mut c = self.shared.config();
+        c.delays.retain(|(v, _)| v != verb);
+        c.delays.push((verb.into(), by));
+    }
+
+    /// Creates or replaces an object (its `kind` names the resource); returns it as stored.
+    pub fn apply(&self, obj: Value) -> Value {
+        let kind = obj["kind"].as_str().expect("objects need a kind");
+        let resource = resources::plural_of_kind(kind).unwrap_or_else(|| panic!("unknown kind {kind}"));
+        self.shared.store().put(resource, obj)
+    }
+
+    pub fn delete(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.shared.store().delete(resource, namespace, name)
+    }
+
+    pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.shared.store().get(resource, namespace, name).cloned()
+    }
+
+    /// Every object of a resource, across namespaces.
+    pub fn objects(&self, resource: &str) -> Vec<Value> {
+        self.shared.store().list(resource, None).cloned().collect()
+    }
+
+    /// The requests received so far, in order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.shared.log).clone()
+    }
+
+    pub fn clear_requests(&self) {
+        lock(&self.shared.log).clear();
+    }
+
+    /// Breaks every open watch connection mid-stream.
+    pub fn drop_watches(&self) {
+        self.shared.store().close_watches(true);
+    }
+
+    /// Ends every open watch cleanly, as a server-side timeout does.
+    pub fn end_watches(&self) {
+        self.shared.store().close_watches(false);
+    }
+
+    /// Open watch connections.
+    pub fn open_watches(&self) -> usize {
+        self.shared.store().watchers.iter().filter(|w| !w.tx.is_closed()).count()
+    }
+
+    /// Forgets the change history: watches resuming from an older resourceVersion get 410.
+    pub fn compact(&self) {
+        self.shared.store().compact();
+    }
+}
+
+impl Drop for TestApiServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+    bookmark_every: Duration,
+) {
+    let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+    let mut bookmarks = tokio::time::interval(bookmark_every);
+    loop {
+        tokio::select! {
+            _ = &mut stopped => break,
+            _ = bookmarks.tick() => shared.store().bookmark_all(),
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| http::handle(shared.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        }
+    }
+    shared.store().close_watches(false);
+}
+
+/// A pod object bound to `node`, with annotations.
+pub fn pod(namespace: &str, name: &str, node: &str, annotations: &[(&str, &str)]) -> Value {
+    let annotations: serde_json::Map<String, Value> =
+        annotations.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": namespace, "annotations": annotations,
+            "labels": {"app": name},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1",
+                               "fieldsV1": {"f:metadata": {"f:annotations": {}}}}]
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.example/app:1"}]},
+        "status": {"phase": "Pending"}
+    })
+}
+
+/// A NetworkAttachmentDefinition with `spec.config` (or none).
+pub fn nad(namespace: &str, name: &str, config: Option<&str>) -> Value {
+    let mut n = json!({
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": name, "namespace": namespace},
+    });
+    if let Some(c) = config {
+        n["spec"] = json!({"config": c});
+    }
+    n
+}

@@ -1,0 +1,874 @@
+//! The Kubernetes catalog against the test API server: the agent's unchanged kube code
+//! (client, watches, caches, network-status patches, events) over HTTP in the real wire
+//! format, with a kubeconfig whose token file the tests rotate. The server authorizes with
+//! the ClusterRole of `deploy/rbac.yaml`, so a request the manifests do not allow fails here.
+//!
+//! The engine runs in-process with a fake delegate plugin registered as a native plugin:
+//! these tests are about the catalog, not about links in namespaces (lifecycle.rs covers
+//! those with the reference plugins).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use plexus_agent::catalog::Catalog;
+use plexus_agent::delegate::native::native_error;
+use plexus_agent::delegate::{DelegateError, Delegator, NativeCall, NativePlugin, NativePlugins};
+use plexus_agent::engine::{Engine, EngineConfig};
+use plexus_agent::kube::status_patch::PatchPolicy;
+use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig, API_ACCESS};
+use plexus_agent::state::StateStore;
+use plexus_cni_shim::{Request, Response};
+use plexus_tests::test_apiserver::{
+    nad, pod, rbac, RequestRecord, ServerOptions, TestApiServer, EVENTS, NADS, PODS,
+};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+const NODE: &str = "node-1";
+const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
+const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
+
+/// The rules of the ClusterRole the DaemonSet runs with.
+fn deploy_rules() -> Vec<rbac::Rule> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/rbac.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc).expect("rbac.yaml is YAML");
+        if v["kind"] == "ClusterRole" {
+            return rbac::rules_of(&v);
+        }
+    }
+    panic!("no ClusterRole in {}", path.display());
+}
+
+fn server_with(watch_list: bool) -> TestApiServer {
+    TestApiServer::start_with(ServerOptions { watch_list, rbac: Some(deploy_rules()), ..Default::default() })
+}
+
+/// A delegate plugin that answers with the `result` of its config (or a minimal one),
+/// optionally after `sleepMs`, failing when `fail` is set; it counts concurrent ADDs.
+#[derive(Default)]
+struct FakePlugin {
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    adds: AtomicUsize,
+}
+
+impl NativePlugin for FakePlugin {
+    fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
+        async move {
+            if call.command != "ADD" {
+                return Ok(None);
+            }
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            self.adds.fetch_add(1, Ordering::SeqCst);
+            if let Some(ms) = call.config["sleepMs"].as_u64() {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            if call.config["fail"] == true {
+                return Err(native_error("fake", "ADD", 11, "the fake plugin was told to fail"));
+            }
+            let mut result = match &call.config["result"] {
+                Value::Null => json!({
+                    "interfaces": [{"name": call.env.ifname, "mac": "02:00:00:00:00:01", "sandbox": call.env.netns}],
+                    "ips": [{"address": "10.9.0.2/24", "interface": 0}]
+                }),
+                r => r.clone(),
+            };
+            result["cniVersion"] = call.config["cniVersion"].clone();
+            Ok(Some(result))
+        }
+        .boxed()
+    }
+}
+
+struct Harness {
+    server: TestApiServer,
+    catalog: Arc<KubeCatalog>,
+    engine: Arc<Engine>,
+    fake: Arc<FakePlugin>,
+    dir: TempDir,
+}
+
+fn fast_patches() -> PatchPolicy {
+    PatchPolicy {
+        first_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(200),
+        deadline: Duration::from_secs(10),
+        ..PatchPolicy::default()
+    }
+}
+
+impl Harness {
+    /// A synced catalog over `server`, an engine whose default network is the fake plugin
+    /// answering `default_result` (None: a minimal result).
+    async fn start(
+        server: TestApiServer,
+        allowed_namespaces: &[&str],
+        default_result: Option<Value>,
+    ) -> Self {
+        let dir = tempfile::Builder::new().prefix("plexus-kube-").tempdir().expect("tempdir");
+        let default_dir = dir.path().join("default");
+        std::fs::create_dir_all(&default_dir).expect("default network dir");
+        let mut plugin = json!({"type": "fake"});
+        if let Some(r) = default_result {
+            plugin["result"] = r;
+        }
+        let conflist = json!({"cniVersion": "1.0.0", "name": "cluster-wide-default", "plugins": [plugin]});
+        std::fs::write(default_dir.join("10-default.conflist"), conflist.to_string())
+            .expect("default network");
+        let client = build_client(&ClientSource::Kubeconfig(server.kubeconfig())).await.expect("client");
+        let config = KubeCatalogConfig { status: fast_patches(), ..KubeCatalogConfig::new(NODE) };
+        let catalog = Arc::new(KubeCatalog::start(client, config));
+        assert!(catalog.wait_synced(Duration::from_secs(20)).await, "the catalog did not sync");
+        let fake = Arc::new(FakePlugin::default());
+        let mut natives = NativePlugins::default();
+        natives.register("fake", fake.clone());
+        let engine = Arc::new(Engine::new(
+            EngineConfig {
+                default_network_dir: default_dir,
+                network_conf_dirs: Vec::new(),
+                allowed_namespaces: allowed_namespaces.iter().map(|s| (*s).to_owned()).collect(),
+                strict_annotations: false,
+            },
+            catalog.clone(),
+            Delegator { bin_dirs: Vec::new(), timeout: Duration::from_secs(10), natives },
+            StateStore::new(&dir.path().join("state")),
+        ));
+        Harness { server, catalog, engine, fake, dir }
+    }
+
+    async fn add(&self, namespace: &str, name: &str, cid: &str, ifname: &str) -> Response {
+        self.engine.handle(add_request(namespace, name, cid, ifname)).await
+    }
+}
+
+fn add_request(namespace: &str, name: &str, cid: &str, ifname: &str) -> Request {
+    Request {
+        command: "ADD".into(),
+        container_id: Some(cid.into()),
+        netns: Some(format!("/var/run/netns/{cid}")),
+        ifname: Some(ifname.into()),
+        args: Some(format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={cid}")),
+        path: None,
+        config: json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus"}).to_string(),
+    }
+}
+
+#[track_caller]
+fn expect_ok(r: &Response) -> Value {
+    assert_eq!(r.exit_code, 0, "ADD failed: {}", r.stdout);
+    serde_json::from_str(&r.stdout).expect("result JSON")
+}
+
+/// Polls `f` every 20 ms until it holds, at most `within`.
+async fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn network_status(server: &TestApiServer, namespace: &str, name: &str) -> Option<Value> {
+    let p = server.get(PODS, namespace, name)?;
+    let text = p["metadata"]["annotations"][NETWORK_STATUS].as_str()?;
+    Some(serde_json::from_str(text).expect("network-status is JSON"))
+}
+
+fn events_for(server: &TestApiServer, pod_name: &str) -> Vec<Value> {
+    server.objects(EVENTS).into_iter().filter(|e| e["regarding"]["name"] == pod_name).collect()
+}
+
+fn count(requests: &[RequestRecord], verb: &str, resource: &str) -> usize {
+    requests.iter().filter(|r| r.verb == verb && r.resource == resource).count()
+}
+
+/// Every request was one the kube module declares, and (with the deploy RBAC) allowed.
+fn assert_declared(requests: &[RequestRecord]) {
+    for r in requests {
+        assert!(
+            API_ACCESS.iter().any(|a| a.group == r.group
+                && a.resource == r.resource
+                && a.verbs.contains(&r.verb.as_str())),
+            "undeclared API request: {} {} {:?}",
+            r.verb,
+            r.path,
+            r.query
+        );
+        assert_ne!(r.status, 403, "the deploy ClusterRole refused {} {}", r.verb, r.path);
+    }
+}
+
+const BRIDGE: &str = r#"{"cniVersion":"1.0.0","name":"net-a","type":"fake"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nads_added_changed_and_deleted_are_seen_without_restart() {
+    let server = server_with(true);
+    server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    let h = Harness::start(server, &["default"], None).await;
+    let cat = &h.catalog;
+    assert_eq!(cat.nad("ns1", "net-a").await.unwrap().unwrap().config.as_deref(), Some(BRIDGE));
+    // Bookmarks (every 500 ms) are understood: after changes elsewhere, the NAD watch
+    // resumes from the bookmark's resourceVersion, not from its last NAD's.
+    let watches = count(&h.server.requests(), "watch", NADS);
+    let last = h.server.apply(pod("ns1", "unrelated", "node-2", &[]));
+    let rv = last["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(count(&h.server.requests(), "watch", NADS), watches, "the NAD watch stayed up");
+    h.server.drop_watches();
+    eventually("the NAD watch resumes", Duration::from_secs(10), || {
+        count(&h.server.requests(), "watch", NADS) > watches
+    })
+    .await;
+    let resumed = h.server.requests().into_iter().rfind(|r| r.verb == "watch" && r.resource == NADS).unwrap();
+    assert!(resumed.query.contains(&format!("resourceVersion={rv}")), "{} (bookmark {rv})", resumed.query);
+
+    h.server.apply(nad("ns1", "net-b", Some(BRIDGE)));
+    eventually("the new NAD is cached", Duration::from_secs(10), || cat.cached_nads() == 2).await;
+
+    let changed = r#"{"cniVersion":"1.0.0","name":"net-a","type":"fake","mtu":1400}"#;
+    h.server.apply(nad("ns1", "net-a", Some(changed)));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cat.nad("ns1", "net-a").await.unwrap().unwrap().config.as_deref() != Some(changed) {
+        assert!(Instant::now() < deadline, "the changed NAD was not seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    h.server.delete(NADS, "ns1", "net-b");
+    eventually("the deleted NAD leaves the cache", Duration::from_secs(10), || cat.cached_nads() == 1).await;
+    assert!(cat.nad("ns1", "net-b").await.unwrap().is_none());
+
+    // Streaming lists: the initial state came from one watch, with no list request.
+    let requests = h.server.requests();
+    assert_eq!(count(&requests, "list", NADS), 0, "{requests:#?}");
+    assert!(requests.iter().any(|r| r.resource == NADS && r.query.contains("sendInitialEvents=true")));
+    assert_declared(&requests);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_streaming_lists_the_watch_falls_back_to_a_cached_list() {
+    let server = server_with(false);
+    server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    server.apply(pod("ns1", "p1", NODE, &[]));
+    let h = Harness::start(server, &["default"], None).await;
+    assert_eq!((h.catalog.cached_nads(), h.catalog.cached_pods()), (1, 1));
+    let requests = h.server.requests();
+    for resource in [NADS, PODS] {
+        let refused = requests.iter().find(|r| r.resource == resource && r.verb == "watch").expect("a watch");
+        assert_eq!(refused.status, 422, "the first watch asks for a streaming list and is refused");
+        let list =
+            requests.iter().find(|r| r.resource == resource && r.verb == "list").expect("a fallback list");
+        // resourceVersion=0: answered from the API server's watch cache, not a quorum read.
+        assert!(list.query.contains("resourceVersion=0&resourceVersionMatch=NotOlderThan"), "{}", list.query);
+        assert!(!list.query.contains("limit="), "{}", list.query);
+    }
+    let pods_list = requests.iter().find(|r| r.resource == PODS && r.verb == "list").unwrap();
+    assert!(pods_list.metadata_only && pods_list.query.contains("fieldSelector=spec.nodeName%3Dnode-1"));
+    h.server.apply(nad("ns1", "net-b", None));
+    eventually("a NAD added after the fallback", Duration::from_secs(10), || h.catalog.cached_nads() == 2)
+        .await;
+    assert_declared(&h.server.requests());
+}
+
+/// A server that silently drops `sendInitialEvents` sends the current state but never ends
+/// it: the streaming list is given up after its time limit for list + watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_list_that_never_ends_falls_back_to_list_and_watch() {
+    let server = TestApiServer::start_with(ServerOptions {
+        ignore_initial_events: true,
+        rbac: Some(deploy_rules()),
+        ..Default::default()
+    });
+    server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    server.apply(pod("ns1", "p1", NODE, &[]));
+    let client = build_client(&ClientSource::Kubeconfig(server.kubeconfig())).await.expect("client");
+    let config = KubeCatalogConfig {
+        streaming_init_limit: Duration::from_millis(500),
+        ..KubeCatalogConfig::new(NODE)
+    };
+    let catalog = KubeCatalog::start(client, config);
+    assert!(catalog.wait_synced(Duration::from_secs(20)).await, "the catalog did not sync");
+    assert_eq!((catalog.cached_nads(), catalog.cached_pods()), (1, 1));
+    let requests = server.requests();
+    for resource in [NADS, PODS] {
+        assert_eq!(count(&requests, "list", resource), 1, "{resource}: one fallback list");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_resume_after_a_drop_and_relist_after_410() {
+    let server = server_with(true);
+    let h = Harness::start(server, &["default"], None).await;
+    h.server.drop_watches();
+    h.server.apply(nad("ns1", "after-drop", None));
+    h.server.apply(pod("ns1", "after-drop", NODE, &[]));
+    eventually("objects created while the watches reconnect", Duration::from_secs(15), || {
+        h.catalog.cached_nads() == 1 && h.catalog.cached_pods() == 1
+    })
+    .await;
+
+    // The history is compacted and the watches break: resuming gets 410 Gone, so the
+    // watcher starts over; a pod deleted meanwhile must leave the cache.
+    h.server.compact();
+    h.server.drop_watches();
+    h.server.delete(PODS, "ns1", "after-drop");
+    h.server.apply(pod("ns1", "relisted-a", NODE, &[]));
+    h.server.apply(pod("ns1", "relisted-b", NODE, &[]));
+    eventually("the relisted state", Duration::from_secs(20), || h.catalog.cached_pods() == 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(h.catalog.cached_pods(), 2, "the pod deleted while the watch was down is gone");
+    h.server.clear_requests();
+    assert!(h.catalog.pod("ns1", "relisted-a").await.unwrap().is_some());
+    assert!(h.catalog.pod("ns1", "after-drop").await.unwrap().is_none());
+    assert_eq!(count(&h.server.requests(), "get", PODS), 1, "only the deleted pod costs a GET");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_reads_the_pod_and_nads_from_the_caches_without_api_requests() {
+    let server = server_with(true);
+    server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    server.apply(pod("ns1", "web", NODE, &[(NETWORKS, "net-a")]));
+    let h = Harness::start(server, &["default"], None).await;
+    h.server.clear_requests();
+
+    let result = expect_ok(&h.add("ns1", "web", "cid-web", "eth0").await);
+    assert_eq!(result["interfaces"][0]["name"], "eth0");
+    assert_eq!(h.fake.adds.load(Ordering::SeqCst), 2, "default network + net-a");
+    eventually("network-status published", Duration::from_secs(10), || {
+        network_status(&h.server, "ns1", "web").is_some()
+    })
+    .await;
+    let requests = h.server.requests();
+    // The only request of the whole ADD is the network-status patch, after the answer.
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert_eq!((requests[0].verb.as_str(), requests[0].resource.as_str()), ("patch", PODS));
+    assert_eq!(requests[0].content_type.as_deref(), Some("application/merge-patch+json"));
+    let status = network_status(&h.server, "ns1", "web").unwrap();
+    assert_eq!(status[1]["name"], "ns1/net-a");
+    assert_eq!(status[1]["interface"], "net1");
+    assert_declared(&requests);
+}
+
+/// NPWG spec 5.4, the single-gateway example, produced from delegate results through the
+/// engine and the API server. Two differences from the example's text, both required or
+/// allowed by section 5.3: `"default": false` is present on every entry ("default" is a
+/// required key, 5.3.5), and the network of the pod's own namespace is named with its
+/// namespace (5.3.1: "The name may contain a namespace reference").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_status_is_the_section_5_4_example() {
+    let server = server_with(true);
+    let some_network = json!({"cniVersion": "1.0.0", "name": "some-network", "type": "fake", "result": {
+        "interfaces": [{"name": "eth1", "mac": "02:11:22:33:44:55", "sandbox": "/var/run/netns/cid-54"}],
+        "ips": [{"address": "192.0.2.2/24", "interface": 0}, {"address": "2001:db8::2234/32", "interface": 0}],
+        "dns": {"nameservers": ["192.0.2.1", "2001:db8:4860::8888"], "search": ["eng.example.com", "example.com"]}
+    }});
+    let infiniband = json!({"cniVersion": "1.0.0", "name": "an-ip-over-infiniband-network", "type": "fake", "result": {
+        "interfaces": [{"name": "ib0", "mac": "80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22",
+                        "sandbox": "/var/run/netns/cid-54"}],
+        "ips": [{"address": "198.51.100.1/24", "interface": 0}]
+    }});
+    server.apply(nad("my-namespace", "some-network", Some(&some_network.to_string())));
+    server.apply(nad("other-ns", "an-ip-over-infiniband-network", Some(&infiniband.to_string())));
+    let selection = json!([
+        {"name": "some-network", "interface": "eth1"},
+        {"name": "an-ip-over-infiniband-network", "namespace": "other-ns", "interface": "ib0"}
+    ]);
+    server.apply(pod("my-namespace", "my-pod", NODE, &[(NETWORKS, &selection.to_string())]));
+    let default_result = json!({
+        "interfaces": [{"name": "eth5", "mac": "02:11:22:33:44:54", "sandbox": "/var/run/netns/cid-54"}],
+        "ips": [{"address": "192.0.2.2/24", "interface": 0, "gateway": "192.0.2.1"},
+                {"address": "2001:db8::2230/32", "interface": 0}],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "192.0.2.1"}]
+    });
+    let h = Harness::start(server, &["default", "other-ns"], Some(default_result)).await;
+    expect_ok(&h.add("my-namespace", "my-pod", "cid-54", "eth5").await);
+    eventually("network-status published", Duration::from_secs(10), || {
+        network_status(&h.server, "my-namespace", "my-pod").is_some()
+    })
+    .await;
+    let expected = json!([
+        {
+            "name": "cluster-wide-default",
+            "interface": "eth5",
+            "ips": ["192.0.2.2/24", "2001:db8::2230/32"],
+            "mac": "02:11:22:33:44:54",
+            "default-route": ["192.0.2.1"],
+            "default": true
+        },
+        {
+            "name": "my-namespace/some-network",
+            "interface": "eth1",
+            "ips": ["192.0.2.2/24", "2001:db8::2234/32"],
+            "mac": "02:11:22:33:44:55",
+            "default": false,
+            "dns": {
+                "nameservers": ["192.0.2.1", "2001:db8:4860::8888"],
+                "search": ["eng.example.com", "example.com"]
+            }
+        },
+        {
+            "name": "other-ns/an-ip-over-infiniband-network",
+            "interface": "ib0",
+            "ips": ["198.51.100.1/24"],
+            "mac": "80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22",
+            "default": false
+        }
+    ]);
+    assert_eq!(network_status(&h.server, "my-namespace", "my-pod").unwrap(), expected);
+    // Exactly what the spec engine renders, byte for byte, in the annotation.
+    let annotation = h.server.get(PODS, "my-namespace", "my-pod").unwrap()["metadata"]["annotations"]
+        [NETWORK_STATUS]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let statuses: Vec<plexus_agent::spec::status::NetworkStatus> = serde_json::from_value(expected).unwrap();
+    assert_eq!(annotation, plexus_agent::spec::status::annotation_value(&statuses));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_patch_is_retried() {
+    let server = server_with(true);
+    server.apply(pod("ns1", "p", NODE, &[]));
+    let h = Harness::start(server, &["default"], None).await;
+    h.server.fail_next("patch", PODS, 409, 2);
+    h.server.clear_requests();
+    expect_ok(&h.add("ns1", "p", "cid-409", "eth0").await);
+    eventually("network-status published after the conflicts", Duration::from_secs(10), || {
+        network_status(&h.server, "ns1", "p").is_some()
+    })
+    .await;
+    let patches: Vec<u16> =
+        h.server.requests().iter().filter(|r| r.verb == "patch").map(|r| r.status).collect();
+    assert_eq!(patches, [409, 409, 200]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_patch_is_reported_and_the_add_succeeds() {
+    let server = server_with(true);
+    server.apply(pod("ns1", "p", NODE, &[]));
+    let h = Harness::start(server, &["default"], None).await;
+    // A ClusterRole without pods/patch, as a cluster with an outdated RBAC would have.
+    let mut rules = deploy_rules();
+    for r in &mut rules {
+        if r.resources.iter().any(|x| x == "pods") {
+            r.verbs.retain(|v| v != "patch");
+        }
+    }
+    h.server.set_rbac(Some(rules));
+    h.server.clear_requests();
+    expect_ok(&h.add("ns1", "p", "cid-403", "eth0").await);
+    eventually("the refusal is reported on the pod", Duration::from_secs(10), || {
+        events_for(&h.server, "p").iter().any(|e| e["reason"] == "NetworkStatusNotPublished")
+    })
+    .await;
+    let requests = h.server.requests();
+    let patches: Vec<u16> = requests.iter().filter(|r| r.verb == "patch").map(|r| r.status).collect();
+    assert_eq!(patches, [403], "a 403 is not retried");
+    let event =
+        events_for(&h.server, "p").into_iter().find(|e| e["reason"] == "NetworkStatusNotPublished").unwrap();
+    assert_eq!(event["type"], "Warning");
+    assert!(event["note"].as_str().unwrap().contains("forbidden"), "{event}");
+    assert!(network_status(&h.server, "ns1", "p").is_none());
+    assert_eq!(h.catalog.pending_status_patches(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_token_replaces_the_expired_one() {
+    let server = server_with(true);
+    server.apply(pod("ns1", "before", NODE, &[]));
+    let h = Harness::start(server, &["default"], None).await;
+    // The old token expires: the server rejects it, and the watches reconnect (as they do
+    // when an API server restarts) and are refused with 401.
+    h.server.accept_only_token("token-2");
+    h.server.drop_watches();
+    eventually("the old token is refused", Duration::from_secs(10), || {
+        h.server.requests().iter().any(|r| r.status == 401)
+    })
+    .await;
+    // kubelet writes the rotated token: the agent picks it up without a restart.
+    h.server.write_token_file("token-2");
+    h.server.apply(pod("ns1", "after", NODE, &[]));
+    eventually("the pod watch works again", Duration::from_secs(40), || h.catalog.cached_pods() == 2).await;
+    expect_ok(&h.add("ns1", "after", "cid-rot", "eth0").await);
+    eventually("network-status published with the new token", Duration::from_secs(10), || {
+        network_status(&h.server, "ns1", "after").is_some()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_this_nodes_pods_are_cached_and_only_their_metadata() {
+    let server = server_with(true);
+    for i in 0..3000 {
+        server.apply(pod(
+            &format!("ns{}", i % 50),
+            &format!("other-{i}"),
+            &format!("node-{}", 2 + i % 100),
+            &[],
+        ));
+    }
+    for i in 0..30 {
+        server.apply(pod("ns1", &format!("mine-{i}"), NODE, &[(NETWORKS, "net-a")]));
+    }
+    let h = Harness::start(server, &["default"], None).await;
+    assert_eq!(h.catalog.cached_pods(), 30);
+    for r in h.server.requests().iter().filter(|r| r.resource == PODS) {
+        assert!(r.query.contains("fieldSelector=spec.nodeName%3Dnode-1"), "{}", r.query);
+        assert!(r.metadata_only, "pods are fetched as PartialObjectMetadata");
+    }
+    // A pod scheduled onto this node later enters the watch; one leaving it leaves the cache.
+    h.server.apply(pod("ns7", "other-7", NODE, &[]));
+    eventually("a pod bound to this node", Duration::from_secs(10), || h.catalog.cached_pods() == 31).await;
+    h.server.apply(pod("ns1", "mine-0", "node-9", &[]));
+    eventually("a pod moved off this node", Duration::from_secs(10), || h.catalog.cached_pods() == 30).await;
+    // Trimmed: only plexus's annotations are kept.
+    let cached = h.catalog.pod("ns1", "mine-1").await.unwrap().unwrap();
+    assert_eq!(cached.annotations.keys().collect::<Vec<_>>(), [NETWORKS]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_not_cached_yet_costs_one_get_with_a_time_limit() {
+    let server = server_with(true);
+    let h = Harness::start(server, &["default"], None).await;
+    // Bound elsewhere as far as the watch knows (the GET has no field selector): the
+    // situation of a pod bound a moment ago whose watch event is still on its way.
+    h.server.apply(pod("ns1", "fresh", "node-2", &[(NETWORKS, "net-a")]));
+    h.server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    h.server.clear_requests();
+    let found = h.catalog.pod("ns1", "fresh").await.unwrap().unwrap();
+    assert_eq!(found.annotations[NETWORKS], "net-a");
+    let requests = h.server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!((requests[0].verb.as_str(), requests[0].metadata_only), ("get", true));
+
+    // Absent: the ADD is answered "try again later" (CNI 11), the runtime retries.
+    let r = h.add("ns1", "absent", "cid-absent", "eth0").await;
+    assert_eq!(serde_json::from_str::<Value>(&r.stdout).unwrap()["code"], 11, "{}", r.stdout);
+
+    // A slow API server costs at most the time limit, then "try again".
+    h.server.delay("get", Duration::from_secs(5));
+    let started = Instant::now();
+    let r = h.add("ns1", "slow", "cid-slow", "eth0").await;
+    assert_eq!(serde_json::from_str::<Value>(&r.stdout).unwrap()["code"], 11, "{}", r.stdout);
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert_declared(&h.server.requests());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_events_for_an_invalid_annotation_a_refused_namespace_and_a_failed_attachment() {
+    let server = server_with(true);
+    server.apply(nad("secret-ns", "private", Some(BRIDGE)));
+    server.apply(nad(
+        "ns1",
+        "broken",
+        Some(r#"{"cniVersion":"1.0.0","name":"broken","type":"fake","fail":true}"#),
+    ));
+    server.apply(pod("ns1", "bad-annotation", NODE, &[(NETWORKS, "[{not json")]));
+    server.apply(pod("ns1", "cross-ns", NODE, &[(NETWORKS, "secret-ns/private")]));
+    server.apply(pod("ns1", "failing", NODE, &[(NETWORKS, "broken")]));
+    let h = Harness::start(server, &["default"], None).await;
+
+    // Ignored (default network only), but reported.
+    expect_ok(&h.add("ns1", "bad-annotation", "cid-e1", "eth0").await);
+    let r = h.add("ns1", "cross-ns", "cid-e2", "eth0").await;
+    assert_eq!(serde_json::from_str::<Value>(&r.stdout).unwrap()["code"], 7);
+    let r = h.add("ns1", "failing", "cid-e3", "eth0").await;
+    assert_ne!(r.exit_code, 0);
+
+    for (pod_name, reason) in [
+        ("bad-annotation", "InvalidNetworksAnnotation"),
+        ("cross-ns", "NetworkRefused"),
+        ("failing", "AttachmentFailed"),
+    ] {
+        eventually(&format!("{reason} event on {pod_name}"), Duration::from_secs(10), || {
+            events_for(&h.server, pod_name).iter().any(|e| e["reason"] == reason)
+        })
+        .await;
+        let e = events_for(&h.server, pod_name).into_iter().find(|e| e["reason"] == reason).unwrap();
+        assert_eq!(e["apiVersion"], "events.k8s.io/v1");
+        assert_eq!(e["type"], "Warning");
+        assert_eq!(e["regarding"]["kind"], "Pod");
+        assert_eq!(e["regarding"]["namespace"], "ns1");
+        assert_eq!(e["reportingController"], "plexus");
+        assert!(!e["note"].as_str().unwrap_or_default().is_empty());
+        assert!(e["regarding"]["uid"].as_str().is_some_and(|u| u.starts_with("uid-")));
+    }
+    let refused =
+        events_for(&h.server, "cross-ns").into_iter().find(|e| e["reason"] == "NetworkRefused").unwrap();
+    assert!(refused["note"].as_str().unwrap().contains("secret-ns"), "{refused}");
+    assert_declared(&h.server.requests());
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// 200 pods started at once through the agent's socket: at most `--max-concurrent-adds`
+/// run, the others wait; every one succeeds, every network-status lands, and nothing grows
+/// without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_200_adds_stays_within_the_concurrency_limit() {
+    const PODS_N: usize = 200;
+    const LIMIT: usize = 8;
+    let server = server_with(true);
+    server.apply(nad(
+        "ns1",
+        "slow-net",
+        Some(r#"{"cniVersion":"1.0.0","name":"slow-net","type":"fake","sleepMs":20}"#),
+    ));
+    for i in 0..PODS_N {
+        server.apply(pod("ns1", &format!("burst-{i}"), NODE, &[(NETWORKS, "slow-net")]));
+    }
+    let h = Harness::start(server, &["default"], None).await;
+    let socket = h.dir.path().join("plexus.sock");
+    let listener = plexus_agent::server::bind(&socket).expect("binding the agent socket");
+    let served =
+        tokio::spawn(plexus_agent::server::serve_limited(listener, h.engine.clone(), socket.clone(), LIMIT));
+    h.server.clear_requests();
+    let rss_before = rss_kib();
+
+    let started = Instant::now();
+    let clients: Vec<_> = (0..PODS_N)
+        .map(|i| {
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let req = add_request("ns1", &format!("burst-{i}"), &format!("cid-burst-{i}"), "eth0");
+                let mut s = tokio::net::UnixStream::connect(&socket).await.expect("connecting to the agent");
+                s.write_all(&serde_json::to_vec(&req).unwrap()).await.unwrap();
+                s.shutdown().await.unwrap();
+                let mut out = Vec::new();
+                s.read_to_end(&mut out).await.unwrap();
+                serde_json::from_slice::<Response>(&out).expect("a response")
+            })
+        })
+        .collect();
+    for c in clients {
+        expect_ok(&c.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    let max = h.fake.max_in_flight.load(Ordering::SeqCst);
+    assert!(max <= LIMIT, "{max} ADDs ran at once, the limit is {LIMIT}");
+    assert!(max >= LIMIT / 2, "the ADDs did not run in parallel ({max})");
+    assert_eq!(h.fake.adds.load(Ordering::SeqCst), 2 * PODS_N);
+    // 200 ADDs of 20 ms each, 8 at a time: about half a second; far from serial (4 s).
+    assert!(elapsed < Duration::from_secs(30), "{elapsed:?}");
+
+    eventually("every network-status published", Duration::from_secs(30), || {
+        (0..PODS_N).all(|i| network_status(&h.server, "ns1", &format!("burst-{i}")).is_some())
+    })
+    .await;
+    eventually("no patch left pending", Duration::from_secs(10), || h.catalog.pending_status_patches() == 0)
+        .await;
+    let requests = h.server.requests();
+    assert_eq!(count(&requests, "get", PODS), 0, "every pod came from the cache");
+    assert_eq!(count(&requests, "patch", PODS), PODS_N, "one patch per pod");
+    assert_eq!(plexus_agent::metrics::metrics().adds_in_flight(), 0);
+    let grown_mib = rss_kib().saturating_sub(rss_before) / 1024;
+    assert!(grown_mib < 64, "the burst grew the process by {grown_mib} MiB");
+    assert_eq!(h.catalog.cached_pods(), PODS_N);
+    assert_declared(&requests);
+    served.abort();
+}
+
+/// The agent's declared API access is what the deploy ClusterRole grants: no more, no less.
+#[test]
+fn declared_api_access_equals_the_deploy_cluster_role() {
+    let granted: BTreeSet<(String, String, String)> = deploy_rules()
+        .iter()
+        .flat_map(|r| {
+            r.api_groups.iter().flat_map(move |g| {
+                r.resources
+                    .iter()
+                    .flat_map(move |res| r.verbs.iter().map(move |v| (g.clone(), res.clone(), v.clone())))
+            })
+        })
+        .collect();
+    let declared: BTreeSet<(String, String, String)> = API_ACCESS
+        .iter()
+        .flat_map(|a| {
+            a.verbs.iter().map(move |v| (a.group.to_owned(), a.resource.to_owned(), (*v).to_owned()))
+        })
+        .collect();
+    assert_eq!(granted, declared);
+}
+
+/// A child process killed when the test ends, also when it fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// `plexus-agent run --catalog kube` as a process, as the DaemonSet runs it (with a
+/// kubeconfig instead of the in-cluster service account): ready once the default network
+/// exists and the caches are synced, metrics on its port, its CNI config left in place on
+/// SIGTERM.
+#[test]
+fn the_agent_process_runs_with_the_kubernetes_catalog() {
+    let server = server_with(true);
+    server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    server.apply(pod("ns1", "p", NODE, &[]));
+    server.apply(pod("ns1", "elsewhere", "node-2", &[]));
+    let dir = tempfile::tempdir().expect("tempdir");
+    for sub in ["default", "runtime", "state"] {
+        std::fs::create_dir_all(dir.path().join(sub)).expect("dirs");
+    }
+    let port =
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.path().join("agent.log")).expect("log");
+    let mut agent = KillOnDrop(
+        std::process::Command::new(plexus_tests::world::bin("plexus-agent"))
+            .args(["run", "--catalog", "kube", "--node-name", NODE, "--metrics-addr", &addr])
+            .arg("--kubeconfig")
+            .arg(server.kubeconfig())
+            .arg("--socket")
+            .arg(dir.path().join("plexus.sock"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--default-network-dir")
+            .arg(dir.path().join("default"))
+            .arg("--runtime-conf-dir")
+            .arg(dir.path().join("runtime"))
+            .env_remove("NODE_NAME")
+            .stderr(log)
+            .spawn()
+            .expect("starting plexus-agent"),
+    );
+    let agent_log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; agent log:\n{}", agent_log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for("the metrics endpoint", &|| {
+        http_get(&addr, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    });
+    let r = http_get(&addr, "/readyz").unwrap();
+    assert!(r.starts_with("HTTP/1.1 503") && r.contains("default network"), "{r}");
+    std::fs::write(
+        dir.path().join("default/10-default.conflist"),
+        r#"{"cniVersion":"1.0.0","name":"cluster","plugins":[{"type":"bridge"}]}"#,
+    )
+    .expect("default network");
+    wait_for("readiness", &|| http_get(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200")));
+    let metrics = http_get(&addr, "/metrics").unwrap();
+    assert!(metrics.contains(r#"plexus_catalog_cached_objects{kind="pods"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"plexus_catalog_cached_objects{kind="nads"} 1"#), "{metrics}");
+    let conf = dir.path().join("runtime/00-plexus.conflist");
+    wait_for("plexus's CNI config", &|| conf.exists());
+    let _ = std::process::Command::new("kill").args(["-TERM", &agent.0.id().to_string()]).status();
+    let status = agent.0.wait().expect("agent exit");
+    assert!(status.success(), "SIGTERM is a clean stop: {status}; log:\n{}", agent_log());
+    assert!(conf.exists(), "the CNI config stays after the agent stops");
+    assert_declared(&server.requests());
+}
+
+#[test]
+fn the_kubernetes_catalog_needs_a_node_name() {
+    let out = std::process::Command::new(plexus_tests::world::bin("plexus-agent"))
+        .args(["run", "--catalog", "kube", "--metrics-addr", "off", "--kubeconfig", "/nonexistent"])
+        .env_remove("NODE_NAME")
+        .output()
+        .expect("running plexus-agent");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--node-name"), "{stderr}");
+}
+
+/// The test API server's answers decode with kube's own types: this is what makes the
+/// tests above evidence about a real API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_api_server_speaks_the_kubernetes_wire_format() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, ListParams, Patch, PatchParams};
+    let server = TestApiServer::start();
+    server.apply(pod("ns1", "p", NODE, &[("a", "1")]));
+    let client = build_client(&ClientSource::Kubeconfig(server.kubeconfig())).await.expect("client");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ns1");
+
+    let p = pods.get("p").await.expect("get");
+    assert_eq!(p.spec.unwrap().node_name.as_deref(), Some(NODE));
+    let list = pods.list(&ListParams::default().fields("spec.nodeName=node-1")).await.expect("list");
+    assert_eq!(list.items.len(), 1);
+    assert!(list.metadata.resource_version.is_some());
+
+    // Strategic merge patch and merge patch of annotations: merged, null removes.
+    let smp = json!({"metadata": {"annotations": {"b": "2"}}});
+    let p = pods.patch("p", &PatchParams::default(), &Patch::Strategic(&smp)).await.expect("strategic patch");
+    assert_eq!(p.metadata.annotations.as_ref().unwrap().len(), 2);
+    let merge = json!({"metadata": {"annotations": {"a": null}}});
+    let p = pods.patch("p", &PatchParams::default(), &Patch::Merge(&merge)).await.expect("merge patch");
+    assert_eq!(p.metadata.annotations.unwrap().keys().collect::<Vec<_>>(), ["b"]);
+
+    // A stale resourceVersion precondition is a 409 Conflict Status.
+    let stale = json!({"metadata": {"resourceVersion": "1", "annotations": {"c": "3"}}});
+    match pods.patch("p", &PatchParams::default(), &Patch::Merge(&stale)).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (409, "Conflict")),
+        other => panic!("expected a 409: {other:?}"),
+    }
+    match pods.get("absent").await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (404, "NotFound")),
+        other => panic!("expected a 404: {other:?}"),
+    }
+    // A token the server does not accept: 401 Unauthorized.
+    server.accept_only_token("someone-else");
+    match pods.get("p").await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (401, "Unauthorized")),
+        other => panic!("expected a 401: {other:?}"),
+    }
+}
+
+/// Two ADDs of the same pod in a row (a sandbox recreated): the older status, still
+/// retrying, must never land after the newer one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_network_status_supersedes_an_older_one_still_retrying() {
+    let server = server_with(true);
+    server.apply(pod("ns1", "p", NODE, &[]));
+    let h = Harness::start(server, &["default"], None).await;
+    let p = h.catalog.pod("ns1", "p").await.unwrap().unwrap();
+    h.server.fail_next("patch", PODS, 409, 3);
+    h.catalog.publish_network_status(&p, r#"["older"]"#).await.unwrap();
+    h.catalog.publish_network_status(&p, r#"["newer"]"#).await.unwrap();
+    eventually("both publishes done", Duration::from_secs(10), || h.catalog.pending_status_patches() == 0)
+        .await;
+    assert_eq!(network_status(&h.server, "ns1", "p").unwrap(), json!(["newer"]));
+    let bodies: Vec<String> = h
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "patch" && r.status == 200)
+        .filter_map(|r| {
+            r.body.as_ref()?["metadata"]["annotations"][NETWORK_STATUS].as_str().map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(bodies, [r#"["newer"]"#], "the older status was never written");
+}
