@@ -92,6 +92,23 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Spawns, riding out ETXTBSY: while a plugin binary is being written (installed, upgraded),
+/// any process forked meanwhile holds it open for writing until it execs, and the kernel
+/// refuses to execute it for that instant.
+async fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let mut delay = Duration::from_millis(5);
+    for _ in 0..6 {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+    cmd.spawn()
+}
+
 /// Runs the plugin and returns its stdout JSON (None when it printed nothing, as DEL may).
 pub async fn run(
     dirs: &[PathBuf],
@@ -110,8 +127,8 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
+    let mut child = spawn(&mut cmd)
+        .await
         .map_err(|e| DelegateError::Spawn { path: path.display().to_string(), detail: e.to_string() })?;
     let stdin_bytes = serde_json::to_vec(exec.config).unwrap_or_default();
     if let Some(mut stdin) = child.stdin.take() {
