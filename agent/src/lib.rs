@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod cni;
+pub mod dataplane;
 pub mod delegate;
 pub mod engine;
 pub mod install;

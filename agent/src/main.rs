@@ -6,12 +6,16 @@ use clap::Parser;
 use plexus_agent::catalog::confdir;
 use plexus_agent::catalog::files::FileCatalog;
 use plexus_agent::catalog::Catalog;
+use plexus_agent::dataplane::portmap::{list as portmap_list_rows, plugin as portmap_plugin, Portmap};
+use plexus_agent::dataplane::DataplaneOptions;
 use plexus_agent::delegate::{Delegator, NativePlugins};
 use plexus_agent::engine::{Engine, EngineConfig};
 use plexus_agent::install::Installed;
 use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
-use plexus_agent::options::{AgentOptions, CatalogSource, Cli, CliCommand};
+use plexus_agent::options::{
+    AgentOptions, CatalogSource, Cli, CliCommand, PortmapCommand, PortmapListOptions,
+};
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
 use plexus_agent::state::StateStore;
@@ -29,6 +33,7 @@ fn main() -> anyhow::Result<()> {
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
     match cli.command {
         CliCommand::Run(opts) => runtime.block_on(run(*opts)),
+        CliCommand::Portmap(PortmapCommand::List(o)) => portmap_list(&o),
         CliCommand::InstallShim(o) => {
             match plexus_agent::install::install_shim(&o.from, &o.to, &o.name)? {
                 Installed::Written(path) => {
@@ -101,6 +106,12 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             if types.is_empty() { "none".into() } else { types.join(", ") }
         );
     }
+    // plexus's own plugin type: it has no binary to fall back to, so it is always native.
+    let portmap = Portmap::start(
+        &DataplaneOptions { pin_dir: opts.bpf_pin_dir.clone(), cgroup_root: opts.cgroup_root.clone() },
+        &opts.state_dir,
+    );
+    natives.register(portmap_plugin::TYPE, Arc::new(portmap_plugin::PortmapPlugin::new(portmap)));
     let engine = Arc::new(Engine::new(
         EngineConfig {
             default_network_dir: opts.default_network_dir.clone(),
@@ -129,4 +140,16 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         _ = term.recv() => { tracing::info!("SIGTERM: stopping (the CNI config stays: the shim answers try-again until restart)"); Ok(()) }
         _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted: stopping"); Ok(()) }
     }
+}
+
+/// `plexus-agent portmap list`.
+fn portmap_list(o: &PortmapListOptions) -> anyhow::Result<()> {
+    let rows = portmap_list_rows::mappings(&o.bpf_pin_dir, Some(&o.state_dir))
+        .with_context(|| format!("reading the port mappings pinned under {}", o.bpf_pin_dir.display()))?;
+    if o.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("{}", portmap_list_rows::render(&rows));
+    }
+    Ok(())
 }

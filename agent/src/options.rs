@@ -19,6 +19,31 @@ pub enum CliCommand {
     /// Install the `plexus` CNI binary into the node's CNI bin directory, atomically (a
     /// temporary file renamed over the old one): the DaemonSet's init container.
     InstallShim(InstallShimOptions),
+    /// Port mappings of the eBPF dataplane.
+    #[command(subcommand)]
+    Portmap(PortmapCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PortmapCommand {
+    /// The active mappings, from the pinned BPF maps, with the programs' packet and byte
+    /// counters (works while the agent is down: the maps are pinned).
+    List(PortmapListOptions),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PortmapListOptions {
+    /// The agent's --bpf-pin-dir.
+    #[arg(long, env = "PLEXUS_BPF_PIN_DIR", default_value = crate::dataplane::pin::DEFAULT_PIN_DIR)]
+    pub bpf_pin_dir: PathBuf,
+
+    /// The agent's --state-dir, to name the pod of each mapping.
+    #[arg(long, env = "PLEXUS_STATE_DIR", default_value = "/var/lib/plexus")]
+    pub state_dir: PathBuf,
+
+    /// JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -111,6 +136,17 @@ pub struct AgentOptions {
     /// --exec-plugin for every native type).
     #[arg(long)]
     pub no_native: bool,
+
+    /// bpffs directory where the eBPF dataplane pins its maps, programs and links, so mapped
+    /// traffic keeps flowing while the agent restarts. Mounted if bpffs is absent (then it lives
+    /// only as long as the agent's mount namespace).
+    #[arg(long, env = "PLEXUS_BPF_PIN_DIR", default_value = crate::dataplane::pin::DEFAULT_PIN_DIR)]
+    pub bpf_pin_dir: PathBuf,
+
+    /// cgroup v2 directory the node-local port mapping hooks attach to (the root, so every
+    /// process of the node's network namespace is covered).
+    #[arg(long, env = "PLEXUS_CGROUP_ROOT", default_value = "/sys/fs/cgroup")]
+    pub cgroup_root: PathBuf,
 
     /// Where NADs and pods come from: `files` (--nad-dir, --pod-dir) or `kube` (the API
     /// server, with --node-name and --kubeconfig or the in-cluster service account).

@@ -221,6 +221,8 @@ fn the_daemonset_runs_the_agent_with_its_mounts_probes_and_identity() {
     assert!(under(&m, "/etc/cni/net.d", &opts.default_network_dir));
     assert!(under(&m, "/etc/cni/net.d", opts.runtime_conf_dir.as_deref().expect("--runtime-conf-dir")));
     assert!(under(&m, "/opt/cni/bin", &opts.cni_bin_dirs[0]), "delegates come from the node's CNI bin dir");
+    assert!(under(&m, "/sys/fs/bpf", &opts.bpf_pin_dir), "BPF pins on the node's bpffs");
+    assert!(under(&m, "/sys/fs/cgroup", &opts.cgroup_root), "hooks on the node's cgroup root");
     let mounted =
         |v: &str| agent["volumeMounts"].as_array().unwrap().iter().find(|x| x["mountPath"] == v).cloned();
     assert_eq!(mounted("/sys/fs/bpf").unwrap()["mountPropagation"], "Bidirectional");

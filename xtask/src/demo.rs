@@ -20,6 +20,10 @@ struct Demo {
     base: PathBuf,
     agent: Option<Child>,
     namespaces: Vec<String>,
+    /// Servers running in pods.
+    children: Vec<Child>,
+    /// The bpffs the agent pins its eBPF objects on (unmounted last: that releases them).
+    bpffs: Option<PathBuf>,
 }
 
 impl Drop for Demo {
@@ -28,8 +32,15 @@ impl Drop for Demo {
             let _ = a.kill();
             let _ = a.wait();
         }
+        for mut c in self.children.drain(..) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         for ns in self.namespaces.drain(..).rev() {
             let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        }
+        if let Some(bpffs) = self.bpffs.take() {
+            let _ = Command::new("umount").arg("-l").arg(&bpffs).status();
         }
         let _ = std::fs::remove_dir_all(&self.base);
     }
@@ -41,7 +52,13 @@ pub fn run() -> anyhow::Result<()> {
     }
     let examples = root().join("deploy/examples");
     let bin = root().join("target/debug");
-    let mut demo = Demo { base: PathBuf::from(BASE), agent: None, namespaces: Vec::new() };
+    let mut demo = Demo {
+        base: PathBuf::from(BASE),
+        agent: None,
+        namespaces: Vec::new(),
+        children: Vec::new(),
+        bpffs: None,
+    };
     clean_previous_run();
     for sub in ["default", "nads", "pods", "state", "runtime"] {
         std::fs::create_dir_all(demo.base.join(sub)).with_context(|| format!("creating {BASE}/{sub}"))?;
@@ -50,6 +67,12 @@ pub fn run() -> anyhow::Result<()> {
     copy_dir(&examples.join("networks"), &demo.base.join("nads"))?;
     copy_dir(&examples.join("pods"), &demo.base.join("pods"))?;
 
+    // The agent runs under `ip netns exec`, which hides /sys/fs/bpf: its eBPF objects are
+    // pinned on a bpffs of the demo's own.
+    let bpffs = demo.base.join("bpffs");
+    std::fs::create_dir_all(&bpffs).context("creating the demo's bpffs directory")?;
+    output(Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&bpffs))?;
+    demo.bpffs = Some(bpffs);
     step("node", "a network namespace stands in for the node; the agent runs in it");
     add_netns(&mut demo, NODE)?;
     start_agent(&mut demo, &bin)?;
@@ -105,6 +128,8 @@ pub fn run() -> anyhow::Result<()> {
         }
     }
 
+    port_mapping(&mut demo, &bin)?;
+
     step("DEL", "teardown in reverse order; nothing stays behind");
     for pod in PODS {
         shim(&bin, &demo.base, "DEL", pod, &format!("pxdemo-{pod}"))?;
@@ -121,6 +146,8 @@ pub fn run() -> anyhow::Result<()> {
     }
     let records = std::fs::read_dir(demo.base.join("state/attachments")).map(|d| d.count()).unwrap_or(0);
     println!("  attachment records left: {records}");
+    let mappings = portmap_list(&bin, &demo.base)?;
+    println!("  port mappings left: {}", if mappings.lines().count() <= 1 { "none" } else { &mappings });
     println!("\ndemo complete; everything it created is being removed");
     Ok(())
 }
@@ -162,6 +189,7 @@ fn start_agent(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         .args(["--runtime-conf-dir", &format!("{BASE}/runtime")])
         .args(["--nad-dir", &format!("{BASE}/nads")])
         .args(["--pod-dir", &format!("{BASE}/pods")])
+        .args(["--bpf-pin-dir", &format!("{BASE}/bpffs")])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -214,4 +242,98 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
             .with_context(|| format!("copying {}", entry.path().display()))?;
     }
     Ok(())
+}
+
+/// A TCP server on port 80 of pod-a: one line per connection, naming the client it sees.
+const SERVER: &str = r#"
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 80))
+s.listen(8)
+print("ready", flush=True)
+while True:
+    c, peer = s.accept()
+    c.sendall(("hello from pod-a port 80, you are %s:%d\n" % peer).encode())
+    c.close()
+"#;
+
+/// A TCP client: prints the server's line.
+const CLIENT: &str = r#"
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+print(s.recv(200).decode().strip())
+"#;
+
+/// pod-a asked for `hostPort 8080 → containerPort 80` on the `web` network, whose configlist
+/// chains `plexus-portmap`: a client on that network reaches pod-a at the node's address there.
+fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
+    step(
+        "port mapping",
+        "pod-a maps hostPort 8080 to its port 80 on the web network: eBPF programs on the node translate, no iptables",
+    );
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", "pxdemo-pod-a", "python3", "-c", SERVER])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting a server in pod-a")?;
+    let stdout = server.stdout.take().context("server stdout")?;
+    demo.children.push(server);
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready)?;
+
+    // A client namespace on the web network: a veth whose node end joins the network's bridge.
+    // Checksum offload off, so the translated packets' checksums are really checked.
+    let client = "pxdemo-client";
+    add_netns(demo, client)?;
+    output(
+        Command::new("ip")
+            .args(["-n", NODE, "link", "add", "plx-webcl", "type", "veth", "peer", "name", "eth0"])
+            .args(["netns", client]),
+    )?;
+    output(Command::new("ip").args(["-n", NODE, "link", "set", "plx-webcl", "master", "plx-web", "up"]))?;
+    output(Command::new("ip").args(["-n", client, "addr", "add", "10.30.0.200/24", "dev", "eth0"]))?;
+    output(Command::new("ip").args(["-n", client, "link", "set", "eth0", "up"]))?;
+    let _ = Command::new("ip").args(["netns", "exec", client, "ethtool", "-K", "eth0", "tx", "off"]).output();
+
+    let reply = output(Command::new("ip").args([
+        "netns",
+        "exec",
+        client,
+        "python3",
+        "-c",
+        CLIENT,
+        "10.30.0.1",
+        "8080",
+    ]))
+    .context("the client could not reach 10.30.0.1:8080")?;
+    println!("  client 10.30.0.200 -> node 10.30.0.1:8080: {}", reply.trim());
+    let reply = output(Command::new("ip").args([
+        "netns",
+        "exec",
+        NODE,
+        "python3",
+        "-c",
+        CLIENT,
+        "10.30.0.1",
+        "8080",
+    ]))
+    .context("the node could not reach 10.30.0.1:8080")?;
+    println!("  the node itself -> 10.30.0.1:8080:       {}", reply.trim());
+    println!("  plexus-agent portmap list (the pinned BPF maps, with the programs' counters):");
+    for line in portmap_list(bin, &demo.base)?.lines() {
+        println!("    {line}");
+    }
+    Ok(())
+}
+
+fn portmap_list(bin: &Path, base: &Path) -> anyhow::Result<String> {
+    output(
+        Command::new(bin.join("plexus-agent"))
+            .args(["portmap", "list", "--bpf-pin-dir"])
+            .arg(base.join("bpffs"))
+            .arg("--state-dir")
+            .arg(base.join("state")),
+    )
 }

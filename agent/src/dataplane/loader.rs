@@ -1,0 +1,349 @@
+//! Loading the embedded BPF object and attaching its programs, so that attachments survive the
+//! agent: maps reuse their pins, and every attachment is a pinned BPF link.
+//!
+//! A restarted agent loads the object again. Its maps are the pinned ones (entries intact); its
+//! programs are new kernel objects, but the links pinned by the previous run keep running the
+//! old ones. When an old program has the same tag (the same instructions) as the new one, its
+//! link is left alone: a restart changes nothing in the packet path. When it differs (an
+//! upgrade), the new program is attached next to it first and the old link is replaced by the
+//! new one in the pin directory (rename over it), so there is no moment without a program.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use aya::maps::ProgramArray;
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::TcAttachOptions;
+use aya::programs::{CgroupAttachMode, CgroupSockAddr, LinkOrder, Program, SchedClassifier, TcAttachType};
+use aya::{Ebpf, EbpfLoader};
+use plexus_ebpf_common::{MAPS, MAP_TAIL, TAIL_SCTP};
+
+use super::pin::PinDir;
+
+/// The BPF object built from `ebpf/programs` by build.rs.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-ebpf.o"));
+
+/// TC program run on an interface's receive path.
+pub const TC_INGRESS: &str = "pm_tc_in";
+/// TC program run on an interface's transmit path.
+pub const TC_EGRESS: &str = "pm_tc_out";
+/// SCTP checksum fixup, tail-called by the two above.
+pub const TC_SCTP: &str = "pm_sctp";
+/// The cgroup sock_addr programs (the attach type is in each program's section).
+pub const SOCK_PROGRAMS: [&str; 8] = [
+    "pm_connect4",
+    "pm_connect6",
+    "pm_sendmsg4",
+    "pm_sendmsg6",
+    "pm_recvmsg4",
+    "pm_recvmsg6",
+    "pm_peername4",
+    "pm_peername6",
+];
+
+/// Which path of an interface a TC program runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hook {
+    Ingress,
+    Egress,
+}
+
+impl Hook {
+    fn program(self) -> &'static str {
+        match self {
+            Hook::Ingress => TC_INGRESS,
+            Hook::Egress => TC_EGRESS,
+        }
+    }
+
+    fn attach_type(self) -> TcAttachType {
+        match self {
+            Hook::Ingress => TcAttachType::Ingress,
+            Hook::Egress => TcAttachType::Egress,
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Hook::Ingress => "in",
+            Hook::Egress => "out",
+        }
+    }
+}
+
+/// The pin name of the TC link of (interface index, hook).
+pub fn tc_link_name(ifindex: u32, hook: Hook) -> String {
+    format!("tc_{ifindex}_{}", hook.suffix())
+}
+
+/// The (interface index, hook) a TC link pin name stands for.
+pub fn parse_tc_link_name(name: &str) -> Option<(u32, Hook)> {
+    let rest = name.strip_prefix("tc_")?;
+    let (index, hook) = rest.split_once('_')?;
+    let hook = match hook {
+        "in" => Hook::Ingress,
+        "out" => Hook::Egress,
+        _ => return None,
+    };
+    Some((index.parse().ok()?, hook))
+}
+
+fn sock_link_name(program: &str) -> String {
+    format!("cg_{program}")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("loading the BPF object: {0}")]
+    Object(String),
+    #[error("the BPF object has no program or map {0} (an agent built from mismatched sources)")]
+    MissingProgram(&'static str),
+    #[error("BPF program {name}: {cause}")]
+    Program { name: String, cause: String },
+    #[error("BPF link {path}: {cause}")]
+    Link { path: PathBuf, cause: String },
+    #[error("pinning {path}: {cause}")]
+    Pin { path: PathBuf, cause: String },
+    #[error("{action} {path}: {source}")]
+    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("attaching requires a pin directory (the link would die with the agent)")]
+    NotPinned,
+    #[error("BPF map {name}: {cause}")]
+    Map { name: &'static str, cause: String },
+}
+
+/// An error with its causes: aya's syscall errors keep the errno in their source.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn program_error(name: &str) -> impl FnOnce(aya::programs::ProgramError) -> LoadError + '_ {
+    move |e| LoadError::Program { name: name.to_owned(), cause: chain(&e) }
+}
+
+fn link_error(path: &Path) -> impl Fn(aya::programs::links::LinkError) -> LoadError + '_ {
+    move |e| LoadError::Link { path: path.to_owned(), cause: chain(&e) }
+}
+
+/// The loaded object: its maps (pinned ones when there is a pin directory) and programs.
+pub struct Loaded {
+    ebpf: Ebpf,
+    pins: Option<PinDir>,
+    /// Tags of our programs, by name.
+    tags: HashMap<&'static str, u64>,
+    /// (name, program id) known to run that program's code: ours, and an earlier run's
+    /// identical programs.
+    equivalent: BTreeSet<(&'static str, u32)>,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded").field("pins", &self.pins).finish_non_exhaustive()
+    }
+}
+
+impl Loaded {
+    /// Loads the embedded object. With `pins`, maps are created at (or reused from) their pin
+    /// paths and programs are pinned too; without, everything lives as long as the `Loaded`
+    /// (tests).
+    pub fn load(pins: Option<PinDir>) -> Result<Loaded, LoadError> {
+        let mut loader = EbpfLoader::new();
+        // The programs need no CO-RE relocations: skip parsing the kernel's BTF.
+        loader.btf(None);
+        let paths: Vec<(&'static str, PathBuf)> =
+            pins.iter().flat_map(|p| MAPS.iter().map(move |m| (*m, p.map(m)))).collect();
+        for (name, path) in &paths {
+            loader.map_pin_path(name, path.as_path());
+        }
+        let mut ebpf = loader.load(OBJECT).map_err(|e| LoadError::Object(chain(&e)))?;
+
+        let mut tags = HashMap::new();
+        let mut own = BTreeSet::new();
+        for name in [TC_INGRESS, TC_EGRESS, TC_SCTP].into_iter().chain(SOCK_PROGRAMS) {
+            let program = ebpf.program_mut(name).ok_or(LoadError::MissingProgram(name))?;
+            let info = match program {
+                Program::SchedClassifier(p) => {
+                    p.load().map_err(program_error(name))?;
+                    p.info()
+                }
+                Program::CgroupSockAddr(p) => {
+                    p.load().map_err(program_error(name))?;
+                    p.info()
+                }
+                _ => return Err(LoadError::MissingProgram(name)),
+            }
+            .map_err(program_error(name))?;
+            tags.insert(name, info.tag());
+            own.insert((name, info.id()));
+            if let Some(pins) = &pins {
+                let path = pins.prog(name);
+                remove_pin(&path)?;
+                program.pin(&path).map_err(|e| LoadError::Pin { cause: chain(&e), path })?;
+            }
+        }
+        install_tail_calls(&mut ebpf)?;
+        Ok(Loaded { ebpf, pins, tags, equivalent: own })
+    }
+
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
+    pub fn pins(&self) -> Option<&PinDir> {
+        self.pins.as_ref()
+    }
+
+    fn pins_or_err(&self) -> Result<PinDir, LoadError> {
+        self.pins.clone().ok_or(LoadError::NotPinned)
+    }
+
+    /// Makes sure the TC program of `hook` runs on the interface (idempotent, cheap when it
+    /// already does).
+    pub fn attach_tc(&mut self, ifindex: u32, ifname: &str, hook: Hook) -> Result<(), LoadError> {
+        let path = self.pins_or_err()?.link(&tc_link_name(ifindex, hook));
+        let name = hook.program();
+        if self.pinned_link_is_current(&path, name)? {
+            return Ok(());
+        }
+        let program: &mut SchedClassifier = self.typed(name)?;
+        let id = program
+            .attach_with_options(ifname, hook.attach_type(), TcAttachOptions::TcxOrder(LinkOrder::default()))
+            .map_err(program_error(name))?;
+        let link = program.take_link(id).map_err(program_error(name))?;
+        let link: FdLink = link.try_into().map_err(link_error(&path))?;
+        pin_over(link, &path)
+    }
+
+    /// Removes the TC link of (interface, hook), if pinned: the program stops running there.
+    pub fn detach_tc(&self, ifindex: u32, hook: Hook) -> Result<(), LoadError> {
+        remove_pin(&self.pins_or_err()?.link(&tc_link_name(ifindex, hook)))
+    }
+
+    /// The (interface index, hook) of every pinned TC link.
+    pub fn tc_links(&self) -> Result<Vec<(u32, Hook)>, LoadError> {
+        let pins = self.pins_or_err()?;
+        let names = pins.link_names().map_err(|e| LoadError::Io {
+            action: "listing",
+            path: pins.links(),
+            source: std::io::Error::other(e),
+        })?;
+        Ok(names.iter().filter_map(|n| parse_tc_link_name(n)).collect())
+    }
+
+    /// Makes sure every socket hook runs on the cgroup (the root one: the hooks filter by
+    /// network namespace themselves).
+    pub fn attach_sockets(&mut self, cgroup: &OwnedFd) -> Result<(), LoadError> {
+        let pins = self.pins_or_err()?;
+        for name in SOCK_PROGRAMS {
+            let path = pins.link(&sock_link_name(name));
+            if self.pinned_link_is_current(&path, name)? {
+                continue;
+            }
+            let program: &mut CgroupSockAddr = self.typed(name)?;
+            // A BPF link (kernel 5.7+), which always coexists with other programs on the cgroup
+            // (other agents' in tests, other tools); link_create refuses the attach flags, so
+            // the mode must be the flag-less Single.
+            let id = program.attach(cgroup, CgroupAttachMode::Single).map_err(program_error(name))?;
+            let link = program.take_link(id).map_err(program_error(name))?;
+            let link: FdLink = link.try_into().map_err(link_error(&path))?;
+            pin_over(link, &path)?;
+        }
+        Ok(())
+    }
+
+    fn typed<'a, T>(&'a mut self, name: &'static str) -> Result<&'a mut T, LoadError>
+    where
+        &'a mut T: TryFrom<&'a mut Program>,
+    {
+        let program = self.ebpf.program_mut(name).ok_or(LoadError::MissingProgram(name))?;
+        program.try_into().map_err(|_| LoadError::MissingProgram(name))
+    }
+
+    /// True when a link is pinned at `path` and runs our program `name`, or an identical one.
+    fn pinned_link_is_current(&mut self, path: &Path, name: &'static str) -> Result<bool, LoadError> {
+        if !path.exists() {
+            return Ok(false);
+        }
+        let link: FdLink = PinnedLink::from_pin(path).map_err(link_error(path))?.into();
+        let program_id = link.info().map_err(link_error(path))?.program_id();
+        if self.equivalent.contains(&(name, program_id)) {
+            return Ok(true);
+        }
+        let Some(tag) = self.tags.get(name).copied() else { return Ok(false) };
+        let same = aya::programs::loaded_programs()
+            .filter_map(Result::ok)
+            .find(|p| p.id() == program_id)
+            .is_some_and(|p| p.tag() == tag && p.name_as_str() == Some(name));
+        if same {
+            self.equivalent.insert((name, program_id));
+        }
+        Ok(same)
+    }
+}
+
+/// Puts the SCTP fixup program into the (pinned, shared) program array. Programs of an earlier
+/// run still attached tail-call the new one from now on: the control-buffer protocol between
+/// them is part of the object's ABI, like the map layouts.
+fn install_tail_calls(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    let fd = match ebpf.program(TC_SCTP) {
+        Some(Program::SchedClassifier(p)) => p.fd().map_err(program_error(TC_SCTP))?.try_clone(),
+        _ => return Err(LoadError::MissingProgram(TC_SCTP)),
+    }
+    .map_err(|source| LoadError::Io { action: "duplicating the fd of", path: TC_SCTP.into(), source })?;
+    let map = ebpf.map_mut(MAP_TAIL).ok_or(LoadError::MissingProgram(MAP_TAIL))?;
+    let mut tail: ProgramArray<&mut aya::maps::MapData> =
+        ProgramArray::try_from(map).map_err(|e| LoadError::Map { name: MAP_TAIL, cause: chain(&e) })?;
+    tail.set(TAIL_SCTP, &fd, 0).map_err(|e| LoadError::Map { name: MAP_TAIL, cause: chain(&e) })
+}
+
+/// Pins `link` at `path`, replacing whatever is pinned there in one step: the new link is
+/// pinned next to it and renamed over it, so the old one is released only once the new one
+/// runs.
+fn pin_over(link: FdLink, path: &Path) -> Result<(), LoadError> {
+    // bpffs refuses names with a dot.
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("link");
+    let tmp = path.with_file_name(format!("{name}_new"));
+    remove_pin(&tmp)?;
+    link.pin(&tmp).map_err(|e| LoadError::Pin { path: tmp.clone(), cause: chain(&e) })?;
+    std::fs::rename(&tmp, path).map_err(|source| LoadError::Io {
+        action: "renaming a pin to",
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn remove_pin(path: &Path) -> Result<(), LoadError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(LoadError::Io { action: "removing", path: path.to_owned(), source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tc_link_names_round_trip() {
+        for hook in [Hook::Ingress, Hook::Egress] {
+            assert_eq!(parse_tc_link_name(&tc_link_name(42, hook)), Some((42, hook)));
+        }
+        assert_eq!(parse_tc_link_name("cg_pm_connect4"), None);
+        assert_eq!(parse_tc_link_name("tc_x_in"), None);
+        assert_eq!(parse_tc_link_name("tc_3_in_new"), None);
+    }
+}

@@ -1,0 +1,193 @@
+//! Where the dataplane's BPF objects live: a directory on bpffs, and the filesystems the loader
+//! needs (bpffs for pins, cgroup2 for the socket hooks) made available even when the agent's
+//! mount namespace hides them.
+//!
+//! Pins are what make the dataplane outlive the agent: maps keep their entries and TCX/cgroup
+//! links keep the programs attached while the agent restarts or is upgraded. So the pin
+//! directory must be on a bpffs that outlives the agent too: `/sys/fs/bpf` of the host. `ip
+//! netns exec` (and some container runtimes) give the agent a fresh /sys without it; the agent
+//! then mounts bpffs itself, which works but only lives as long as that mount namespace, which
+//! the log says. Tests pass `--bpf-pin-dir` on a bpffs they mounted themselves.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sys::statfs::{statfs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC};
+
+/// The default pin directory.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/plexus";
+/// The standard bpffs mount point.
+const BPFFS: &str = "/sys/fs/bpf";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    #[error("{action} {path}: {source}")]
+    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("mounting {fs} on {path}: {source}")]
+    Mount { fs: &'static str, path: PathBuf, source: nix::Error },
+    #[error("{path} is not on bpffs and bpffs cannot be mounted there: {reason}")]
+    NotBpffs { path: PathBuf, reason: String },
+    #[error("reading the network namespace cookie (SO_NETNS_COOKIE, Linux 5.14+): {0}")]
+    NetnsCookie(std::io::Error),
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> PinError {
+    let path = path.to_owned();
+    move |source| PinError::Io { action, path, source }
+}
+
+/// The layout of the pin directory.
+#[derive(Debug, Clone)]
+pub struct PinDir {
+    root: PathBuf,
+}
+
+impl PinDir {
+    /// Makes sure `root` is a directory on bpffs (mounting bpffs if needed) with its
+    /// subdirectories.
+    pub fn prepare(root: &Path) -> Result<PinDir, PinError> {
+        ensure_bpffs(root)?;
+        let dir = PinDir { root: root.to_owned() };
+        for sub in [dir.maps(), dir.progs(), dir.links()] {
+            std::fs::create_dir_all(&sub).map_err(io("creating", &sub))?;
+        }
+        Ok(dir)
+    }
+
+    /// An existing pin directory, for readers (`plexus-agent portmap list`): nothing is created.
+    pub fn open(root: &Path) -> PinDir {
+        PinDir { root: root.to_owned() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn maps(&self) -> PathBuf {
+        self.root.join("maps")
+    }
+
+    pub fn map(&self, name: &str) -> PathBuf {
+        self.maps().join(name)
+    }
+
+    pub fn progs(&self) -> PathBuf {
+        self.root.join("progs")
+    }
+
+    pub fn prog(&self, name: &str) -> PathBuf {
+        self.progs().join(name)
+    }
+
+    pub fn links(&self) -> PathBuf {
+        self.root.join("links")
+    }
+
+    pub fn link(&self, name: &str) -> PathBuf {
+        self.links().join(name)
+    }
+
+    /// Names of the pinned links.
+    pub fn link_names(&self) -> Result<Vec<String>, PinError> {
+        let dir = self.links();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("reading", &dir)(e)),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+}
+
+fn on_fs(path: &Path, magic: nix::sys::statfs::FsType) -> bool {
+    statfs(path).is_ok_and(|s| s.filesystem_type() == magic)
+}
+
+fn ensure_bpffs(root: &Path) -> Result<(), PinError> {
+    if on_fs(root, BPF_FS_MAGIC) {
+        return Ok(());
+    }
+    // The deepest existing ancestor decides: inside a bpffs, directories are just created.
+    let existing = root.ancestors().find(|a| a.exists()).unwrap_or(Path::new("/"));
+    if existing != root && on_fs(existing, BPF_FS_MAGIC) {
+        return std::fs::create_dir_all(root).map_err(io("creating", root));
+    }
+    // Under /sys/fs/bpf, mount the standard bpffs (sysfs refuses new directories).
+    let standard = Path::new(BPFFS);
+    let target = if root.starts_with(standard) && standard.is_dir() { standard } else { root };
+    if target == root {
+        std::fs::create_dir_all(root).map_err(io("creating", root))?;
+    }
+    tracing::warn!(
+        "{} is not on bpffs: mounting bpffs on {}. If this mount namespace is private to the agent (ip \
+         netns exec, a container without the host's /sys/fs/bpf), the pins live only as long as it does; \
+         mount the host's bpffs there to keep mappings across agent restarts",
+        root.display(),
+        target.display()
+    );
+    mount(Some("bpf"), target, Some("bpf"), MsFlags::empty(), None::<&str>)
+        .map_err(|source| PinError::Mount { fs: "bpffs", path: target.to_owned(), source })?;
+    if target != root {
+        std::fs::create_dir_all(root).map_err(io("creating", root))?;
+    }
+    if !on_fs(root, BPF_FS_MAGIC) {
+        return Err(PinError::NotBpffs {
+            path: root.to_owned(),
+            reason: "still not bpffs after mounting".into(),
+        });
+    }
+    Ok(())
+}
+
+/// An open directory of the root cgroup (cgroup v2), where the socket hooks attach. When
+/// `path` is not a cgroup2 mount (hidden by the agent's mount namespace), cgroup2 is mounted on
+/// a private directory just long enough to open its root: the descriptor keeps working after
+/// the mount is gone.
+pub fn open_cgroup_root(path: &Path) -> Result<OwnedFd, PinError> {
+    if on_fs(path, CGROUP2_SUPER_MAGIC) {
+        return open_dir(path);
+    }
+    let tmp = std::env::temp_dir().join(format!("plexus-cgroup2-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(io("creating", &tmp))?;
+    let mounted = mount(Some("cgroup2"), &tmp, Some("cgroup2"), MsFlags::empty(), None::<&str>)
+        .map_err(|source| PinError::Mount { fs: "cgroup2", path: tmp.clone(), source });
+    let fd = mounted.and_then(|()| {
+        let fd = open_dir(&tmp);
+        let _ = umount2(&tmp, MntFlags::MNT_DETACH);
+        fd
+    });
+    let _ = std::fs::remove_dir(&tmp);
+    fd
+}
+
+fn open_dir(path: &Path) -> Result<OwnedFd, PinError> {
+    std::fs::File::open(path).map(OwnedFd::from).map_err(io("opening", path))
+}
+
+/// The cookie of the agent's network namespace, which the socket hooks compare with their
+/// socket's to act on the agent's namespace only.
+pub fn netns_cookie() -> Result<u64, PinError> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").map_err(PinError::NetnsCookie)?;
+    let mut cookie: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cookie`, which outlives the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NETNS_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(PinError::NetnsCookie(std::io::Error::last_os_error()));
+    }
+    Ok(cookie)
+}

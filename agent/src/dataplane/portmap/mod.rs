@@ -1,0 +1,363 @@
+//! Port mappings (NPWG 4.1.2.1.7) of secondary attachments, in eBPF instead of iptables.
+//!
+//! Traffic to hostIP:hostPort, where the host IP is the node's address on the attachment's
+//! network, is translated to podIP:containerPort on the pod's interface of that network, and
+//! the pod's replies back, by the programs of `ebpf/programs` (TC on the host-side interfaces,
+//! see [`topology`]; cgroup socket hooks for the node's own clients). An ADD is a netlink dump,
+//! a few map updates and at most one TCX attachment: no exec, no iptables, no conntrack.
+//!
+//! - [`config`]: the plugin's config and `runtimeConfig.portMappings`;
+//! - [`topology`] and [`netdev`]: which node interfaces are involved;
+//! - [`entries`]: mappings to map entries (pure);
+//! - [`table`]: the BPF maps; [`store`]: durable records;
+//! - [`plugin`]: the `plexus-portmap` CNI plugin type; [`list`]: `plexus-agent portmap list`.
+//!
+//! Other native plugins (macvlan) can offer the `portMappings` capability themselves by
+//! calling [`Portmap::add`]/[`Portmap::del`] with a [`store::Record`] built the same way
+//! [`plugin`] builds it (see `plugin::plan_record`).
+
+pub mod config;
+pub mod entries;
+pub mod list;
+pub mod netdev;
+pub mod plugin;
+pub mod store;
+pub mod table;
+pub mod topology;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::{Dataplane, DataplaneError, DataplaneOptions};
+use entries::{endpoint_text, Entry};
+use store::{Record, Store, StoreError};
+use table::TableError;
+use topology::AttachPoint;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PortmapError {
+    #[error("the eBPF dataplane is not available, so port mappings cannot be installed: {0}")]
+    Unavailable(String),
+    #[error("{what} is already mapped for {owner}; choose another host port")]
+    Conflict { what: String, owner: String },
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    Topology(#[from] topology::TopologyError),
+    #[error(transparent)]
+    Plan(#[from] entries::PlanError),
+    #[error(transparent)]
+    Netdev(#[from] netdev::NetdevError),
+    #[error(transparent)]
+    Table(#[from] TableError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Dataplane(#[from] DataplaneError),
+    #[error("port mappings of {attachment} are not in place: {what}")]
+    Check { attachment: String, what: String },
+}
+
+impl PortmapError {
+    /// Errors the user fixes in the config or the pod's request (CNI code 7); the rest are the
+    /// node's (999, "internal").
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            PortmapError::Conflict { .. }
+                | PortmapError::Config(_)
+                | PortmapError::Topology(_)
+                | PortmapError::Plan(_)
+        )
+    }
+}
+
+type Key = (String, String);
+
+struct Inner {
+    /// False until the background load is done.
+    ready: bool,
+    dataplane: Result<Dataplane, String>,
+    /// Every attachment's record, by (container ID, interface).
+    records: BTreeMap<Key, Record>,
+}
+
+/// The port mapping service of the agent: the dataplane, the records and the rules between
+/// attachments (conflicts, shared hooks). One mutex: every operation is a handful of syscalls.
+pub struct Portmap {
+    store: Store,
+    inner: Mutex<Inner>,
+    /// Signalled when `inner` is ready.
+    loaded: Condvar,
+}
+
+/// How long an operation waits for the dataplane to load before failing with "unavailable".
+const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl std::fmt::Debug for Portmap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Portmap").field("store", &self.store).finish_non_exhaustive()
+    }
+}
+
+/// What a start found and fixed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StartReport {
+    pub records: usize,
+    pub removed_entries: usize,
+    pub restored_entries: usize,
+    pub detached_hooks: usize,
+}
+
+impl Portmap {
+    /// Loads the dataplane and reconciles it with the records of `state_dir`, in the
+    /// background so the agent serves CNI requests at once (loading and verifying the programs
+    /// takes a few hundred milliseconds); port mapping operations wait for it. Reconciling:
+    /// entries of attachments that no longer exist go, missing ones come back, hooks nobody
+    /// needs are detached and needed ones attached. Never fails: without a dataplane the agent
+    /// still serves everything else, and ADDs asking for port mappings fail saying why.
+    pub fn start(opts: &DataplaneOptions, state_dir: &std::path::Path) -> Arc<Portmap> {
+        let portmap = Arc::new(Portmap {
+            store: Store::new(state_dir),
+            inner: Mutex::new(Inner {
+                ready: false,
+                dataplane: Err("the dataplane is still loading".into()),
+                records: BTreeMap::new(),
+            }),
+            loaded: Condvar::new(),
+        });
+        let (pm, opts) = (portmap.clone(), opts.clone());
+        tokio::spawn(async move {
+            let interfaces = netdev::snapshot().await.map(|(node, _)| node);
+            let existing: Option<BTreeSet<(u32, String)>> =
+                interfaces.ok().map(|node| node.into_iter().map(|i| (i.index, i.name)).collect());
+            let loader = pm.clone();
+            let loading = tokio::task::spawn_blocking(move || loader.load(&opts, existing.as_ref())).await;
+            if let Err(e) = loading {
+                tracing::warn!("port mappings: the loading task failed: {e}");
+                pm.finish(Err(format!("the loading task failed: {e}")), BTreeMap::new());
+            }
+        });
+        portmap
+    }
+
+    /// The background part of [`Portmap::start`].
+    fn load(&self, opts: &DataplaneOptions, existing: Option<&BTreeSet<(u32, String)>>) {
+        let records = match self.store.load_all() {
+            Ok(r) => r.into_iter().map(|r| ((r.container_id.clone(), r.ifname.clone()), r)).collect(),
+            Err(e) => {
+                tracing::warn!("port mappings: {e}");
+                return self.finish(Err(e.to_string()), BTreeMap::new());
+            }
+        };
+        let dataplane = Dataplane::start(opts).map_err(|e| e.to_string());
+        if let Err(e) = &dataplane {
+            tracing::warn!("the eBPF dataplane is not available, so port mappings cannot be installed: {e}");
+        }
+        // Reconciled before anyone else sees the state: an ADD arriving meanwhile waits, so its
+        // hooks are never mistaken for stale ones.
+        let mut inner = Inner { ready: true, dataplane, records };
+        match reconcile(&mut inner, existing) {
+            Ok(r) => tracing::info!(
+                records = r.records,
+                removed = r.removed_entries,
+                restored = r.restored_entries,
+                detached = r.detached_hooks,
+                "port mappings reconciled with the state"
+            ),
+            Err(e) => tracing::warn!("port mappings: {e}"),
+        }
+        self.finish(inner.dataplane, inner.records);
+    }
+
+    /// Publishes the loaded dataplane and wakes the operations waiting for it.
+    fn finish(&self, dataplane: Result<Dataplane, String>, records: BTreeMap<Key, Record>) {
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *inner = Inner { ready: true, dataplane, records };
+        self.loaded.notify_all();
+    }
+
+    /// The state, once loaded. A panic while holding the lock leaves maps and records as
+    /// consistent as any crash, so a poisoned lock is taken over.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        let guard = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match self.loaded.wait_timeout_while(guard, LOAD_TIMEOUT, |i| !i.ready) {
+            Ok((guard, _)) => guard,
+            Err(poisoned) => poisoned.into_inner().0,
+        }
+    }
+
+    /// Installs an attachment's mappings (replacing its previous ones, if any).
+    pub fn add(&self, record: Record) -> Result<(), PortmapError> {
+        let mut inner = self.lock();
+        let key: Key = (record.container_id.clone(), record.ifname.clone());
+        let Inner { dataplane, records, .. } = &mut *inner;
+        let dp = dataplane.as_mut().map_err(|e| PortmapError::Unavailable(e.clone()))?;
+        if let Some(conflict) = conflict(records, &key, &record) {
+            return Err(conflict);
+        }
+        if let Some(previous) = records.remove(&key) {
+            remove_entries(dp, &previous)?;
+        }
+        self.store.save(&record)?;
+        let installed = (|| -> Result<(), PortmapError> {
+            for p in &record.hooks {
+                dp.loaded.attach_tc(p.ifindex, &p.ifname, p.hook).map_err(DataplaneError::from)?;
+            }
+            for e in &record.entries {
+                dp.tables.install(e)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = installed {
+            let _ = remove_entries(dp, &record);
+            let _ = self.store.remove(&record.container_id, &record.ifname);
+            detach_unused(dp, &record, records);
+            return Err(e);
+        }
+        records.insert(key, record);
+        Ok(())
+    }
+
+    /// Removes every entry of an attachment; nothing recorded is fine (DEL is idempotent).
+    pub fn del(&self, container_id: &str, ifname: &str) -> Result<(), PortmapError> {
+        let mut inner = self.lock();
+        let Inner { dataplane, records, .. } = &mut *inner;
+        let key: Key = (container_id.to_owned(), ifname.to_owned());
+        let Some(record) = records.get(&key).cloned() else { return Ok(()) };
+        let dp = dataplane.as_mut().map_err(|e| PortmapError::Unavailable(e.clone()))?;
+        remove_entries(dp, &record)?;
+        self.store.remove(container_id, ifname)?;
+        records.remove(&key);
+        detach_unused(dp, &record, records);
+        tracing::info!(container = %container_id, ifname = %ifname, "port mappings removed");
+        Ok(())
+    }
+
+    /// Verifies that the attachment's mappings are installed and its hooks attached.
+    pub fn check(&self, container_id: &str, ifname: &str, expect_some: bool) -> Result<(), PortmapError> {
+        let inner = self.lock();
+        let attachment = format!("container {container_id} interface {ifname}");
+        let fail = |what: String| PortmapError::Check { attachment: attachment.clone(), what };
+        let Some(record) = inner.records.get(&(container_id.to_owned(), ifname.to_owned())) else {
+            return if expect_some { Err(fail("no mapping is recorded".into())) } else { Ok(()) };
+        };
+        let dp = inner.dataplane.as_ref().map_err(|e| PortmapError::Unavailable(e.clone()))?;
+        if let Some(what) = record.entries.iter().find_map(|e| dp.tables.verify(e)) {
+            return Err(fail(what));
+        }
+        let links = dp.loaded.tc_links().map_err(DataplaneError::from)?;
+        if let Some(p) = record.hooks.iter().find(|p| !links.contains(&(p.ifindex, p.hook))) {
+            return Err(fail(format!("no program on {} ({:?})", p.ifname, p.hook)));
+        }
+        Ok(())
+    }
+
+    /// GC: removes the mappings of `network`'s attachments that are not in `valid`.
+    pub fn gc(&self, network: &str, valid: &[(String, String)]) -> Result<(), PortmapError> {
+        let stale: Vec<Key> = self
+            .lock()
+            .records
+            .iter()
+            .filter(|(k, r)| r.network == network && !valid.contains(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (container_id, ifname) in stale {
+            tracing::info!(container = %container_id, ifname = %ifname, "GC: removing stale port mappings");
+            self.del(&container_id, &ifname)?;
+        }
+        Ok(())
+    }
+
+    /// STATUS: ready when the dataplane is loaded.
+    pub fn status(&self) -> Result<(), PortmapError> {
+        self.lock().dataplane.as_ref().map(|_| ()).map_err(|e| PortmapError::Unavailable(e.clone()))
+    }
+}
+
+/// `existing` lists the node's interfaces (index, name); hooks of vanished interfaces are
+/// neither attached nor kept.
+fn reconcile(
+    inner: &mut Inner,
+    existing: Option<&BTreeSet<(u32, String)>>,
+) -> Result<StartReport, PortmapError> {
+    let Inner { dataplane, records, .. } = inner;
+    let dp = dataplane.as_mut().map_err(|e| PortmapError::Unavailable(e.clone()))?;
+    let desired: Vec<Entry> = records.values().flat_map(|r| r.entries.iter().cloned()).collect();
+    let done = dp.tables.reconcile(&desired)?;
+    let wanted: BTreeSet<&AttachPoint> = records.values().flat_map(|r| r.hooks.iter()).collect();
+    let mut report = StartReport {
+        records: records.len(),
+        removed_entries: done.removed,
+        restored_entries: done.restored,
+        detached_hooks: 0,
+    };
+    for (ifindex, hook) in dp.loaded.tc_links().map_err(DataplaneError::from)? {
+        let alive = existing.is_none_or(|e| e.iter().any(|(i, _)| *i == ifindex));
+        if !alive || !wanted.iter().any(|p| p.ifindex == ifindex && p.hook == hook) {
+            dp.loaded.detach_tc(ifindex, hook).map_err(DataplaneError::from)?;
+            report.detached_hooks += 1;
+        }
+    }
+    for p in wanted {
+        let alive = existing.is_none_or(|e| e.contains(&(p.ifindex, p.ifname.clone())));
+        if alive {
+            dp.loaded.attach_tc(p.ifindex, &p.ifname, p.hook).map_err(DataplaneError::from)?;
+        } else {
+            tracing::warn!(
+                interface = %p.ifname,
+                "port mappings: interface {} (index {}) of a recorded attachment is gone; GC or DEL will remove it",
+                p.ifname,
+                p.ifindex
+            );
+        }
+    }
+    Ok(report)
+}
+
+/// The first mapping of `record` that another attachment holds: the same host endpoint, or the
+/// same pod endpoint (stale state: pod addresses are unique).
+fn conflict(records: &BTreeMap<Key, Record>, key: &Key, record: &Record) -> Option<PortmapError> {
+    let others = records.iter().filter(|(k, _)| *k != key).map(|(_, r)| r);
+    for other in others {
+        for e in &record.entries {
+            for o in &other.entries {
+                let what = if o.host_endpoint() == e.host_endpoint() {
+                    format!("host port {}/{}", endpoint_text(e.host_ip, e.host_port), e.protocol.as_str())
+                } else if o.pod_endpoint() == e.pod_endpoint() {
+                    format!("pod port {}/{}", endpoint_text(e.pod_ip, e.container_port), e.protocol.as_str())
+                } else {
+                    continue;
+                };
+                return Some(PortmapError::Conflict { what, owner: other.owner() });
+            }
+        }
+    }
+    None
+}
+
+fn remove_entries(dp: &mut Dataplane, record: &Record) -> Result<(), PortmapError> {
+    for e in &record.entries {
+        dp.tables.remove(e)?;
+    }
+    Ok(())
+}
+
+/// Detaches the hooks of `record` that no remaining record needs (a pod's veth; the bridge or
+/// master once its last mapped pod is gone). Best effort: a leftover program only looks up
+/// maps that no longer match.
+fn detach_unused(dp: &Dataplane, record: &Record, remaining: &BTreeMap<Key, Record>) {
+    for p in &record.hooks {
+        let used =
+            remaining.values().any(|r| r.hooks.iter().any(|q| q.ifindex == p.ifindex && q.hook == p.hook));
+        if !used {
+            if let Err(e) = dp.loaded.detach_tc(p.ifindex, p.hook) {
+                tracing::warn!("detaching the port mapping program from {}: {e}", p.ifname);
+            }
+        }
+    }
+}

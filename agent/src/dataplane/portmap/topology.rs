@@ -1,0 +1,334 @@
+//! Where an attachment's mapped packets travel on the node (pure): which node interfaces hold
+//! the host IP, where the programs run, and how a packet reaches the pod.
+//!
+//! - bridge: the host IP is the bridge's. Clients' packets to it come up the bridge device
+//!   (TC ingress of the bridge), are rewritten and redirected to the pod's host-side veth;
+//!   the pod's replies enter that veth (its TC ingress), where they are rewritten back before
+//!   the bridge forwards them. A pod reaching a hostPort, its own or another's, is caught on
+//!   its veth's ingress too.
+//! - macvlan: the host IP is the master's, or a host-side macvlan's on the same master (the
+//!   usual way to give the node an address on a macvlan network, and the only one that lets
+//!   the node itself reach the pods: macvlan never delivers the master's own packets to its
+//!   children). TC ingress of the master runs before macvlan's rx_handler, so rewriting the
+//!   destination MAC there hands the packet to the pod's macvlan; the pod's replies leave
+//!   through the master's transmit path (TC egress). A host-side macvlan gets the ingress
+//!   program too: pods reach it directly through the macvlan bridge, not through the master.
+//! - `hostInterface` names the interface holding the host IP explicitly.
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::entries::{parse_mac, Entry, PodSide};
+use crate::cni::result::CniResult;
+use crate::dataplane::loader::Hook;
+
+/// A node interface, as the topology needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInterface {
+    pub index: u32,
+    pub name: String,
+    pub mac: Option<[u8; 6]>,
+    /// The lower device's index when this is a macvlan.
+    pub macvlan_lower: Option<u32>,
+    /// Global addresses (link-local ones cannot be a host IP).
+    pub addrs: Vec<IpNet>,
+}
+
+/// One program attachment: a TC hook of a node interface.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AttachPoint {
+    pub ifindex: u32,
+    pub ifname: String,
+    pub hook: Hook,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// Hooks every attachment of this kind needs.
+    pub hooks: Vec<AttachPoint>,
+    /// The device that reaches the pod, and the path of it to deliver on.
+    pub deliver_ifindex: u32,
+    pub deliver: Hook,
+    /// Interfaces whose addresses can be the host IP, in order of preference.
+    pub holders: Vec<NodeInterface>,
+}
+
+impl Topology {
+    /// The hooks for `entries`: the fixed ones, plus the ingress of every interface holding a
+    /// host IP used (traffic to that address enters there).
+    pub fn hooks_for(&self, entries: &[Entry]) -> Vec<AttachPoint> {
+        let mut hooks = self.hooks.clone();
+        for e in entries {
+            if let Some(h) = self.holders.iter().find(|h| h.addrs.iter().any(|a| a.addr() == e.host_ip)) {
+                hooks.push(AttachPoint { ifindex: h.index, ifname: h.name.clone(), hook: Hook::Ingress });
+            }
+        }
+        hooks.sort();
+        hooks.dedup();
+        hooks
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyError {
+    #[error(
+        "plexus-portmap must be chained after the plugin that creates the pod's interface (no prevResult)"
+    )]
+    NoPrevResult,
+    #[error("plexus-portmap cannot read the previous plugin's result: {0}")]
+    BadPrevResult(String),
+    #[error("the previous plugin's result has no MAC address for the pod interface {0}")]
+    NoPodMac(String),
+    #[error("the previous plugin's result has no IP address on the pod interface {0}: nothing to map to")]
+    NoPodAddress(String),
+    #[error(
+        "plexus-portmap maps ports of attachments made by bridge or macvlan; network {network} starts with {plugin:?}: \
+         use the reference portmap plugin for it"
+    )]
+    Unsupported { network: String, plugin: String },
+    #[error("plexus-portmap cannot map ports of a macvlan whose master is in the pod (linkInContainer)")]
+    LinkInContainer,
+    #[error("the node has no interface {0}")]
+    MissingInterface(String),
+    #[error("the bridge plugin's result names no host-side veth for the pod")]
+    NoHostVeth,
+    #[error("the macvlan config names no master and the node has no default route to take it from")]
+    NoMaster,
+}
+
+/// What the topology is resolved from.
+#[derive(Debug, Clone, Copy)]
+pub struct Attachment<'a> {
+    pub network: &'a str,
+    /// The configlist's first plugin: the one that made the interface.
+    pub first_plugin: Option<&'a Map<String, Value>>,
+    pub prev: &'a CniResult,
+    pub ifname: &'a str,
+    pub host_interface: Option<&'a str>,
+}
+
+pub fn pod_side(prev: &CniResult, ifname: &str) -> Result<PodSide, TopologyError> {
+    let in_sandbox = |i: &&crate::cni::result::Interface| i.sandbox.as_deref().is_some_and(|s| !s.is_empty());
+    let index = prev
+        .interfaces
+        .iter()
+        .position(|i| in_sandbox(&i) && i.name == ifname)
+        .or_else(|| prev.interfaces.iter().position(|i| in_sandbox(&i)));
+    let mac = index
+        .and_then(|i| prev.interfaces[i].mac.as_deref())
+        .and_then(parse_mac)
+        .ok_or_else(|| TopologyError::NoPodMac(ifname.to_owned()))?;
+    let ips: Vec<IpNet> = prev
+        .ips
+        .iter()
+        .filter(|ip| match (ip.interface, index) {
+            (Some(n), Some(i)) => usize::try_from(n).is_ok_and(|n| n == i),
+            _ => true,
+        })
+        .map(|ip| ip.address)
+        .collect();
+    if ips.is_empty() {
+        return Err(TopologyError::NoPodAddress(ifname.to_owned()));
+    }
+    Ok(PodSide { ips, mac })
+}
+
+fn by_name<'a>(node: &'a [NodeInterface], name: &str) -> Result<&'a NodeInterface, TopologyError> {
+    node.iter().find(|i| i.name == name).ok_or_else(|| TopologyError::MissingInterface(name.to_owned()))
+}
+
+fn point(i: &NodeInterface, hook: Hook) -> AttachPoint {
+    AttachPoint { ifindex: i.index, ifname: i.name.clone(), hook }
+}
+
+/// The topology of an attachment. `default_route` is the interface of the node's default
+/// route, which a macvlan without `master` uses (as the reference plugin does).
+pub fn resolve(
+    a: &Attachment<'_>,
+    node: &[NodeInterface],
+    default_route: Option<u32>,
+) -> Result<Topology, TopologyError> {
+    let first = a.first_plugin;
+    let plugin_type = first.and_then(|p| p.get("type")).and_then(Value::as_str).unwrap_or_default();
+    let key = |k: &str| first.and_then(|p| p.get(k)).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let explicit = a.host_interface.map(|name| by_name(node, name)).transpose()?;
+    match plugin_type {
+        "bridge" => {
+            let bridge = by_name(node, key("bridge").unwrap_or("cni0"))?;
+            let veth_name = a
+                .prev
+                .interfaces
+                .iter()
+                .find(|i| i.sandbox.as_deref().is_none_or(str::is_empty) && i.name != bridge.name)
+                .map(|i| i.name.as_str())
+                .ok_or(TopologyError::NoHostVeth)?;
+            let veth = by_name(node, veth_name)?;
+            Ok(Topology {
+                hooks: vec![point(bridge, Hook::Ingress), point(veth, Hook::Ingress)],
+                deliver_ifindex: veth.index,
+                deliver: Hook::Egress,
+                holders: vec![explicit.unwrap_or(bridge).clone()],
+            })
+        }
+        "macvlan" => {
+            if first.and_then(|p| p.get("linkInContainer")).and_then(Value::as_bool) == Some(true) {
+                return Err(TopologyError::LinkInContainer);
+            }
+            let master = match key("master") {
+                Some(name) => by_name(node, name)?,
+                None => default_route
+                    .and_then(|index| node.iter().find(|i| i.index == index))
+                    .ok_or(TopologyError::NoMaster)?,
+            };
+            let holders = match explicit {
+                Some(h) => vec![h.clone()],
+                None => {
+                    let mut uppers: Vec<&NodeInterface> =
+                        node.iter().filter(|i| i.macvlan_lower == Some(master.index)).collect();
+                    uppers.sort_by(|x, y| x.name.cmp(&y.name));
+                    std::iter::once(master).chain(uppers).cloned().collect()
+                }
+            };
+            Ok(Topology {
+                hooks: vec![point(master, Hook::Ingress), point(master, Hook::Egress)],
+                deliver_ifindex: master.index,
+                deliver: Hook::Ingress,
+                holders,
+            })
+        }
+        other => Err(TopologyError::Unsupported { network: a.network.to_owned(), plugin: other.to_owned() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node() -> Vec<NodeInterface> {
+        let i = |index: u32, name: &str, lower: Option<u32>, addrs: &[&str]| NodeInterface {
+            index,
+            name: name.into(),
+            mac: Some([2, 0, 0, 0, 0, index as u8]),
+            macvlan_lower: lower,
+            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+        };
+        vec![
+            i(2, "eth0", None, &["192.0.2.10/24"]),
+            i(3, "br0", None, &["10.77.0.1/24"]),
+            i(4, "veth1234", None, &[]),
+            i(5, "pmm0", None, &[]),
+            i(6, "pmh0", Some(5), &["10.78.0.1/24"]),
+        ]
+    }
+
+    fn prev(value: serde_json::Value) -> CniResult {
+        CniResult::parse(&value, "1.0.0").unwrap()
+    }
+
+    fn plugin(v: serde_json::Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn bridge_attachments_hook_the_bridge_and_the_pods_veth() {
+        let p = prev(json!({"cniVersion": "1.0.0",
+            "interfaces": [{"name": "br0", "mac": "02:00:00:00:00:03"}, {"name": "veth1234", "mac": "02:00:00:00:00:04"},
+                           {"name": "net1", "mac": "0a:58:0a:4d:00:05", "sandbox": "/run/netns/p"}],
+            "ips": [{"address": "10.77.0.5/24", "interface": 2}]}));
+        let first = plugin(json!({"type": "bridge", "bridge": "br0"}));
+        let a = Attachment {
+            network: "n",
+            first_plugin: Some(&first),
+            prev: &p,
+            ifname: "net1",
+            host_interface: None,
+        };
+        let t = resolve(&a, &node(), None).unwrap();
+        assert_eq!(
+            t.hooks.iter().map(|h| (h.ifindex, h.hook)).collect::<Vec<_>>(),
+            [(3, Hook::Ingress), (4, Hook::Ingress)]
+        );
+        assert_eq!((t.deliver_ifindex, t.deliver), (4, Hook::Egress));
+        assert_eq!(t.holders.iter().map(|h| h.index).collect::<Vec<_>>(), [3]);
+        let pod = pod_side(&p, "net1").unwrap();
+        assert_eq!(pod.mac, [0x0a, 0x58, 0x0a, 0x4d, 0, 5]);
+        assert_eq!(pod.ips, ["10.77.0.5/24".parse::<IpNet>().unwrap()]);
+    }
+
+    #[test]
+    fn macvlan_attachments_hook_the_master_and_find_host_side_macvlans() {
+        let p = prev(json!({"cniVersion": "1.0.0",
+            "interfaces": [{"name": "net1", "mac": "0a:58:0a:4e:00:05", "sandbox": "/run/netns/p"}],
+            "ips": [{"address": "10.78.0.5/24", "interface": 0}]}));
+        let first = plugin(json!({"type": "macvlan", "master": "pmm0"}));
+        let a = Attachment {
+            network: "n",
+            first_plugin: Some(&first),
+            prev: &p,
+            ifname: "net1",
+            host_interface: None,
+        };
+        let t = resolve(&a, &node(), None).unwrap();
+        assert_eq!(
+            t.hooks.iter().map(|h| (h.ifindex, h.hook)).collect::<Vec<_>>(),
+            [(5, Hook::Ingress), (5, Hook::Egress)]
+        );
+        assert_eq!((t.deliver_ifindex, t.deliver), (5, Hook::Ingress));
+        assert_eq!(t.holders.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(), ["pmm0", "pmh0"]);
+
+        // No master: the default route's interface, as the reference macvlan.
+        let first = plugin(json!({"type": "macvlan"}));
+        let a = Attachment { first_plugin: Some(&first), ..a };
+        assert_eq!(resolve(&a, &node(), Some(2)).unwrap().deliver_ifindex, 2);
+        assert_eq!(resolve(&a, &node(), None).unwrap_err(), TopologyError::NoMaster);
+
+        // hostInterface wins.
+        let a = Attachment { host_interface: Some("eth0"), ..a };
+        assert_eq!(resolve(&a, &node(), Some(5)).unwrap().holders[0].name, "eth0");
+    }
+
+    #[test]
+    fn holders_used_by_entries_get_an_ingress_hook() {
+        let p = prev(json!({"cniVersion": "1.0.0",
+            "interfaces": [{"name": "net1", "mac": "0a:58:0a:4e:00:05", "sandbox": "/run/netns/p"}],
+            "ips": [{"address": "10.78.0.5/24"}]}));
+        let first = plugin(json!({"type": "macvlan", "master": "pmm0"}));
+        let a = Attachment {
+            network: "n",
+            first_plugin: Some(&first),
+            prev: &p,
+            ifname: "net1",
+            host_interface: None,
+        };
+        let t = resolve(&a, &node(), None).unwrap();
+        let pod = pod_side(&p, "net1").unwrap();
+        let mapping = super::super::config::PortMapping {
+            host_port: 80,
+            container_port: 80,
+            protocol: crate::spec::selection::Protocol::Tcp,
+            host_ip: None,
+        };
+        let entries = super::super::entries::plan("n", &[mapping], &pod, &t).unwrap();
+        let hooks: Vec<(u32, Hook)> = t.hooks_for(&entries).iter().map(|h| (h.ifindex, h.hook)).collect();
+        assert_eq!(hooks, [(5, Hook::Ingress), (5, Hook::Egress), (6, Hook::Ingress)]);
+    }
+
+    #[test]
+    fn other_plugins_and_incomplete_results_are_refused_clearly() {
+        let p = prev(
+            json!({"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": "/x"}], "ips": []}),
+        );
+        assert_eq!(pod_side(&p, "net1").unwrap_err(), TopologyError::NoPodMac("net1".into()));
+        let first = plugin(json!({"type": "ipvlan"}));
+        let a = Attachment {
+            network: "n",
+            first_plugin: Some(&first),
+            prev: &p,
+            ifname: "net1",
+            host_interface: None,
+        };
+        assert!(matches!(resolve(&a, &node(), None), Err(TopologyError::Unsupported { .. })));
+    }
+}

@@ -1,0 +1,152 @@
+//! Pinned TC links across agent "restarts" (a second load of the object) and "upgrades" (a
+//! link running other code), on a veth of a private network namespace and a private bpffs.
+//! Needs root.
+
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::Command;
+
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::TcAttachOptions;
+use aya::programs::{LinkOrder, Program, SchedClassifier, TcAttachType};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{setns, CloneFlags};
+
+use super::loader::{tc_link_name, Hook, Loaded, TC_EGRESS, TC_INGRESS};
+use super::pin::PinDir;
+
+/// A network namespace with a veth pair `v0`/`v1`, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("pxdp{}", std::process::id());
+        let ip = |args: &[&str]| {
+            assert!(Command::new("ip").args(args).status().is_ok_and(|s| s.success()), "ip {args:?}")
+        };
+        ip(&["netns", "add", &name]);
+        let ns = Netns(name);
+        ip(&["-n", &ns.0, "link", "add", "v0", "type", "veth", "peer", "name", "v1"]);
+        ip(&["-n", &ns.0, "link", "set", "v0", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// A bpffs on a temporary directory, unmounted on drop (which releases its pins).
+struct Bpffs(tempfile::TempDir);
+
+impl Bpffs {
+    fn new() -> Bpffs {
+        let dir = tempfile::tempdir().expect("tempdir");
+        mount(Some("bpf"), dir.path(), Some("bpf"), MsFlags::empty(), None::<&str>).expect("mounting bpffs");
+        Bpffs(dir)
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = umount2(self.0.path(), MntFlags::MNT_DETACH);
+    }
+}
+
+/// The program id behind a pinned link.
+fn linked_program(path: &Path) -> u32 {
+    let link: FdLink = PinnedLink::from_pin(path).expect("pinned link").into();
+    link.info().expect("link info").program_id()
+}
+
+/// Names of the programs TCX runs on `v0`'s ingress.
+fn ingress_programs() -> Vec<String> {
+    let (_, programs) = SchedClassifier::query_tcx("v0", TcAttachType::Ingress).expect("tcx query");
+    programs.iter().map(|p| p.name_as_str().unwrap_or("?").to_owned()).collect()
+}
+
+/// A link whose last reference goes (its pin removed) is released by a kernel work item, a
+/// moment later.
+fn eventually(check: impl Fn() -> bool) -> bool {
+    for _ in 0..100 {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn restarts_keep_identical_links_and_upgrades_replace_others_without_a_gap() {
+    let ns = Netns::new();
+    let bpffs = Bpffs::new();
+    let root = bpffs.path().join("plexus");
+    let ns_path = format!("/run/netns/{}", ns.0);
+    // setns changes the calling thread's namespace for good: a thread of its own.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(&ns_path).expect("netns");
+            setns(file.as_fd(), CloneFlags::CLONE_NEWNET).expect("setns");
+            // SAFETY: a NUL-terminated name.
+            let ifindex = unsafe { libc::if_nametoindex(c"v0".as_ptr()) };
+            assert_ne!(ifindex, 0, "v0 in the namespace");
+            let pins = PinDir::prepare(&root).expect("pin dir");
+            let link = pins.link(&tc_link_name(ifindex, Hook::Ingress));
+
+            // First run: attach.
+            let mut first = Loaded::load(Some(pins.clone())).expect("load");
+            first.attach_tc(ifindex, "v0", Hook::Ingress).expect("attach");
+            let attached = linked_program(&link);
+            drop(first);
+            assert_eq!(ingress_programs(), [TC_INGRESS], "the pinned link outlives the loader");
+
+            // A restart: same code, the link is left as it is.
+            let mut second = Loaded::load(Some(pins.clone())).expect("load");
+            second.attach_tc(ifindex, "v0", Hook::Ingress).expect("attach");
+            assert_eq!(linked_program(&link), attached, "an identical program is not relinked");
+            assert_eq!(ingress_programs(), [TC_INGRESS]);
+
+            // An "older version": another program pinned as the link of that hook.
+            let old: &mut SchedClassifier = match second.ebpf_mut().program_mut(TC_EGRESS) {
+                Some(Program::SchedClassifier(p)) => p,
+                _ => panic!("no {TC_EGRESS}"),
+            };
+            std::fs::remove_file(&link).expect("unpinning");
+            let id = old
+                .attach_with_options(
+                    "v0",
+                    TcAttachType::Ingress,
+                    TcAttachOptions::TcxOrder(LinkOrder::default()),
+                )
+                .expect("attaching the old program");
+            let old_link: FdLink = old.take_link(id).expect("link").try_into().expect("fd link");
+            old_link.pin(&link).expect("pinning the old link");
+            drop(second);
+            assert!(eventually(|| ingress_programs() == [TC_EGRESS]), "{:?}", ingress_programs());
+
+            // The upgrade: the new program is attached next to the old one, then its link
+            // replaces the old pin, which releases the old link.
+            let mut third = Loaded::load(Some(pins.clone())).expect("load");
+            third.attach_tc(ifindex, "v0", Hook::Ingress).expect("attach");
+            assert!(
+                eventually(|| ingress_programs() == [TC_INGRESS]),
+                "exactly the new program runs: {:?}",
+                ingress_programs()
+            );
+            assert_ne!(linked_program(&link), attached);
+            let leftovers: Vec<String> =
+                pins.link_names().expect("links").into_iter().filter(|n| n.contains("new")).collect();
+            assert!(leftovers.is_empty(), "temporary pins left: {leftovers:?}");
+
+            third.detach_tc(ifindex, Hook::Ingress).expect("detach");
+            assert!(eventually(|| ingress_programs().is_empty()), "still attached: {:?}", ingress_programs());
+        });
+    });
+}

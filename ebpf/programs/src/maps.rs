@@ -1,0 +1,76 @@
+//! The maps the programs share with the agent; names and layouts come from
+//! plexus-ebpf-common. The agent pins them, so they outlive the agent process.
+
+use aya_ebpf::macros::map;
+use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap, ProgramArray};
+use plexus_ebpf_common::{Config, Counters, Endpoint, Rewrite, MAX_MAPPINGS};
+
+#[map(name = "PM_FWD")]
+pub static PM_FWD: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
+
+#[map(name = "PM_REV")]
+pub static PM_REV: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
+
+#[map(name = "PM_STATS")]
+pub static PM_STATS: PerCpuHashMap<Endpoint, Counters> = PerCpuHashMap::with_max_entries(MAX_MAPPINGS, 0);
+
+#[map(name = "PM_CONFIG")]
+pub static PM_CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+
+/// The SCTP checksum fixup, a program of its own (see `tc::pm_sctp`).
+#[map(name = "PM_TAIL")]
+pub static PM_TAIL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// Which counters of a mapping a packet adds to.
+#[derive(Clone, Copy)]
+pub enum Direction {
+    /// Towards the pod.
+    In,
+    /// A reply, back to the host endpoint.
+    Out,
+    /// A node-local socket translated by a cgroup hook.
+    Local,
+}
+
+/// Adds one packet of `len` bytes to the counters of the mapping whose host side is `host`.
+/// The agent creates the (per-CPU) entry with the mapping, so the program never inserts and
+/// needs no atomics.
+#[inline(always)]
+pub fn count(host: &Endpoint, len: u32, dir: Direction) {
+    if let Some(c) = PM_STATS.get_ptr_mut(host) {
+        // SAFETY: a per-CPU value of this CPU, valid while the program runs.
+        unsafe {
+            match dir {
+                Direction::In => {
+                    (*c).packets_in += 1;
+                    (*c).bytes_in += u64::from(len);
+                }
+                Direction::Out => {
+                    (*c).packets_out += 1;
+                    (*c).bytes_out += u64::from(len);
+                }
+                Direction::Local => (*c).local += 1,
+            }
+        }
+    }
+}
+
+/// The forward entry of a host endpoint, copied out of the map.
+#[inline(always)]
+pub fn forward(host: &Endpoint) -> Option<Rewrite> {
+    // SAFETY: the value is copied before the program can be preempted by an update.
+    unsafe { PM_FWD.get(host).copied() }
+}
+
+/// The reverse entry of a pod endpoint, copied out of the map.
+#[inline(always)]
+pub fn reverse(pod: &Endpoint) -> Option<Rewrite> {
+    // SAFETY: as in `forward`.
+    unsafe { PM_REV.get(pod).copied() }
+}
+
+/// The network namespace whose sockets the cgroup hooks translate (0: none).
+#[inline(always)]
+pub fn netns_cookie() -> u64 {
+    PM_CONFIG.get(0).map_or(0, |c| c.netns_cookie)
+}

@@ -1,0 +1,138 @@
+//! Port mappings for the node's own sockets (cgroup sock_addr hooks on the root cgroup).
+//!
+//! A process on the node connecting to hostIP:hostPort sends its packets through the local
+//! output path, never through the ingress hooks of [`crate::tc`]. So the translation happens
+//! on the socket: `connect`/`sendmsg` see podIP:containerPort instead of the host endpoint, and
+//! `getpeername`/`recvmsg` report the host endpoint back, so the application never notices.
+//! Replies from the pod are addressed to the node and left alone by the TC programs, which find
+//! this socket with a socket lookup.
+//!
+//! cgroup hooks see every network namespace; only the agent's own (its cookie in PM_CONFIG) is
+//! translated, so pods and other agents on the machine are never touched.
+
+use aya_ebpf::helpers::bpf_get_netns_cookie;
+use aya_ebpf::macros::cgroup_sock_addr;
+use aya_ebpf::programs::SockAddrContext;
+use aya_ebpf::EbpfContext;
+use plexus_ebpf_common::{is_v4_mapped, v4_mapped, Addr, Endpoint};
+
+use crate::maps::{count, forward, netns_cookie, reverse, Direction};
+
+/// sock_addr programs must allow the call (1) or it fails with EPERM.
+const ALLOW: i32 = 1;
+
+#[cgroup_sock_addr(connect4)]
+pub fn pm_connect4(ctx: SockAddrContext) -> i32 {
+    to_pod(&ctx, false);
+    ALLOW
+}
+
+#[cgroup_sock_addr(sendmsg4)]
+pub fn pm_sendmsg4(ctx: SockAddrContext) -> i32 {
+    to_pod(&ctx, false);
+    ALLOW
+}
+
+#[cgroup_sock_addr(recvmsg4)]
+pub fn pm_recvmsg4(ctx: SockAddrContext) -> i32 {
+    to_host(&ctx, false);
+    ALLOW
+}
+
+#[cgroup_sock_addr(getpeername4)]
+pub fn pm_peername4(ctx: SockAddrContext) -> i32 {
+    to_host(&ctx, false);
+    ALLOW
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn pm_connect6(ctx: SockAddrContext) -> i32 {
+    to_pod(&ctx, true);
+    ALLOW
+}
+
+#[cgroup_sock_addr(sendmsg6)]
+pub fn pm_sendmsg6(ctx: SockAddrContext) -> i32 {
+    to_pod(&ctx, true);
+    ALLOW
+}
+
+#[cgroup_sock_addr(recvmsg6)]
+pub fn pm_recvmsg6(ctx: SockAddrContext) -> i32 {
+    to_host(&ctx, true);
+    ALLOW
+}
+
+#[cgroup_sock_addr(getpeername6)]
+pub fn pm_peername6(ctx: SockAddrContext) -> i32 {
+    to_host(&ctx, true);
+    ALLOW
+}
+
+#[inline(always)]
+fn ours(ctx: &SockAddrContext) -> bool {
+    let cookie = netns_cookie();
+    // SAFETY: a helper call with the program's own context.
+    cookie != 0 && unsafe { bpf_get_netns_cookie(ctx.as_ptr()) } == cookie
+}
+
+/// The user address of the call (v4 as v4-mapped; a v6 socket may use a v4-mapped address,
+/// which then matches IPv4 mappings as it should), port and protocol.
+#[inline(always)]
+fn user_endpoint(ctx: &SockAddrContext, v6: bool) -> Endpoint {
+    // SAFETY: the context pointer is the program's bpf_sock_addr; these fields are readable in
+    // every sock_addr hook.
+    unsafe {
+        let sa = ctx.sock_addr;
+        let addr: Addr = if v6 { (*sa).user_ip6 } else { v4_mapped((*sa).user_ip4) };
+        // user_port holds the network-order port in its first two bytes.
+        Endpoint::new(addr, (*sa).user_port as u16, (*sa).protocol as u8)
+    }
+}
+
+#[inline(always)]
+fn set_user_endpoint(ctx: &SockAddrContext, v6: bool, addr: &Addr, port_be: u16) {
+    // SAFETY: as in `user_endpoint`; these hooks may write the user address and port.
+    unsafe {
+        let sa = ctx.sock_addr;
+        if v6 {
+            (*sa).user_ip6[0] = addr[0];
+            (*sa).user_ip6[1] = addr[1];
+            (*sa).user_ip6[2] = addr[2];
+            (*sa).user_ip6[3] = addr[3];
+        } else {
+            (*sa).user_ip4 = addr[3];
+        }
+        (*sa).user_port = u32::from(port_be);
+    }
+}
+
+/// connect/sendmsg: hostIP:hostPort → podIP:containerPort.
+#[inline(always)]
+fn to_pod(ctx: &SockAddrContext, v6: bool) {
+    if !ours(ctx) {
+        return;
+    }
+    let host = user_endpoint(ctx, v6);
+    let Some(rw) = forward(&host) else { return };
+    // An IPv4 socket cannot reach an IPv6 pod address.
+    if !v6 && !is_v4_mapped(&rw.addr) {
+        return;
+    }
+    set_user_endpoint(ctx, v6, &rw.addr, rw.port_be);
+    count(&host, 0, Direction::Local);
+}
+
+/// recvmsg/getpeername: podIP:containerPort → hostIP:hostPort.
+#[inline(always)]
+fn to_host(ctx: &SockAddrContext, v6: bool) {
+    if !ours(ctx) {
+        return;
+    }
+    let pod = user_endpoint(ctx, v6);
+    let Some(rw) = reverse(&pod) else { return };
+    if !v6 && !is_v4_mapped(&rw.addr) {
+        return;
+    }
+    set_user_endpoint(ctx, v6, &rw.addr, rw.port_be);
+}

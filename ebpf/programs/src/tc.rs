@@ -1,0 +1,381 @@
+//! Port mappings on the node's interfaces, as TC programs.
+//!
+//! One program body, attached at the receive (`pm_tc_in`) or transmit (`pm_tc_out`) hook of
+//! every interface a mapped packet or its reply crosses (the agent decides where: the bridge
+//! and each pod's host-side veth, or the macvlan master and a host-side macvlan). Every packet
+//! is looked up twice at most:
+//!
+//! 1. Forward: its destination in `PM_FWD` (hostIP:hostPort/proto). A hit rewrites the
+//!    destination to podIP:containerPort and the destination MAC to the pod's, then delivers it
+//!    to the pod. When the source is the pod itself (hairpin), the source becomes the host IP
+//!    too: a packet from its own address would be dropped by the pod's kernel as a martian.
+//! 2. Reverse: its source in `PM_REV` (podIP:containerPort/proto). A hit rewrites the source
+//!    back to hostIP:hostPort, so the client sees the address it talked to. A reply addressed
+//!    to the host IP itself is either for a node-local socket (translated at connect time by
+//!    the cgroup hooks, so it expects the pod's address: left alone) or the reply of a hairpin
+//!    flow (turned around to the pod).
+//!
+//! Nothing is remembered per flow: the mapping alone decides both directions, so the programs
+//! keep working unchanged while the agent restarts. The costs are in the README (Port
+//! mappings): a pod's containerPort answers as hostIP:hostPort to everyone on that network.
+//!
+//! Checksums are updated incrementally: `bpf_l3_csum_replace` for the IPv4 header,
+//! `bpf_l4_csum_replace` with `BPF_F_PSEUDO_HDR` for addresses in the TCP/UDP pseudo-header,
+//! and without it for ports; SCTP's CRC32c by its linearity (plexus_ebpf_common::crc32c), in a
+//! program of its own (`pm_sctp`, tail-called) to keep each program's verification small.
+
+use aya_ebpf::bindings::{
+    bpf_sock_tuple, bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1 as Tuple4,
+    bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2 as Tuple6, BPF_F_CURRENT_NETNS, BPF_F_INGRESS,
+    BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, TC_ACT_SHOT, TC_ACT_UNSPEC,
+};
+use aya_ebpf::helpers::{bpf_redirect, bpf_sk_lookup_tcp, bpf_sk_lookup_udp, bpf_sk_release};
+use aya_ebpf::macros::classifier;
+use aya_ebpf::programs::TcContext;
+use aya_ebpf::EbpfContext;
+use plexus_ebpf_common::{
+    addr_eq, crc32c, v4_mapped, Addr, Endpoint, Rewrite, DELIVER_INGRESS, PROTO_SCTP, PROTO_TCP, PROTO_UDP,
+    TAIL_SCTP,
+};
+
+use crate::maps::{count, forward, reverse, Direction, PM_TAIL};
+
+const ETH_HLEN: usize = 14;
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86DD;
+const IPV6_HLEN: usize = 40;
+const TCP_LISTEN: u32 = 10;
+
+/// Returned for packets the program leaves as they are: the next TCX program (or the stack)
+/// decides, so plexus composes with other programs on the same hook.
+const NEXT: i32 = TC_ACT_UNSPEC;
+/// The bindings' type of TC_ACT_SHOT differs between the BPF target's architectures.
+#[allow(clippy::unnecessary_cast)]
+const DROP: i32 = TC_ACT_SHOT as i32;
+
+#[classifier]
+pub fn pm_tc_in(ctx: TcContext) -> i32 {
+    portmap(&ctx, true)
+}
+
+#[classifier]
+pub fn pm_tc_out(ctx: TcContext) -> i32 {
+    portmap(&ctx, false)
+}
+
+#[inline(always)]
+fn portmap(ctx: &TcContext, ingress: bool) -> i32 {
+    match try_portmap(ctx, ingress) {
+        Ok(verdict) => verdict,
+        // A helper failed halfway through a rewrite: the packet is inconsistent, drop it.
+        Err(_) => DROP,
+    }
+}
+
+/// The fields of a TCP/UDP/SCTP packet the rewrite needs. Addresses and ports are kept as
+/// read (network byte order), which is also what the checksum helpers expect.
+struct Packet {
+    v6: bool,
+    /// Offset of the L4 header.
+    l4: usize,
+    /// Length of the L4 segment (SCTP's CRC covers all of it).
+    l4_len: u32,
+    proto: u8,
+    src: Addr,
+    dst: Addr,
+    sport: u16,
+    dport: u16,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Src,
+    Dst,
+}
+
+#[inline(always)]
+fn parse(ctx: &TcContext) -> Option<Packet> {
+    let ethertype = u16::from_be(ctx.load::<u16>(12).ok()?);
+    let (v6, l4, l4_len, proto, src, dst) = if ethertype == ETH_P_IP {
+        let vihl: u8 = ctx.load(ETH_HLEN).ok()?;
+        let ihl = usize::from(vihl & 0x0f) * 4;
+        if vihl >> 4 != 4 || ihl < 20 {
+            return None;
+        }
+        // Only the first fragment has ports; a stateless rewrite cannot follow the others.
+        let frag = u16::from_be(ctx.load::<u16>(ETH_HLEN + 6).ok()?);
+        if frag & 0x3fff != 0 {
+            return None;
+        }
+        let total = u32::from(u16::from_be(ctx.load::<u16>(ETH_HLEN + 2).ok()?));
+        let proto: u8 = ctx.load(ETH_HLEN + 9).ok()?;
+        let src: u32 = ctx.load(ETH_HLEN + 12).ok()?;
+        let dst: u32 = ctx.load(ETH_HLEN + 16).ok()?;
+        (false, ETH_HLEN + ihl, total.saturating_sub(ihl as u32), proto, v4_mapped(src), v4_mapped(dst))
+    } else if ethertype == ETH_P_IPV6 {
+        // Extension headers are not followed: the L4 header must come first.
+        let payload = u32::from(u16::from_be(ctx.load::<u16>(ETH_HLEN + 4).ok()?));
+        let proto: u8 = ctx.load(ETH_HLEN + 6).ok()?;
+        let src: Addr = ctx.load(ETH_HLEN + 8).ok()?;
+        let dst: Addr = ctx.load(ETH_HLEN + 24).ok()?;
+        (true, ETH_HLEN + IPV6_HLEN, payload, proto, src, dst)
+    } else {
+        return None;
+    };
+    if proto != PROTO_TCP && proto != PROTO_UDP && proto != PROTO_SCTP {
+        return None;
+    }
+    let sport: u16 = ctx.load(l4).ok()?;
+    let dport: u16 = ctx.load(l4 + 2).ok()?;
+    Some(Packet { v6, l4, l4_len, proto, src, dst, sport, dport })
+}
+
+/// What to do with a matched packet. Deciding and rewriting are separate so the rewriting
+/// code exists once in the program: the verifier walks it once per path instead of once per
+/// case. Every field is always initialised (no `Option` payloads): LLVM copies whole structs,
+/// and stale stack bytes in an unused payload can look like a pointer to the verifier.
+struct Action {
+    /// The mapping's host endpoint (its counters) and which counters.
+    host: Endpoint,
+    dir: Direction,
+    rewrite_src: bool,
+    src: Addr,
+    sport: u16,
+    rewrite_dst: bool,
+    dst: Addr,
+    dport: u16,
+    /// The packet goes to the pod: destination MAC, delivery per `rw`.
+    to_pod: bool,
+    /// The pod is the source too: source MAC of the host interface.
+    hairpin: bool,
+    rw: Rewrite,
+}
+
+#[inline(always)]
+fn decide(ctx: &TcContext, p: &Packet) -> Option<Action> {
+    let host = Endpoint::new(p.dst, p.dport, p.proto);
+    if let Some(rw) = forward(&host) {
+        // The pod reaching its own hostPort (hairpin): from the host IP, or the pod's kernel
+        // drops a packet from its own address as a martian.
+        let hairpin = addr_eq(&p.src, &rw.addr);
+        return Some(Action {
+            host,
+            dir: Direction::In,
+            rewrite_src: hairpin,
+            src: host.addr,
+            sport: p.sport,
+            rewrite_dst: true,
+            dst: rw.addr,
+            dport: rw.port_be,
+            to_pod: true,
+            hairpin,
+            rw,
+        });
+    }
+    let pod = Endpoint::new(p.src, p.sport, p.proto);
+    let rw = reverse(&pod)?;
+    let host = Endpoint::new(rw.addr, rw.port_be, p.proto);
+    // A reply to the host IP itself is for a node-local client (translated at connect time,
+    // it expects the pod's address: left alone) or the reply of a hairpin flow (turned around
+    // to the pod, from hostIP:hostPort).
+    let to_host = addr_eq(&p.dst, &rw.addr);
+    if to_host && local_socket(ctx, p) {
+        return None;
+    }
+    Some(Action {
+        host,
+        dir: Direction::Out,
+        rewrite_src: true,
+        src: rw.addr,
+        sport: rw.port_be,
+        rewrite_dst: to_host,
+        dst: p.src,
+        dport: p.dport,
+        to_pod: to_host,
+        hairpin: to_host,
+        rw,
+    })
+}
+
+#[inline(always)]
+fn try_portmap(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
+    let Some(mut p) = parse(ctx) else { return Ok(NEXT) };
+    let Some(a) = decide(ctx, &p) else { return Ok(NEXT) };
+    let ports_before = (p.sport, p.dport);
+    if a.rewrite_src {
+        rewrite(ctx, &mut p, Side::Src, &a.src, a.sport)?;
+    }
+    if a.rewrite_dst {
+        rewrite(ctx, &mut p, Side::Dst, &a.dst, a.dport)?;
+    }
+    if a.to_pod {
+        ctx.store(0, &a.rw.pod_mac, 0)?;
+    }
+    if a.hairpin {
+        ctx.store(6, &a.rw.host_mac, 0)?;
+    }
+    count(&a.host, ctx.len(), a.dir);
+    let verdict = if a.to_pod { deliver(ctx, &a.rw, ingress) } else { NEXT };
+    if p.proto == PROTO_SCTP && ports_before != (p.sport, p.dport) {
+        return Ok(sctp_tail_call(ctx, &p, ports_before, verdict));
+    }
+    Ok(verdict)
+}
+
+/// Hands an SCTP packet whose ports changed to `pm_sctp`, with what it needs in the skb's
+/// control buffer: the ports before, where the SCTP header is and how long the packet is, and
+/// the verdict to return (a redirect is already recorded by `bpf_redirect` and survives the
+/// tail call).
+///
+/// A separate program because the CRC update made the verifier's walk of this one explode
+/// (every path of the rewrite times the update's steps); alone it is verified in a few
+/// thousand steps.
+#[inline(always)]
+fn sctp_tail_call(ctx: &TcContext, p: &Packet, before: (u16, u16), verdict: i32) -> i32 {
+    let (s, d) = (before.0.to_ne_bytes(), before.1.to_ne_bytes());
+    // SAFETY: the context pointer is the program's __sk_buff; TC programs may write cb.
+    unsafe {
+        let skb = ctx.skb.skb;
+        (*skb).cb[0] = u32::from_ne_bytes([s[0], s[1], d[0], d[1]]);
+        (*skb).cb[1] = p.l4 as u32;
+        (*skb).cb[2] = p.l4_len;
+        (*skb).cb[3] = verdict as u32;
+        PM_TAIL.tail_call(ctx, TAIL_SCTP);
+    }
+    // Only reached when the tail call failed (no fixup program loaded): a packet with a stale
+    // CRC would be dropped by the receiver anyway.
+    DROP
+}
+
+/// SCTP's CRC32c update for the port rewrite `pm_tc_in`/`pm_tc_out` made (the addresses are
+/// not covered by it). Entered by tail call only.
+#[classifier]
+pub fn pm_sctp(ctx: TcContext) -> i32 {
+    // SAFETY: the context pointer is the program's __sk_buff.
+    let cb = unsafe { (*ctx.skb.skb).cb };
+    let verdict = cb[3] as i32;
+    match sctp_fixup(&ctx, cb[0].to_ne_bytes(), cb[1] as usize, cb[2]) {
+        Ok(()) => verdict,
+        Err(_) => DROP,
+    }
+}
+
+#[inline(always)]
+fn sctp_fixup(ctx: &TcContext, before: [u8; 4], l4: usize, len: u32) -> Result<(), i64> {
+    // The header sits after Ethernet and at least an IPv4 header, within a 60-byte IPv4 header.
+    if !(ETH_HLEN + 20..=ETH_HLEN + IPV6_HLEN + 20).contains(&l4) {
+        return Err(-1);
+    }
+    let now: [u8; 4] = ctx.load(l4)?;
+    let crc: u32 = ctx.load(l4 + 8)?;
+    // Too long to update (beyond crc32c::MAX_LEN): dropped, as the receiver would drop it.
+    let crc = crc32c::update_ports(crc, before, now, len).ok_or(-1i64)?;
+    ctx.store(l4 + 8, &crc, 0)?;
+    Ok(())
+}
+
+/// Sends a packet addressed to the pod where the pod receives it. On the receive path of the
+/// device that reaches the pod (a macvlan master, whose rx_handler runs after TC and picks the
+/// pod by destination MAC) the packet just goes on; anywhere else it is redirected.
+#[inline(always)]
+fn deliver(ctx: &TcContext, rw: &Rewrite, ingress: bool) -> i32 {
+    let to_ingress = rw.flags & DELIVER_INGRESS != 0;
+    // SAFETY: the context pointer is the program's __sk_buff.
+    let here = unsafe { (*ctx.skb.skb).ifindex };
+    if ingress && to_ingress && here == rw.ifindex {
+        return NEXT;
+    }
+    let flags = if to_ingress { u64::from(BPF_F_INGRESS) } else { 0 };
+    // SAFETY: a helper call with plain values.
+    unsafe { bpf_redirect(rw.ifindex, flags) as i32 }
+}
+
+/// Rewrites the source or destination address and port, with the IPv4 header checksum and
+/// the TCP/UDP checksum, and updates `p`. (SCTP's CRC is updated once, afterwards.)
+#[inline(always)]
+fn rewrite(ctx: &TcContext, p: &mut Packet, side: Side, addr: &Addr, port: u16) -> Result<(), i64> {
+    let (old_addr, old_port) = match side {
+        Side::Src => (p.src, p.sport),
+        Side::Dst => (p.dst, p.dport),
+    };
+    // TCP and UDP checksums cover the pseudo-header (the addresses) and the ports. A UDP
+    // checksum of 0 means "none" over IPv4 and must stay 0 (BPF_F_MARK_MANGLED_0).
+    let (csum_off, mangled) = match p.proto {
+        PROTO_TCP => (p.l4 + 16, 0),
+        PROTO_UDP => (p.l4 + 6, u64::from(BPF_F_MARK_MANGLED_0)),
+        _ => (0, 0),
+    };
+    let inet_csum = p.proto != PROTO_SCTP;
+    let pseudo = u64::from(BPF_F_PSEUDO_HDR) | mangled | 4;
+
+    if p.v6 {
+        let off = ETH_HLEN + if side == Side::Src { 8 } else { 24 };
+        if inet_csum {
+            // Unchanged words add nothing to the checksum: no need to skip them.
+            ctx.l4_csum_replace(csum_off, u64::from(old_addr[0]), u64::from(addr[0]), pseudo)?;
+            ctx.l4_csum_replace(csum_off, u64::from(old_addr[1]), u64::from(addr[1]), pseudo)?;
+            ctx.l4_csum_replace(csum_off, u64::from(old_addr[2]), u64::from(addr[2]), pseudo)?;
+            ctx.l4_csum_replace(csum_off, u64::from(old_addr[3]), u64::from(addr[3]), pseudo)?;
+        }
+        ctx.store(off, addr, 0)?;
+    } else {
+        let off = ETH_HLEN + if side == Side::Src { 12 } else { 16 };
+        let (from, to) = (old_addr[3], addr[3]);
+        ctx.l3_csum_replace(ETH_HLEN + 10, u64::from(from), u64::from(to), 4)?;
+        if inet_csum {
+            ctx.l4_csum_replace(csum_off, u64::from(from), u64::from(to), pseudo)?;
+        }
+        ctx.store(off, &to, 0)?;
+    }
+
+    if inet_csum {
+        ctx.l4_csum_replace(csum_off, u64::from(old_port), u64::from(port), mangled | 2)?;
+    }
+    let off = p.l4 + if side == Side::Src { 0 } else { 2 };
+    ctx.store(off, &port, 0)?;
+
+    match side {
+        Side::Src => {
+            p.src = *addr;
+            p.sport = port;
+        }
+        Side::Dst => {
+            p.dst = *addr;
+            p.dport = port;
+        }
+    }
+    Ok(())
+}
+
+/// True when a socket of this (the node's) namespace owns the flow of `p` as an incoming
+/// packet: a node-local client whose connection the cgroup hooks sent to the pod directly.
+/// Listeners do not count: a hairpin flow may use any source port.
+#[inline(always)]
+fn local_socket(ctx: &TcContext, p: &Packet) -> bool {
+    // SAFETY: plain data; every field is set below for the family used.
+    let mut tuple: bpf_sock_tuple = unsafe { core::mem::zeroed() };
+    let size = if p.v6 {
+        tuple.__bindgen_anon_1.ipv6 = Tuple6 { saddr: p.src, daddr: p.dst, sport: p.sport, dport: p.dport };
+        core::mem::size_of::<Tuple6>() as u32
+    } else {
+        tuple.__bindgen_anon_1.ipv4 =
+            Tuple4 { saddr: p.src[3], daddr: p.dst[3], sport: p.sport, dport: p.dport };
+        core::mem::size_of::<Tuple4>() as u32
+    };
+    let netns = BPF_F_CURRENT_NETNS as u64;
+    // SAFETY: helper calls with the program's own context and a stack tuple; every socket
+    // found is released on the one path below.
+    unsafe {
+        let sk = match p.proto {
+            PROTO_TCP => bpf_sk_lookup_tcp(ctx.as_ptr(), &mut tuple, size, netns, 0),
+            PROTO_UDP => bpf_sk_lookup_udp(ctx.as_ptr(), &mut tuple, size, netns, 0),
+            _ => return false,
+        };
+        if sk.is_null() {
+            return false;
+        }
+        let listening = p.proto == PROTO_TCP && (*sk).state == TCP_LISTEN;
+        bpf_sk_release(sk.cast());
+        !listening
+    }
+}
