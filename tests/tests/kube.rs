@@ -743,9 +743,20 @@ fn the_agent_process_runs_with_the_kubernetes_catalog() {
         std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
     let addr = format!("127.0.0.1:{port}");
     let log = std::fs::File::create(dir.path().join("agent.log")).expect("log");
+    // The agent loads its eBPF dataplane: a private mount namespace keeps its bpffs (and so
+    // every pin and link) to the agent's lifetime, and a cgroup of its own, with no process
+    // in it, keeps its socket hooks away from the machine's processes. It stays in the
+    // machine's network namespace to reach the test API server on loopback.
+    let cgroup = TestCgroup::new();
     let mut agent = KillOnDrop(
-        std::process::Command::new(plexus_tests::world::bin("plexus-agent"))
+        std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private"])
+            .arg(plexus_tests::world::bin("plexus-agent"))
             .args(["run", "--catalog", "kube", "--node-name", NODE, "--metrics-addr", &addr])
+            .arg("--bpf-pin-dir")
+            .arg(dir.path().join("bpf"))
+            .arg("--cgroup-root")
+            .arg(&cgroup.0)
             .arg("--kubeconfig")
             .arg(server.kubeconfig())
             .arg("--socket")
@@ -790,6 +801,23 @@ fn the_agent_process_runs_with_the_kubernetes_catalog() {
     assert!(status.success(), "SIGTERM is a clean stop: {status}; log:\n{}", agent_log());
     assert!(conf.exists(), "the CNI config stays after the agent stops");
     assert_declared(&server.requests());
+}
+
+/// A child of the root cgroup, removed on drop.
+struct TestCgroup(std::path::PathBuf);
+
+impl TestCgroup {
+    fn new() -> Self {
+        let path = std::path::PathBuf::from(format!("/sys/fs/cgroup/{}", plexus_tests::unique("pxkube")));
+        std::fs::create_dir(&path).expect("creating a test cgroup");
+        TestCgroup(path)
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 #[test]
