@@ -226,22 +226,9 @@ impl World {
 
     /// Runs the real `plexus` binary as a runtime would.
     pub fn shim(&self, env: &[(&str, &str)], stdin: &str) -> CniOutput {
-        let mut child = Command::new(bin("plexus"))
-            .env_clear()
-            .envs(env.iter().copied())
-            .env("CNI_PATH", REFERENCE_PLUGINS)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("running plexus");
-        child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("writing stdin");
-        let out = child.wait_with_output().expect("waiting for plexus");
-        CniOutput {
-            exit_code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        let mut cmd = Command::new(bin("plexus"));
+        cmd.env_clear().envs(env.iter().copied()).env("CNI_PATH", REFERENCE_PLUGINS);
+        run_cni(&mut cmd, stdin)
     }
 
     /// A CNI call for a pod's sandbox `cid` in `pod` (namespace/name via CNI_ARGS).
@@ -360,6 +347,24 @@ impl Drop for World {
         if std::thread::panicking() {
             eprintln!("--- agent log ({}) ---\n{}", self.path("agent.log").display(), self.agent_log());
         }
+    }
+}
+
+/// Runs a CNI binary (or a wrapper of one) with `stdin`, as a runtime does: the config on
+/// stdin, the answer on stdout.
+pub fn run_cni(cmd: &mut Command, stdin: &str) -> CniOutput {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("writing stdin");
+    let out = child.wait_with_output().expect("waiting for the CNI binary");
+    CniOutput {
+        exit_code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
 

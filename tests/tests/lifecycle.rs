@@ -5,9 +5,9 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use plexus_tests::world::bin;
+use plexus_tests::world::{bin, run_cni};
 use plexus_tests::{CniOutput, Netns, World, REFERENCE_PLUGINS};
 use serde_json::{json, Value};
 
@@ -147,29 +147,17 @@ fn shim_env(w: &World, env: &[(&'static str, String)], stdin: &str) -> CniOutput
 /// world's directory: the default socket is then this world's agent, and nothing of the
 /// machine's own /run is touched.
 fn shim_with_default_socket(w: &World, env: &[(&'static str, String)], stdin: &str) -> CniOutput {
-    use std::io::Write;
     let script = "mount -t tmpfs plexus-test /run && mkdir /run/plexus && mount --bind \"$0\" /run/plexus \
                   && exec \"$1\"";
-    let mut child = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", script])
         .arg(w.dir.path())
         .arg(bin("plexus"))
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_PATH", REFERENCE_PLUGINS)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running plexus under unshare");
-    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("writing stdin");
-    let out = child.wait_with_output().expect("waiting for plexus");
-    CniOutput {
-        exit_code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    run_cni(&mut cmd, stdin)
 }
 
 fn state_record(w: &World, cid: &str) -> Value {

@@ -464,15 +464,21 @@ fn spec_3_4_1_rule_1_spec_config_first() {
     assert_clean(&w, &[&pod]);
 }
 
+/// A single (non-list) bridge config named `name`, as a `.conf` file holds it.
+fn single_config(w: &World, name: &str, bridge: &str, subnet: &str) -> Value {
+    let mut single = bridge_list(w, name, bridge, subnet, &[])["plugins"][0].clone();
+    single["cniVersion"] = json!("1.0.0");
+    single["name"] = json!(name);
+    single
+}
+
 /// Rule 2: without spec.config, the on-disk configlist named after the NAD, even though a
 /// single config of that name sorts first.
 #[test]
 fn spec_3_4_1_rule_2_on_disk_configlist() {
     let mut w = World::new();
     w.write_nad("default", "blue", None);
-    let mut single = bridge_list(&w, "blue", "br-conf", "10.10.3.0/24", &[])["plugins"][0].clone();
-    single["cniVersion"] = json!("1.0.0");
-    single["name"] = json!("blue");
+    let single = single_config(&w, "blue", "br-conf", "10.10.3.0/24");
     w.write_netconf("10-blue.conf", &single.to_string());
     w.write_netconf("20-blue.conflist", &bridge_text(&w, "blue", "br-list", "10.10.2.0/24", &[]));
     w.write_pod("default", "p", Some("blue"));
@@ -489,9 +495,7 @@ fn spec_3_4_1_rule_2_on_disk_configlist() {
 fn spec_3_4_1_rule_3_on_disk_config() {
     let mut w = World::new();
     w.write_nad("default", "blue", None);
-    let mut single = bridge_list(&w, "blue", "br-conf", "10.10.3.0/24", &[])["plugins"][0].clone();
-    single["cniVersion"] = json!("1.0.0");
-    single["name"] = json!("blue");
+    let single = single_config(&w, "blue", "br-conf", "10.10.3.0/24");
     w.write_netconf("blue.conf", &single.to_string());
     w.write_netconf("other.conflist", &bridge_text(&w, "other", "br-other", "10.10.9.0/24", &[]));
     w.write_pod("default", "p", Some("blue"));
