@@ -91,7 +91,11 @@ fn classify(result: &Result<Pod, ::kube::Error>) -> Outcome {
 struct Slot {
     /// The generation of the newest publish for the pod.
     latest: u64,
-    /// Held by the task patching the pod: one at a time per pod, in order.
+    /// Publish tasks of the pod not finished yet. The slot lives until the last one ends:
+    /// tasks take their turn in no particular order, and an older one that runs after the
+    /// newest must still find the newest's generation here to know it is superseded.
+    outstanding: usize,
+    /// Held by the task patching the pod: one at a time per pod.
     serial: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -147,8 +151,13 @@ impl StatusPublisher {
         let key = format!("{}/{}", pod.namespace, pod.name);
         let (generation, serial) = {
             let mut slots = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
-            let slot = slots.entry(key.clone()).or_insert_with(|| Slot { latest: 0, serial: Arc::default() });
+            let slot = slots.entry(key.clone()).or_insert_with(|| Slot {
+                latest: 0,
+                outstanding: 0,
+                serial: Arc::default(),
+            });
             slot.latest += 1;
+            slot.outstanding += 1;
             (slot.latest, slot.serial.clone())
         };
         let shared = self.shared.clone();
@@ -160,8 +169,11 @@ impl StatusPublisher {
                 shared.run(&key, generation, &pod, &body).await;
             }
             let mut slots = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
-            if slots.get(&key).is_some_and(|s| s.latest == generation) {
-                slots.remove(&key);
+            if let Some(slot) = slots.get_mut(&key) {
+                slot.outstanding -= 1;
+                if slot.outstanding == 0 {
+                    slots.remove(&key);
+                }
             }
             drop(slots);
             shared.pending.fetch_sub(1, Ordering::SeqCst);
