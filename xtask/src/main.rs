@@ -1,5 +1,6 @@
 //! Project automation: `cargo xtask <task>`.
 
+mod bench;
 mod demo;
 mod setup;
 mod util;
@@ -21,6 +22,15 @@ enum Task {
     Demo,
     /// Everything CI checks: format, lints, build, and every test (root).
     Test,
+    /// plexus against the reference CNI plugins, side by side (root): cni, portmap,
+    /// bandwidth, scale or all. Results in target/bench/<timestamp>/.
+    Bench(bench::BenchArgs),
+    /// The bench's helpers inside network namespaces (servers, clients, runtime).
+    #[command(hide = true)]
+    BenchNet {
+        #[command(subcommand)]
+        command: bench::traffic::NetCommand,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,5 +49,7 @@ fn main() -> anyhow::Result<()> {
             util::cargo(&["build", "--workspace"])?;
             util::cargo(&["test", "--workspace"])
         }
+        Task::Bench(args) => bench::run(&args),
+        Task::BenchNet { command } => bench::traffic::run(&command),
     }
 }

@@ -1,0 +1,151 @@
+//! `cargo xtask bench --quick cni`, end to end: the bench runs the real shim and agent (the
+//! debug builds next to this test) against the reference plugins, and its results.json is
+//! complete and sane, it drew its charts, and it left no namespace or cgroup behind.
+//!
+//! Needs the workspace built (`cargo build --workspace`, which `cargo xtask test` does first),
+//! because it runs target/debug/xtask; running cargo from inside `cargo test` would wait on
+//! the build lock the test run holds.
+
+use std::process::Command;
+use std::time::Instant;
+
+use plexus_tests::world::bin;
+use serde_json::Value;
+
+fn num(v: &Value) -> Option<f64> {
+    v.as_f64().filter(|x| x.is_finite())
+}
+
+#[test]
+fn bench_quick_cni_writes_complete_sane_results() {
+    let xtask = bin("xtask");
+    let bin_dir = bin("plexus-agent").parent().expect("binary directory").to_owned();
+    assert!(bin_dir.join("plexus").exists(), "the plexus shim is missing: run `cargo build --workspace`");
+    let out = tempfile::tempdir().expect("tempdir");
+    let started = Instant::now();
+    let child = Command::new(&xtask)
+        .args(["bench", "--quick", "cni", "--bin-dir"])
+        .arg(&bin_dir)
+        .arg("--out-dir")
+        .arg(out.path())
+        .spawn()
+        .expect("running xtask bench");
+    let pid = child.id();
+    let run = child.wait_with_output().expect("waiting for xtask bench");
+    eprintln!("bench --quick cni took {:.1} s", started.elapsed().as_secs_f64());
+    assert!(run.status.success(), "xtask bench failed: {}", run.status);
+
+    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
+    let r: Value = serde_json::from_str(&text).expect("results.json is JSON");
+    assert_eq!(r["errors"], Value::Array(Vec::new()), "errors: {}", r["errors"]);
+    assert!(r["machine"]["kernel"].as_str().is_some_and(|k| !k.is_empty()), "kernel: {}", r["machine"]);
+    assert!(r["machine"]["cpu_model"].as_str().is_some_and(|k| !k.is_empty()), "cpu: {}", r["machine"]);
+    assert!(r["machine"]["cores"].as_u64() > Some(0), "cores: {}", r["machine"]);
+    let repeat = r["settings"]["repeat"].as_u64().expect("settings.repeat");
+    let exec_baseline = r["binaries"]["exec_plugin_option"] == true;
+
+    let summary = r["summary"].as_array().expect("summary list");
+    for s in summary {
+        for key in [
+            "section",
+            "metric",
+            "unit",
+            "params",
+            "plexus",
+            "reference",
+            "baseline",
+            "plexus_over_reference",
+            "plexus_over_baseline",
+            "min",
+            "max",
+        ] {
+            assert!(s.get(key).is_some(), "summary object without {key}: {s}");
+        }
+        assert_eq!(s["section"], "cni", "{s}");
+        for side in ["plexus", "reference", "baseline"] {
+            if let Some(median) = num(&s[side]) {
+                let (min, max) = (num(&s["min"][side]), num(&s["max"][side]));
+                assert!(min <= Some(median) && Some(median) <= max, "min <= median <= max for {side}: {s}");
+            } else {
+                assert!(
+                    s["notes"][side].as_str().is_some_and(|n| !n.is_empty()),
+                    "{side} null without a note: {s}"
+                );
+            }
+        }
+        if let (Some(p), Some(rf)) = (num(&s["plexus"]), num(&s["reference"])) {
+            let ratio = num(&s["plexus_over_reference"]).expect("ratio computed when both sides have values");
+            assert!((ratio - p / rf).abs() < 1e-9 * ratio.abs().max(1.0), "{s}");
+        } else {
+            assert!(s["plexus_over_reference"].is_null(), "a ratio with a side missing: {s}");
+        }
+    }
+    let find = |metric: &str, attachments: Option<u64>| -> &Value {
+        summary
+            .iter()
+            .find(|s| s["metric"] == metric && attachments.is_none_or(|m| s["params"]["attachments"] == m))
+            .unwrap_or_else(|| panic!("no summary for {metric} {attachments:?}"))
+    };
+
+    // Latencies: every side measured, non-zero, every repeat recorded, both ratios.
+    for m in [1, 2, 4] {
+        for metric in ["add_latency", "del_latency"] {
+            let s = find(metric, Some(m));
+            assert!(num(&s["plexus"]) > Some(0.0) && num(&s["reference"]) > Some(0.0), "{s}");
+            assert!(num(&s["plexus_over_reference"]) > Some(0.0), "{s}");
+            assert_eq!(s["runs"]["plexus"], repeat, "{s}");
+            assert_eq!(s["runs"]["reference"], repeat, "{s}");
+            if exec_baseline {
+                assert!(
+                    num(&s["baseline"]) > Some(0.0) && num(&s["plexus_over_baseline"]) > Some(0.0),
+                    "{s}"
+                );
+            }
+        }
+    }
+    let shim = find("shim_roundtrip", None);
+    for side in ["plexus", "reference", "baseline"] {
+        assert!(num(&shim[side]) > Some(0.0), "{side}: {shim}");
+    }
+    assert!(num(&shim["plexus_over_baseline"]) > Some(0.0), "{shim}");
+    // Memory: plexus has a value; the reference runs no daemon, and says so.
+    for metric in ["agent_rss_idle", "agent_rss_loaded", "agent_rss_after_del"] {
+        let s = find(metric, None);
+        assert!(num(&s["plexus"]) > Some(1.0), "{s}");
+        assert!(s["reference"].is_null() && s["plexus_over_reference"].is_null(), "{s}");
+    }
+
+    // Raw runs are kept, with the load they ran under.
+    let figures = r["figures"].as_array().expect("figures");
+    assert_eq!(figures.len(), summary.len());
+    let add = &figures[0];
+    assert_eq!(add["metric"], "add_latency");
+    assert!(add["sides"]["plexus"]["runs"].as_array().is_some_and(|runs| runs.len() as u64 == repeat));
+    assert!(add["load"]["loadavg_before"].as_array().is_some_and(|l| l.len() == 3), "{}", add["load"]);
+
+    for chart in ["cni_ms.svg", "cni_mib.svg"] {
+        let svg = std::fs::read_to_string(out.path().join(chart)).unwrap_or_default();
+        assert!(svg.starts_with("<svg") && svg.contains("plexus"), "{chart} is not a chart");
+    }
+
+    // Nothing of the run is left: namespaces, cgroups, mounts.
+    let ours = format!("pxb{pid}-");
+    let netns = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(!netns.contains(&ours), "namespaces left behind:\n{netns}");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    assert!(!mounts.contains(&format!("pxbench-{pid}-")), "mounts left behind");
+    for root in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
+        let left = std::fs::read_dir(root)
+            .map(|d| d.filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with(&ours)))
+            .unwrap_or(false);
+        assert!(!left, "cgroups left behind in {root}");
+    }
+    let tmp_left = std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .any(|e| e.file_name().to_string_lossy().starts_with(&format!("pxbench-{pid}-")))
+        })
+        .unwrap_or(false);
+    assert!(!tmp_left, "temporary directory left behind");
+}

@@ -1,0 +1,330 @@
+//! cni: what a pod's networks cost the runtime.
+//!
+//! - add_latency / del_latency: wall time of one pod's ADD and DEL with 1, 2 and 4 macvlan +
+//!   host-local secondary networks (plus the bridge default network), through the same
+//!   runtime helper for every side. The NAD configs are the same for all sides but for their
+//!   address range and IPAM directory.
+//! - shim_roundtrip: the cheapest request that reaches the agent, a CHECK of a container the
+//!   agent has no record of (it answers CNI error 3 from its state lookup; no plugin runs),
+//!   against one exec of a reference plugin answering VERSION, and `/bin/true`.
+//! - agent RSS (VmRSS): idle, with `rss_pods` x 4 attachments alive, and after they are gone.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::bail;
+use serde_json::{json, Value};
+
+use super::report::{Figure, NOT_BUILT};
+use super::runner::{Call, Driver, PlexusDriver, Pod, ReferenceDriver, Runtime, Selection, PLUGIN_DIR};
+use super::scale::{bulk, pods, Op};
+use super::stats::{load, mean};
+use super::topology::{macvlan_network, Agent, Lab};
+use super::{check_interrupt, Bench, Side};
+
+const PLEXUS: &str = "plexus shim + agent: default network (bridge) exec'd, macvlan + host-local native";
+const REFERENCE: &str = "reference bridge, macvlan, host-local exec'd per configlist by a libcni-like runner";
+const BASELINE: &str =
+    "plexus shim + agent with --exec-plugin macvlan (the reference binaries exec'd by the agent)";
+const NO_DAEMON: &str = "the reference plugins run no daemon";
+
+/// The pods' secondary networks: `bench-mv1` .. `bench-mv<m>`.
+pub fn macvlan_selections(m: u32) -> Vec<Selection> {
+    (1..=m).map(|k| Selection::plain(&format!("bench-mv{k}"))).collect()
+}
+
+/// The three sides of the cni and scale sections: plexus (native macvlan), the reference
+/// plugins, and plexus exec'ing the reference macvlan (when the agent can).
+pub struct Sides {
+    pub plexus: Agent,
+    pub baseline: Result<Agent, String>,
+    reference_ipam: PathBuf,
+}
+
+impl Sides {
+    pub fn start(b: &Bench, lab: &Lab, tag: &str) -> anyhow::Result<Sides> {
+        let plexus = Agent::start(lab, &b.bins, &format!("{tag}-plexus"), Side::Plexus, &[])?;
+        let baseline = if b.bins.exec_plugin_option {
+            Ok(Agent::start(
+                lab,
+                &b.bins,
+                &format!("{tag}-plexus-exec"),
+                Side::Baseline,
+                &["--exec-plugin", "macvlan"],
+            )?)
+        } else {
+            Err("the agent has no --exec-plugin option yet".to_owned())
+        };
+        let reference_ipam = lab.path(&format!("{tag}-reference/ipam"));
+        std::fs::create_dir_all(&reference_ipam)?;
+        Ok(Sides { plexus, baseline, reference_ipam })
+    }
+
+    pub fn what(&self) -> [Result<&'static str, &'static str>; 3] {
+        [Ok(PLEXUS), Ok(REFERENCE), Ok(BASELINE)]
+    }
+
+    pub fn mark_missing(&self, figs: &mut [Figure]) {
+        if let Err(why) = &self.baseline {
+            for f in figs {
+                f.set_missing(Side::Baseline, NOT_BUILT, why.clone());
+            }
+        }
+    }
+
+    /// A driver per side, each knowing the four macvlan networks.
+    pub fn drivers(&self, b: &Bench) -> anyhow::Result<Vec<(Side, Box<dyn Driver + '_>)>> {
+        let mut out: Vec<(Side, Box<dyn Driver + '_>)> = Vec::new();
+        let plexus = PlexusDriver { agent: &self.plexus, shim: b.bins.shim.clone() };
+        for k in 1..=4 {
+            plexus.add_network(&macvlan_network(k, Side::Plexus, &self.plexus.ipam_dir()))?;
+        }
+        out.push((Side::Plexus, Box::new(plexus)));
+        let mut reference = ReferenceDriver::new(Side::Reference, self.reference_ipam.clone())?;
+        for k in 1..=4 {
+            reference.add_network(&macvlan_network(k, Side::Reference, &self.reference_ipam))?;
+        }
+        out.push((Side::Reference, Box::new(reference)));
+        if let Ok(agent) = &self.baseline {
+            let baseline = PlexusDriver { agent, shim: b.bins.shim.clone() };
+            for k in 1..=4 {
+                baseline.add_network(&macvlan_network(k, Side::Baseline, &agent.ipam_dir()))?;
+            }
+            out.push((Side::Baseline, Box::new(baseline)));
+        }
+        Ok(out)
+    }
+
+    fn agent(&self, side: Side) -> Option<&Agent> {
+        match side {
+            Side::Plexus => Some(&self.plexus),
+            Side::Baseline => self.baseline.as_ref().ok(),
+            Side::Reference => None,
+        }
+    }
+}
+
+/// Pod names unique across the run.
+fn pod_name(side: Side, tag: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{tag}-{}-{}", side.name(), NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+/// One pod's ADD and DEL, in ms. The DEL runs even when the ADD failed, so nothing stays.
+fn add_del(driver: &dyn Driver, rt: &Runtime, pod: &Pod) -> anyhow::Result<(f64, f64)> {
+    driver.prepare(pod)?;
+    let t = Instant::now();
+    let added = driver.add(rt, pod);
+    let add_ms = t.elapsed().as_secs_f64() * 1e3;
+    driver.finish(pod);
+    let t = Instant::now();
+    let deleted = driver.del(rt, pod);
+    let del_ms = t.elapsed().as_secs_f64() * 1e3;
+    added?;
+    deleted?;
+    Ok((add_ms, del_ms))
+}
+
+pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
+    let sides = Sides::start(b, lab, "cni")?;
+    let drivers = sides.drivers(b)?;
+    let rt = Runtime::spawn(&lab.node)?;
+    let set = b.set.clone();
+
+    // Idle memory first, before any pod, once start-up (loading the BPF object, reconciling
+    // state) has settled and its memory was given back.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let mut idle = Figure::new("cni", "agent_rss_idle", "MiB", json!({})).sides([
+        Ok(PLEXUS),
+        Err(NO_DAEMON),
+        Ok(BASELINE),
+    ]);
+    sides.mark_missing(std::slice::from_mut(&mut idle));
+    let before = load();
+    for side in [Side::Plexus, Side::Baseline] {
+        if let Some(a) = sides.agent(side) {
+            let kib = a.rss_kib()?;
+            idle.push(side, kib as f64 / 1024.0, json!({"vmrss_kib": kib}));
+        }
+    }
+    idle.set_load(&before, &load());
+
+    // A first pod per side, not counted: bridges get created, binaries and pages cached.
+    for (side, d) in &drivers {
+        let pod = Pod::new(&pod_name(*side, "warm"), macvlan_selections(4))?;
+        if let Err(e) = add_del(d.as_ref(), &rt, &pod) {
+            bail!("warm-up pod of {}: {e:#}", side.name());
+        }
+    }
+
+    for m in [1u32, 2, 4] {
+        let params = json!({"attachments": m, "pods_per_run": set.cni_pods_per_repeat});
+        let mut add = Figure::new("cni", "add_latency", "ms", params.clone()).sides(sides.what());
+        let mut del = Figure::new("cni", "del_latency", "ms", params).sides(sides.what());
+        sides.mark_missing(std::slice::from_mut(&mut add));
+        sides.mark_missing(std::slice::from_mut(&mut del));
+        let before = load();
+        for r in 1..=set.repeat {
+            let mut line = Vec::new();
+            for (side, d) in &drivers {
+                check_interrupt()?;
+                let mut runs = Vec::new();
+                for _ in 0..set.cni_pods_per_repeat {
+                    let pod = Pod::new(&pod_name(*side, "lat"), macvlan_selections(m))?;
+                    match add_del(d.as_ref(), &rt, &pod) {
+                        Ok(t) => runs.push(t),
+                        Err(e) => {
+                            add.fail(*side, format!("{e:#}"));
+                            del.fail(*side, format!("{e:#}"));
+                        }
+                    }
+                }
+                if !runs.is_empty() {
+                    let adds: Vec<f64> = runs.iter().map(|t| t.0).collect();
+                    let dels: Vec<f64> = runs.iter().map(|t| t.1).collect();
+                    let (a, dl) = (mean(&adds).unwrap_or(0.0), mean(&dels).unwrap_or(0.0));
+                    add.push(*side, a, json!({"per_pod_ms": adds}));
+                    del.push(*side, dl, json!({"per_pod_ms": dels}));
+                    line.push(format!("{} add {a:.1} ms del {dl:.1} ms", side.name()));
+                } else {
+                    line.push(format!("{} failed", side.name()));
+                }
+            }
+            b.progress("cni", &format!("{m} attachments, repeat {r}/{}: {}", set.repeat, line.join(", ")));
+        }
+        let after = load();
+        add.set_load(&before, &after);
+        del.set_load(&before, &after);
+        b.figures.extend([add, del]);
+    }
+
+    b.figures.push(shim_roundtrip(b, &rt, &sides)?);
+    b.figures.push(idle);
+    rss_loaded(b, lab, &sides, &drivers)?;
+    Ok(())
+}
+
+/// The cost of reaching the agent at all, per call.
+fn shim_roundtrip(b: &Bench, rt: &Runtime, sides: &Sides) -> anyhow::Result<Figure> {
+    let calls = b.set.shim_calls;
+    let mut fig = Figure::new("cni", "shim_roundtrip", "ms", json!({"calls_per_run": calls})).sides([
+        Ok("plexus CHECK of an unknown container: shim -> agent -> CNI error 3 from its state, no plugin runs"),
+        Ok("exec of the reference macvlan plugin answering VERSION"),
+        Ok("exec of /bin/true"),
+    ]);
+    let plexus = PlexusDriver { agent: &sides.plexus, shim: b.bins.shim.clone() };
+    let pod = Pod::new("roundtrip", Vec::new())?;
+    let netns = pod.netns.path();
+    let version_env = [("CNI_COMMAND", "VERSION".to_owned()), ("CNI_PATH", PLUGIN_DIR.to_owned())];
+    let before = load();
+    for r in 1..=b.set.repeat {
+        check_interrupt()?;
+        let mut line = Vec::new();
+        for side in Side::ALL {
+            let t = Instant::now();
+            for i in 0..calls {
+                match side {
+                    Side::Plexus => {
+                        let cid = format!("cid-unknown-{r}-{i}");
+                        let call = Call {
+                            command: "CHECK",
+                            container_id: &cid,
+                            netns: &netns,
+                            ifname: "eth0",
+                            args: "",
+                        };
+                        let out = plexus.shim(rt, &call)?;
+                        if out.cni_code() != Some(3) {
+                            bail!(
+                                "CHECK of an unknown container answered {} {}",
+                                out.stdout.trim(),
+                                out.stderr.trim()
+                            );
+                        }
+                    }
+                    Side::Reference => {
+                        let out = rt.exec(
+                            &Path::new(PLUGIN_DIR).join("macvlan"),
+                            &version_env,
+                            r#"{"cniVersion":"1.0.0"}"#,
+                        )?;
+                        if out.code != 0 {
+                            bail!("macvlan VERSION: {} {}", out.stdout.trim(), out.stderr.trim());
+                        }
+                    }
+                    Side::Baseline => {
+                        if rt.exec(Path::new("/bin/true"), &[], "")?.code != 0 {
+                            bail!("/bin/true failed");
+                        }
+                    }
+                }
+            }
+            let ms = t.elapsed().as_secs_f64() * 1e3 / f64::from(calls);
+            fig.push(side, ms, json!({"calls": calls}));
+            line.push(format!("{} {ms:.2} ms", side.name()));
+        }
+        b.progress("cni", &format!("shim round trip, repeat {r}/{}: {}", b.set.repeat, line.join(", ")));
+    }
+    fig.set_load(&before, &load());
+    Ok(fig)
+}
+
+/// Memory with `rss_pods` pods of 4 attachments alive, and after they were deleted.
+fn rss_loaded(
+    b: &mut Bench,
+    lab: &Lab,
+    sides: &Sides,
+    drivers: &[(Side, Box<dyn Driver + '_>)],
+) -> anyhow::Result<()> {
+    let n = b.set.rss_pods;
+    let params = json!({"pods": n, "attachments": n * 4, "parallel": b.set.parallel, "runs": 1});
+    let mut loaded = Figure::new("cni", "agent_rss_loaded", "MiB", params.clone()).sides([
+        Ok(PLEXUS),
+        Err(NO_DAEMON),
+        Ok(BASELINE),
+    ]);
+    let mut after_del = Figure::new("cni", "agent_rss_after_del", "MiB", params).sides([
+        Ok(PLEXUS),
+        Err(NO_DAEMON),
+        Ok(BASELINE),
+    ]);
+    sides.mark_missing(std::slice::from_mut(&mut loaded));
+    sides.mark_missing(std::slice::from_mut(&mut after_del));
+    let runtimes: Vec<Runtime> =
+        (0..b.set.parallel).map(|_| Runtime::spawn(&lab.node)).collect::<Result<_, _>>()?;
+    let before = load();
+    for (side, d) in drivers {
+        let Some(agent) = sides.agent(*side) else { continue };
+        check_interrupt()?;
+        let pods = pods(*side, "rss", n, 4)?;
+        let add = bulk(Op::Add, d.as_ref(), &runtimes, &pods);
+        let live = agent.rss_kib()?;
+        let records = agent.state_files().len();
+        let del = bulk(Op::Del, d.as_ref(), &runtimes, &pods);
+        let gone = agent.rss_kib()?;
+        let failed = add.failures.len() + del.failures.len();
+        b.progress(
+            "cni",
+            &format!(
+                "{}: RSS {:.1} MiB with {n} pods x 4 attachments ({records} records, {failed} failures), {:.1} MiB after DEL",
+                side.name(),
+                live as f64 / 1024.0,
+                gone as f64 / 1024.0
+            ),
+        );
+        let detail: Value = json!({"vmrss_kib": live, "records": records, "add_failures": add.failures.len(),
+                                   "first_failure": add.failures.first()});
+        loaded.push(*side, live as f64 / 1024.0, detail);
+        after_del.push(
+            *side,
+            gone as f64 / 1024.0,
+            json!({"vmrss_kib": gone, "del_failures": del.failures.len()}),
+        );
+    }
+    let after = load();
+    loaded.set_load(&before, &after);
+    after_del.set_load(&before, &after);
+    b.figures.extend([loaded, after_del]);
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! Figures, their JSON (raw runs and summary) and the terminal table.
+
+use serde_json::{json, Map, Value};
+
+use super::stats::{self, Load};
+use super::Side;
+
+/// One measured run of one side.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub value: f64,
+    /// What the value was computed from (raw samples, byte counts, CPU time, ...).
+    pub detail: Value,
+}
+
+/// Why a side has no value: shown in the table as `label`, in JSON as `null` plus the note.
+#[derive(Debug, Clone)]
+pub struct Missing {
+    pub label: &'static str,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SideData {
+    /// What this side is, for this figure.
+    pub what: String,
+    pub runs: Vec<Run>,
+    pub missing: Option<Missing>,
+    /// Runs that failed, with the reason (the figure keeps the others).
+    pub failures: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Figure {
+    pub section: &'static str,
+    pub metric: &'static str,
+    pub unit: &'static str,
+    pub params: Map<String, Value>,
+    pub sides: [SideData; 3],
+    pub load: Option<Value>,
+}
+
+/// Parameters left out of the table, which would make it too wide to read.
+const TABLE_HIDES: &[&str] = &["burst_bits", "source", "streams", "interval_ms", "calls_per_run", "runs"];
+
+/// Cell label of a side the figure does not apply to.
+pub const NOT_APPLICABLE: &str = "n/a";
+/// Cell label of a plexus feature that other engineers have not landed yet.
+pub const NOT_BUILT: &str = "not built yet";
+
+impl Figure {
+    pub fn new(section: &'static str, metric: &'static str, unit: &'static str, params: Value) -> Figure {
+        let params = match params {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        Figure { section, metric, unit, params, sides: Default::default(), load: None }
+    }
+
+    /// Says what each side is (`None`: the side does not apply, with the reason).
+    pub fn sides(mut self, what: [Result<&str, &str>; 3]) -> Figure {
+        for (data, w) in self.sides.iter_mut().zip(what) {
+            match w {
+                Ok(w) => data.what = w.to_owned(),
+                Err(why) => data.missing = Some(Missing { label: NOT_APPLICABLE, note: why.to_owned() }),
+            }
+        }
+        self
+    }
+
+    pub fn push(&mut self, side: Side, value: f64, detail: Value) {
+        self.sides[side.index()].runs.push(Run { value, detail });
+    }
+
+    pub fn fail(&mut self, side: Side, why: String) {
+        self.sides[side.index()].failures.push(why);
+    }
+
+    pub fn set_missing(&mut self, side: Side, label: &'static str, note: impl Into<String>) {
+        self.sides[side.index()].missing = Some(Missing { label, note: note.into() });
+    }
+
+    pub fn set_load(&mut self, before: &Load, after: &Load) {
+        self.load = Some(stats::load_between(before, after));
+    }
+
+    /// (min, median, max) of a side's runs.
+    pub fn spread(&self, side: Side) -> Option<(f64, f64, f64)> {
+        let d = &self.sides[side.index()];
+        if d.missing.is_some() {
+            return None;
+        }
+        stats::spread(&d.runs.iter().map(|r| r.value).collect::<Vec<_>>())
+    }
+
+    pub fn median(&self, side: Side) -> Option<f64> {
+        self.spread(side).map(|s| s.1)
+    }
+
+    /// Why a side has no value, for the table.
+    fn empty_label(&self, side: Side) -> &'static str {
+        let d = &self.sides[side.index()];
+        match &d.missing {
+            Some(m) => m.label,
+            None if !d.failures.is_empty() => "failed",
+            None => "no data",
+        }
+    }
+
+    fn note(&self, side: Side) -> Option<String> {
+        let d = &self.sides[side.index()];
+        match &d.missing {
+            Some(m) => Some(format!("{}: {}", m.label, m.note)),
+            None if d.runs.is_empty() && !d.failures.is_empty() => Some(format!("failed: {}", d.failures[0])),
+            None => None,
+        }
+    }
+
+    /// Compact parameters for the table: `attachments=2 pods=4` (the rest is in the JSON).
+    pub fn params_text(&self) -> String {
+        self.params
+            .iter()
+            .filter(|(k, _)| !TABLE_HIDES.contains(&k.as_str()))
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k}={s}"),
+                v => format!("{k}={v}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Every raw run.
+    pub fn to_json(&self) -> Value {
+        let mut sides = Map::new();
+        for s in Side::ALL {
+            let d = &self.sides[s.index()];
+            sides.insert(
+                s.name().into(),
+                json!({
+                    "what": d.what,
+                    "note": self.note(s),
+                    "failures": d.failures,
+                    "runs": d.runs.iter().map(|r| json!({"value": r.value, "detail": r.detail})).collect::<Vec<_>>(),
+                }),
+            );
+        }
+        json!({
+            "section": self.section, "metric": self.metric, "unit": self.unit, "params": self.params,
+            "load": self.load, "sides": sides,
+        })
+    }
+
+    /// One object of results.json's `summary`: medians, ratios, min and max per side.
+    pub fn summary(&self) -> Value {
+        let (p, r, b) =
+            (self.median(Side::Plexus), self.median(Side::Reference), self.median(Side::Baseline));
+        let mut min = Map::new();
+        let mut max = Map::new();
+        let mut runs = Map::new();
+        let mut notes = Map::new();
+        for s in Side::ALL {
+            let spread = self.spread(s);
+            min.insert(s.name().into(), json!(spread.map(|x| x.0)));
+            max.insert(s.name().into(), json!(spread.map(|x| x.2)));
+            runs.insert(s.name().into(), json!(self.sides[s.index()].runs.len()));
+            if let Some(n) = self.note(s) {
+                notes.insert(s.name().into(), json!(n));
+            }
+        }
+        json!({
+            "section": self.section,
+            "metric": self.metric,
+            "unit": self.unit,
+            "params": self.params,
+            "plexus": p,
+            "reference": r,
+            "baseline": b,
+            "plexus_over_reference": stats::ratio(p, r),
+            "plexus_over_baseline": stats::ratio(p, b),
+            "min": min,
+            "max": max,
+            "runs": runs,
+            "notes": notes,
+            "load": self.load,
+        })
+    }
+}
+
+/// A value with about three significant digits.
+pub fn fmt(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1000.0 {
+        format!("{v:.0}")
+    } else if a >= 100.0 {
+        format!("{v:.1}")
+    } else if a >= 10.0 {
+        format!("{v:.2}")
+    } else if a >= 0.01 || a == 0.0 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.2e}")
+    }
+}
+
+fn cell(f: &Figure, side: Side) -> String {
+    match f.median(side) {
+        Some(v) => fmt(v),
+        None => f.empty_label(side).to_owned(),
+    }
+}
+
+fn ratio_cell(a: Option<f64>, b: Option<f64>) -> String {
+    stats::ratio(a, b).map(|r| format!("{r:.2}x")).unwrap_or_else(|| NOT_APPLICABLE.to_owned())
+}
+
+fn load_cell(f: &Figure) -> String {
+    let Some(l) = &f.load else { return "-".into() };
+    let avg = |k: &str| l[k][0].as_f64().map(|v| format!("{v:.1}")).unwrap_or_else(|| "?".into());
+    let busy = l["cpu_busy_pct"].as_f64().map(|v| format!(" {v:.0}%")).unwrap_or_default();
+    format!("{}->{}{busy}", avg("loadavg_before"), avg("loadavg_after"))
+}
+
+/// The terminal table: medians per side and the ratios, with the load each figure ran under.
+pub fn table(figures: &[Figure]) -> String {
+    let header = [
+        "section",
+        "metric",
+        "params",
+        "plexus",
+        "reference",
+        "baseline",
+        "plexus/ref",
+        "plexus/baseline",
+        "load (1m avg, cpu)",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for f in figures {
+        let (p, r, b) = (f.median(Side::Plexus), f.median(Side::Reference), f.median(Side::Baseline));
+        rows.push(vec![
+            f.section.to_owned(),
+            format!("{} ({})", f.metric, f.unit),
+            f.params_text(),
+            cell(f, Side::Plexus),
+            cell(f, Side::Reference),
+            cell(f, Side::Baseline),
+            ratio_cell(p, r),
+            ratio_cell(p, b),
+            load_cell(f),
+        ]);
+    }
+    let widths: Vec<usize> =
+        (0..header.len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, text)| {
+                // Text columns left, numbers right.
+                if c < 3 {
+                    format!("{text:<w$}", w = widths[c])
+                } else {
+                    format!("{text:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+        if i == 0 {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            out.push_str(&rule.join("  "));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_and_table() {
+        let mut f = Figure::new("cni", "add_latency", "ms", json!({"attachments": 2})).sides([
+            Ok("p"),
+            Ok("r"),
+            Err("no daemon"),
+        ]);
+        for v in [4.0, 2.0, 3.0] {
+            f.push(Side::Plexus, v, Value::Null);
+            f.push(Side::Reference, v * 2.0, Value::Null);
+        }
+        let s = f.summary();
+        assert_eq!(s["plexus"], 3.0);
+        assert_eq!(s["reference"], 6.0);
+        assert_eq!(s["baseline"], Value::Null);
+        assert_eq!(s["plexus_over_reference"], 0.5);
+        assert_eq!(s["plexus_over_baseline"], Value::Null);
+        assert_eq!(s["min"]["plexus"], 2.0);
+        assert_eq!(s["max"]["reference"], 8.0);
+        assert!(s["notes"]["baseline"].as_str().is_some_and(|n| n.contains("no daemon")));
+        let t = table(&[f]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[2].contains("add_latency (ms)") && lines[2].contains("0.50x") && lines[2].contains("n/a")
+        );
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt(1234.4), "1234");
+        assert_eq!(fmt(12.345), "12.35");
+        assert_eq!(fmt(0.5), "0.500");
+        assert_eq!(fmt(0.0), "0.000");
+    }
+}

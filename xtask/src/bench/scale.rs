@@ -1,0 +1,135 @@
+//! scale: N pods with M secondary attachments each, attached and then deleted, `parallel` at a
+//! time (as a runtime starting many pods does), per side: total times, failures, and what
+//! was left behind (interfaces in the pods, host veths, IPAM allocations, state records).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::cni::{macvlan_selections, Sides};
+use super::report::Figure;
+use super::runner::{Driver, Pod, Runtime};
+use super::stats::load;
+use super::topology::Lab;
+use super::{check_interrupt, Bench, Side};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Add,
+    Del,
+}
+
+pub struct Bulk {
+    pub secs: f64,
+    pub failures: Vec<String>,
+}
+
+/// Adds or deletes every pod, one worker per runtime helper.
+pub fn bulk(op: Op, driver: &dyn Driver, runtimes: &[Runtime], pods: &[Pod]) -> Bulk {
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for rt in runtimes {
+            let (next, failures) = (&next, &failures);
+            s.spawn(move || {
+                while let Some(pod) = pods.get(next.fetch_add(1, Ordering::SeqCst)) {
+                    if check_interrupt().is_err() {
+                        break;
+                    }
+                    let outcome = match op {
+                        Op::Add => {
+                            let r = driver.prepare(pod).and_then(|()| driver.add(rt, pod));
+                            driver.finish(pod);
+                            r
+                        }
+                        Op::Del => driver.del(rt, pod),
+                    };
+                    if let Err(e) = outcome {
+                        if let Ok(mut f) = failures.lock() {
+                            f.push(format!("{e:#}"));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Bulk { secs: start.elapsed().as_secs_f64(), failures: failures.into_inner().unwrap_or_default() }
+}
+
+/// `n` pods with `m` macvlan attachments each, namespaces created.
+pub fn pods(side: Side, tag: &str, n: u32, m: u32) -> anyhow::Result<Vec<Pod>> {
+    (0..n).map(|i| Pod::new(&format!("{tag}-{}-{i}", side.name()), macvlan_selections(m))).collect()
+}
+
+/// Interfaces other than `lo` still in the pods' namespaces.
+pub fn pod_links(pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .flat_map(|p| {
+            p.netns.links().into_iter().filter(|l| l != "lo").map(move |l| format!("{l} in {}", p.name))
+        })
+        .collect()
+}
+
+pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
+    let (n, m, parallel) = (b.set.scale_pods, b.set.scale_attachments, b.set.parallel);
+    let sides = Sides::start(b, lab, "scale")?;
+    let drivers = sides.drivers(b)?;
+    let runtimes: Vec<Runtime> =
+        (0..parallel).map(|_| Runtime::spawn(&lab.node)).collect::<Result<_, _>>()?;
+    let params = json!({"pods": n, "attachments": m, "parallel": parallel});
+    let what = sides.what();
+    let mut figs: Vec<Figure> =
+        [("add_total", "s"), ("del_total", "s"), ("failures", "count"), ("leftovers", "count")]
+            .into_iter()
+            .map(|(metric, unit)| Figure::new("scale", metric, unit, params.clone()).sides(what))
+            .collect();
+    sides.mark_missing(&mut figs);
+    let before = load();
+    for r in 1..=b.set.repeat {
+        for (side, driver) in &drivers {
+            check_interrupt()?;
+            let tag = format!("s{r}");
+            let pods = pods(*side, &tag, n, m)?;
+            let veths_before = lab.node_veths();
+            let add = bulk(Op::Add, driver.as_ref(), &runtimes, &pods);
+            check_interrupt()?;
+            let del = bulk(Op::Del, driver.as_ref(), &runtimes, &pods);
+            let mut left = pod_links(&pods);
+            left.extend(
+                lab.node_veths()
+                    .into_iter()
+                    .filter(|v| !veths_before.contains(v))
+                    .map(|v| format!("node link {v}")),
+            );
+            left.extend(driver.leftover_files());
+            drop(pods);
+            b.progress(
+                "scale",
+                &format!(
+                    "repeat {r}/{}: {}: {n} pods x {m}: add {:.2} s, del {:.2} s, {} failures, {} leftovers",
+                    b.set.repeat,
+                    side.name(),
+                    add.secs,
+                    del.secs,
+                    add.failures.len() + del.failures.len(),
+                    left.len()
+                ),
+            );
+            let failures: Vec<&String> = add.failures.iter().chain(&del.failures).collect();
+            let sample: Vec<&&String> = failures.iter().take(3).collect();
+            figs[0].push(*side, add.secs, json!({"failed": add.failures.len()}));
+            figs[1].push(*side, del.secs, json!({"failed": del.failures.len()}));
+            figs[2].push(*side, failures.len() as f64, json!({"first": sample}));
+            figs[3].push(*side, left.len() as f64, json!({"first": left.iter().take(5).collect::<Vec<_>>()}));
+        }
+    }
+    let after = load();
+    for mut f in figs {
+        f.set_load(&before, &after);
+        b.figures.push(f);
+    }
+    Ok(())
+}

@@ -1,0 +1,523 @@
+//! The bench's world, every piece of it a guard that removes itself on drop (also after a
+//! failure or Ctrl-C):
+//!
+//! ```text
+//!   client netns                      node netns (agents, runtime helper)           pod netns
+//!   mv0   <───veth───> pxmv0 (macvlan master) ──macvlan── net1..net4 ──────────────▶ (per pod)
+//!   eth1  <───veth───> pxcl0 ─┐
+//!                             pxpm0 (bridge 10.77.0.1/16) ─veth── net1 (portmap/bandwidth)
+//!                      pxdef0 (bridge 10.88.0.1/16, default network) ─veth── eth0
+//! ```
+//!
+//! Names carry this process's id (`pxb<pid>-...`), so concurrent runs never collide and a
+//! later run can remove what a killed one left (see [`sweep_stale`]).
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use super::{Bins, Side};
+use crate::util::output;
+
+pub const DEFAULT_BRIDGE: &str = "pxdef0";
+/// The macvlan master: a veth end in the node whose peer is the client's `mv0`.
+pub const MASTER: &str = "pxmv0";
+/// The bridge of the portmap and bandwidth networks, with the client attached to it.
+pub const PM_BRIDGE: &str = "pxpm0";
+pub const PM_GATEWAY: &str = "10.77.0.1";
+pub const CLIENT_ADDR: &str = "10.77.255.250";
+const CLIENT_PORT: &str = "pxcl0";
+/// Node interfaces that are the bench's, not leftovers of a pod.
+const INFRA_LINKS: &[&str] = &["lo", MASTER, CLIENT_PORT, PM_BRIDGE, DEFAULT_BRIDGE];
+
+fn prefix() -> String {
+    format!("pxb{}", std::process::id())
+}
+
+/// The copy of this binary that runs the helpers (`bench-net`) inside namespaces.
+static HELPER_EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The binary for `bench-net` helpers: a copy taken when the lab was built, so a rebuild of
+/// target/debug/xtask during a long run (another `cargo build --workspace`) cannot pull it
+/// away from under the run.
+pub fn helper_exe() -> anyhow::Result<PathBuf> {
+    match HELPER_EXE.get() {
+        Some(p) => Ok(p.clone()),
+        None => std::env::current_exe().context("finding this executable"),
+    }
+}
+
+/// `ip ARGS`, failing with its stderr.
+pub fn ip(args: &[&str]) -> anyhow::Result<String> {
+    output(Command::new("ip").args(args))
+}
+
+/// A named network namespace, deleted on drop.
+#[derive(Debug)]
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    /// `pxb<pid>-<role>`.
+    pub fn new(role: &str) -> anyhow::Result<Netns> {
+        let name = format!("{}-{role}", prefix());
+        ip(&["netns", "add", &name])?;
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// A pod's namespace, numbered across the whole run.
+    pub fn pod() -> anyhow::Result<Netns> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        Netns::new(&format!("p{}", NEXT.fetch_add(1, Ordering::SeqCst)))
+    }
+
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    pub fn ip(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut full = vec!["-n", self.name.as_str()];
+        full.extend_from_slice(args);
+        ip(&full)
+    }
+
+    /// A command run inside the namespace (`ip netns exec`, which also gives it the
+    /// namespace's view of /sys).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+
+    /// Writes /proc/sys from inside the namespace (no procps needed).
+    pub fn sysctl(&self, key: &str, value: &str) -> anyhow::Result<()> {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        output(self.command("sh").args(["-c", r#"echo "$1" > "$0""#, &path, value])).map(drop)
+    }
+
+    /// Interface names in the namespace.
+    pub fn links(&self) -> Vec<String> {
+        let text = self.ip(&["-j", "link", "show"]).unwrap_or_default();
+        let v: Vec<Value> = serde_json::from_str(&text).unwrap_or_default();
+        v.iter().filter_map(|l| l["ifname"].as_str().map(str::to_owned)).collect()
+    }
+
+    /// The first IPv4 address of an interface.
+    pub fn ipv4(&self, ifname: &str) -> anyhow::Result<String> {
+        let text = self.ip(&["-j", "-4", "addr", "show", "dev", ifname])?;
+        let v: Vec<Value> = serde_json::from_str(&text).context("ip -j addr")?;
+        v.iter()
+            .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
+            .find_map(|a| a["local"].as_str().map(str::to_owned))
+            .with_context(|| format!("{ifname} in {} has no IPv4 address", self.name))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// A process killed on drop (servers, agents, helpers).
+#[derive(Debug)]
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A bpffs for one agent's pins, unmounted on drop (which releases everything pinned there).
+/// `ip netns exec`, which runs the agent, hides /sys/fs/bpf, so the agent gets its own.
+#[derive(Debug)]
+pub struct Bpffs {
+    path: PathBuf,
+}
+
+impl Bpffs {
+    pub fn mount(path: PathBuf) -> anyhow::Result<Bpffs> {
+        std::fs::create_dir_all(&path)?;
+        output(Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&path))?;
+        Ok(Bpffs { path })
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// A cgroup v2 group for the processes of one measured side: its `cpu.stat` `usage_usec`
+/// counts all CPU time they used, including the kernel's network processing done in their
+/// context (softirqs run on the sender's CPU when it re-enables them).
+#[derive(Debug)]
+pub struct Cgroup {
+    pub path: PathBuf,
+}
+
+impl Cgroup {
+    /// `None` when the machine has no cgroup v2 hierarchy mounted.
+    pub fn create(role: &str) -> anyhow::Result<Option<Cgroup>> {
+        let Some(root) = cgroup2_root() else { return Ok(None) };
+        let path = root.join(format!("{}-{role}", prefix()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating cgroup {}", path.display()))?;
+        Ok(Some(Cgroup { path }))
+    }
+
+    pub fn procs(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    pub fn usage_usec(&self) -> anyhow::Result<u64> {
+        let stat = std::fs::read_to_string(self.path.join("cpu.stat"))?;
+        stat.lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse().ok())
+            .context("cpu.stat has no usage_usec")
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // The processes are gone by now (their guards dropped first); a group with members
+        // cannot be removed, so kill stragglers first.
+        if let Ok(procs) = std::fs::read_to_string(self.procs()) {
+            for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                // SAFETY: plain kill(2) of a process of our own cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// Where cgroup2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid hosts).
+fn cgroup2_root() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 2 && f[2] == "cgroup2").then(|| PathBuf::from(f[1]))
+    })
+}
+
+/// The world every section runs in: node and client namespaces, wired up.
+pub struct Lab {
+    // Drop order: namespaces first (their interfaces go with them), the directory last.
+    pub node: Netns,
+    pub client: Netns,
+    pub dir: TempDir,
+    /// Agent logs and other files kept with the results.
+    pub logs: PathBuf,
+}
+
+impl Lab {
+    pub fn new(out: &Path) -> anyhow::Result<Lab> {
+        let dir = tempfile::Builder::new().prefix(&format!("pxbench-{}-", std::process::id())).tempdir()?;
+        let exe = dir.path().join("bench-net");
+        // /proc/self/exe still reads when the file was replaced since this process started.
+        std::fs::copy("/proc/self/exe", &exe).context("copying this binary for the helpers")?;
+        let _ = HELPER_EXE.set(exe);
+        let lab = Lab { node: Netns::new("node")?, client: Netns::new("cl")?, dir, logs: out.join("logs") };
+        let (node, client) = (&lab.node, &lab.client);
+        node.sysctl("net.ipv4.ip_forward", "1")?;
+        // The client opens tens of thousands of short connections (crr_rate).
+        client.sysctl("net.ipv4.ip_local_port_range", "1024 65000")?;
+        client.sysctl("net.ipv4.tcp_tw_reuse", "1")?;
+
+        // The macvlan network: the client is on the master's wire.
+        node.ip(&["link", "add", MASTER, "type", "veth", "peer", "name", "mv0", "netns", &client.name])?;
+        node.ip(&["link", "set", MASTER, "up"])?;
+        client.ip(&["link", "set", "mv0", "up"])?;
+
+        // The portmap/bandwidth bridge with the client attached; the bridge plugin adopts an
+        // existing bridge and its gateway address.
+        node.ip(&["link", "add", PM_BRIDGE, "type", "bridge"])?;
+        node.ip(&["addr", "add", &format!("{PM_GATEWAY}/16"), "dev", PM_BRIDGE])?;
+        node.ip(&["link", "set", PM_BRIDGE, "up"])?;
+        node.ip(&[
+            "link",
+            "add",
+            CLIENT_PORT,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth1",
+            "netns",
+            &client.name,
+        ])?;
+        node.ip(&["link", "set", CLIENT_PORT, "master", PM_BRIDGE, "up"])?;
+        client.ip(&["addr", "add", &format!("{CLIENT_ADDR}/16"), "dev", "eth1"])?;
+        client.ip(&["link", "set", "eth1", "up"])?;
+        Ok(lab)
+    }
+
+    /// A directory of this run (removed at the end).
+    pub fn path(&self, sub: &str) -> PathBuf {
+        self.dir.path().join(sub)
+    }
+
+    /// veths in the node that belong to no infrastructure: pods' host ends left behind.
+    pub fn node_veths(&self) -> Vec<String> {
+        self.node.links().into_iter().filter(|l| !INFRA_LINKS.contains(&l.as_str())).collect()
+    }
+
+    /// Lets bridged traffic through iptables (`br_netfilter`) or not. The reference portmap
+    /// needs it on: a client on the pod's bridge gets the pod's replies bridged, and only then
+    /// does conntrack undo the DNAT on them. plexus and the baselines do without, so each side
+    /// runs with the node setting it needs.
+    pub fn bridge_netfilter(&self, on: bool) -> anyhow::Result<()> {
+        self.node.sysctl("net.bridge.bridge-nf-call-iptables", if on { "1" } else { "0" })
+    }
+}
+
+/// An IPv4 range of `10.a.0.0/16` for one side: sides get disjoint ranges of one subnet, so
+/// each side's pods can be alive at once without sharing addresses. Networks sharing a
+/// subnet (and a client) take different `block`s: an address reused by another network's pod
+/// would meet the client's neighbour entry for the old pod's MAC and stall until it expires.
+fn range(side: Side, a: u8, block: usize) -> Value {
+    let first = block * 120 + side.index() * 40 + 1;
+    json!([{
+        "subnet": format!("10.{a}.0.0/16"),
+        "rangeStart": format!("10.{a}.{first}.1"),
+        "rangeEnd": format!("10.{a}.{}.254", first + 38),
+    }])
+}
+
+/// The cluster default network: bridge + host-local.
+pub fn default_network(side: Side, ipam_dir: &Path) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "bench-default",
+        "plugins": [{
+            "type": "bridge", "bridge": DEFAULT_BRIDGE, "isGateway": true,
+            "ipam": {"type": "host-local", "ranges": [range(side, 88, 0)], "dataDir": ipam_dir},
+        }]
+    })
+}
+
+/// Secondary network `bench-mv<k>` (k = 1..=4): macvlan on the client's wire + host-local,
+/// one subnet per network.
+pub fn macvlan_network(k: u32, side: Side, ipam_dir: &Path) -> Value {
+    let a = 60 + k as u8;
+    json!({
+        "cniVersion": "1.0.0",
+        "name": format!("bench-mv{k}"),
+        "plugins": [{
+            "type": "macvlan", "master": MASTER, "mode": "bridge",
+            "ipam": {"type": "host-local", "ranges": [range(side, a, 0)], "dataDir": ipam_dir},
+        }]
+    })
+}
+
+/// A network on the client's bridge, with an optional chained plugin (portmap, bandwidth);
+/// `block` 0 or 1 (see [`range`]).
+pub fn bridge_network(
+    name: &str,
+    block: usize,
+    side: Side,
+    ipam_dir: &Path,
+    chained: Option<Value>,
+) -> Value {
+    let mut plugins = vec![json!({
+        "type": "bridge", "bridge": PM_BRIDGE, "isGateway": true,
+        "ipam": {"type": "host-local", "ranges": [range(side, 77, block)], "dataDir": ipam_dir},
+    })];
+    plugins.extend(chained);
+    json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins})
+}
+
+/// Addresses host-local still holds under `ipam_dir` (one file per address per network).
+pub fn ipam_allocations(ipam_dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for net in list_dir(ipam_dir) {
+        for f in list_dir(&ipam_dir.join(&net)) {
+            if f != "lock" && !f.starts_with("last_reserved_ip") {
+                out.push(format!("{net}/{f}"));
+            }
+        }
+    }
+    out
+}
+
+pub fn list_dir(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// A running `plexus-agent` in the node, with its own config tree, state and bpffs. Fields
+/// drop in order: the process dies before its bpffs is unmounted.
+pub struct Agent {
+    proc: Proc,
+    _bpffs: Bpffs,
+    pub root: PathBuf,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Agent {
+    /// Starts the agent and waits until it answers on its socket. `name` names its tree and
+    /// log; `side` picks its address ranges.
+    pub fn start(lab: &Lab, bins: &Bins, name: &str, side: Side, extra: &[&str]) -> anyhow::Result<Agent> {
+        let root = lab.path(name);
+        for sub in ["default", "nads", "pods", "state", "netconf", "ipam"] {
+            std::fs::create_dir_all(root.join(sub))?;
+        }
+        std::fs::write(
+            root.join("default/10-bench.conflist"),
+            default_network(side, &root.join("ipam")).to_string(),
+        )?;
+        let bpffs = Bpffs::mount(root.join("bpffs"))?;
+        let log = lab.logs.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let socket = root.join("plexus.sock");
+        let child = lab
+            .node
+            .command(&bins.agent)
+            .arg("run")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(root.join("state"))
+            .args(["--cni-bin-dir", "/usr/lib/cni"])
+            .arg("--default-network-dir")
+            .arg(root.join("default"))
+            .arg("--network-conf-dir")
+            .arg(root.join("netconf"))
+            .arg("--nad-dir")
+            .arg(root.join("nads"))
+            .arg("--pod-dir")
+            .arg(root.join("pods"))
+            .arg("--bpf-pin-dir")
+            .arg(root.join("bpffs"))
+            // Two agents share the node namespace: no metrics port to fight over.
+            .args(["--metrics-addr", "off"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("starting plexus-agent")?;
+        let mut agent = Agent { proc: Proc(child), _bpffs: bpffs, root, socket, log };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while UnixStream::connect(&agent.socket).is_err() {
+            if let Ok(Some(status)) = agent.proc.0.try_wait() {
+                bail!("plexus-agent exited ({status}); log: {}", agent.log.display());
+            }
+            if Instant::now() > deadline {
+                bail!("plexus-agent did not open its socket in 20 s; log: {}", agent.log.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(agent)
+    }
+
+    /// The agent's resident memory (VmRSS), in KiB. `ip netns exec` execs the agent, so the
+    /// child's pid is the agent's.
+    pub fn rss_kib(&self) -> anyhow::Result<u64> {
+        let pid = self.proc.0.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .context("no VmRSS in /proc/<pid>/status")
+    }
+
+    pub fn ipam_dir(&self) -> PathBuf {
+        self.root.join("ipam")
+    }
+
+    /// Attachment records on disk.
+    pub fn state_files(&self) -> Vec<String> {
+        list_dir(&self.root.join("state/attachments"))
+    }
+
+    pub fn write_nad(&self, name: &str, config: &Value) -> anyhow::Result<()> {
+        let nad = json!({
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"config": config.to_string()},
+        });
+        std::fs::write(self.root.join(format!("nads/default_{name}.json")), nad.to_string())?;
+        Ok(())
+    }
+
+    fn pod_manifest(&self, pod: &str) -> PathBuf {
+        self.root.join(format!("pods/default_{pod}.json"))
+    }
+
+    /// The pod as the catalog will find it. The standalone catalog re-reads its directory on
+    /// every ADD; the bench keeps only pods being added there, so the figures measure the
+    /// agent, not the directory's size (the Kubernetes catalog answers from a cache).
+    pub fn write_pod(&self, pod: &str, networks: &Value) -> anyhow::Result<()> {
+        let manifest = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "namespace": "default",
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": networks.to_string()}},
+        });
+        std::fs::write(self.pod_manifest(pod), manifest.to_string())?;
+        Ok(())
+    }
+
+    pub fn remove_pod(&self, pod: &str) {
+        let _ = std::fs::remove_file(self.pod_manifest(pod));
+    }
+}
+
+/// Removes what runs that were killed (SIGKILL, power loss) left: namespaces, cgroups and
+/// bpffs mounts named after a process that no longer exists.
+pub fn sweep_stale() {
+    let dead = |name: &str| -> bool {
+        let digits: String = name.chars().take_while(char::is_ascii_digit).collect();
+        !digits.is_empty()
+            && digits != std::process::id().to_string()
+            && !Path::new(&format!("/proc/{digits}")).exists()
+    };
+    if let Ok(list) = output(Command::new("ip").args(["netns", "list"])) {
+        for ns in list.lines().filter_map(|l| l.split_whitespace().next()) {
+            if ns.strip_prefix("pxb").is_some_and(|rest| dead(rest) && rest.contains('-')) {
+                let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            }
+        }
+    }
+    if let Some(root) = cgroup2_root() {
+        for g in list_dir(&root) {
+            if g.strip_prefix("pxb").is_some_and(|rest| dead(rest) && rest.contains('-')) {
+                let _ = std::fs::remove_dir(root.join(g));
+            }
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    for m in mounts.lines().filter_map(|l| l.split_whitespace().nth(1)) {
+        let stale = m.split('/').any(|part| part.strip_prefix("pxbench-").is_some_and(dead));
+        if stale {
+            let _ = Command::new("umount").arg("-l").arg(m).status();
+        }
+    }
+    let tmp = std::env::temp_dir();
+    for d in list_dir(&tmp) {
+        if d.strip_prefix("pxbench-").is_some_and(dead) {
+            let _ = std::fs::remove_dir_all(tmp.join(d));
+        }
+    }
+}

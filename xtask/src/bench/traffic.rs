@@ -1,0 +1,326 @@
+//! Traffic: the hidden `bench-net` subcommand (small std TCP servers and clients run inside
+//! namespaces with `ip netns exec` of this binary, and the runtime helper), plus the
+//! bench-side wrappers around them, iperf3 and ping.
+//!
+//! CPU per gigabit: the iperf3 client and server of a run are put in one cgroup v2 group
+//! before they exec, and `cpu.stat` `usage_usec` is read around the client's run. Softirq
+//! work (veth, bridge, TC programs, netfilter) runs in the context of the task that raised
+//! it, which is one of the two, so it is counted. Without cgroup v2 the whole machine's
+//! /proc/stat busy time is used instead (then background load is included; the figure says
+//! which source it used).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+use super::stats::{mean, percentile};
+use super::topology::{helper_exe, Cgroup, Netns, Proc};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum NetCommand {
+    /// Exec CNI binaries on request, from inside the node (the bench's container runtime).
+    Runtime,
+    /// TCP echo server (one thread per connection); prints `ready` once listening.
+    Serve {
+        #[arg(long)]
+        port: u16,
+    },
+    /// Request/response on one connection for SECS seconds: latency percentiles as JSON.
+    Rr {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long)]
+        secs: f64,
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+    },
+    /// Connect, one request/response, close, for SECS seconds: connections per second as JSON.
+    Crr {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long)]
+        secs: f64,
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+    },
+}
+
+pub fn run(cmd: &NetCommand) -> anyhow::Result<()> {
+    match cmd {
+        NetCommand::Runtime => super::runner::serve_runtime(),
+        NetCommand::Serve { port } => serve(*port),
+        NetCommand::Rr { addr, secs, size } => {
+            println!("{}", rr(*addr, *secs, *size)?);
+            Ok(())
+        }
+        NetCommand::Crr { addr, secs, size } => {
+            println!("{}", crr(*addr, *secs, *size)?);
+            Ok(())
+        }
+    }
+}
+
+fn serve(port: u16) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("binding port {port}"))?;
+    println!("ready");
+    std::io::stdout().flush()?;
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        std::thread::spawn(move || echo(stream));
+    }
+    Ok(())
+}
+
+fn echo(mut s: TcpStream) {
+    let _ = s.set_nodelay(true);
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if s.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Connects, retrying for a few seconds: a mapping or a server may need a moment.
+fn connect_retrying(addr: SocketAddr) -> anyhow::Result<TcpStream> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() > deadline => bail!("connecting to {addr}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn exchange(s: &mut TcpStream, msg: &[u8], back: &mut [u8]) -> std::io::Result<()> {
+    s.write_all(msg)?;
+    s.read_exact(back)
+}
+
+fn rr(addr: SocketAddr, secs: f64, size: usize) -> anyhow::Result<Value> {
+    let mut s = connect_retrying(addr)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let msg = vec![0x5a; size.max(1)];
+    let mut back = vec![0; msg.len()];
+    // Warm-up: neighbours resolved, caches and the connection's state settled.
+    for _ in 0..50 {
+        exchange(&mut s, &msg, &mut back).context("warm-up exchange")?;
+    }
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        let t = Instant::now();
+        exchange(&mut s, &msg, &mut back).context("request/response")?;
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(json!({
+        "count": samples.len(),
+        "secs": start.elapsed().as_secs_f64(),
+        "p50_us": percentile(&samples, 50.0),
+        "p99_us": percentile(&samples, 99.0),
+        "mean_us": mean(&samples),
+    }))
+}
+
+fn crr(addr: SocketAddr, secs: f64, size: usize) -> anyhow::Result<Value> {
+    drop(connect_retrying(addr)?);
+    let msg = vec![0x5a; size.max(1)];
+    let mut back = vec![0; msg.len()];
+    let one = |back: &mut [u8]| -> std::io::Result<()> {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(1)))?;
+        exchange(&mut s, &msg, back)
+    };
+    let (mut errors, mut samples) = (0u64, Vec::new());
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    while Instant::now() < end && errors < 1000 {
+        let t = Instant::now();
+        match one(&mut back) {
+            Ok(()) => samples.push(t.elapsed().as_secs_f64() * 1e6),
+            Err(_) => errors += 1,
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    Ok(json!({
+        "count": samples.len(),
+        "errors": errors,
+        "secs": elapsed,
+        "rate": samples.len() as f64 / elapsed,
+        "p50_us": percentile(&samples, 50.0),
+    }))
+}
+
+/// `program args` inside `ns`, and inside the cgroup when there is one: a shell writes its own
+/// pid to the group and execs, so everything the program does is counted from its first
+/// instruction.
+fn command_in(ns: &Netns, cg: Option<&Cgroup>, program: &str, args: &[&str]) -> Command {
+    match cg {
+        Some(cg) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(r#"echo $$ > "$0" && exec "$@""#)
+                .arg(cg.procs())
+                .args(["ip", "netns", "exec", &ns.name, program])
+                .args(args);
+            c
+        }
+        None => {
+            let mut c = ns.command(program);
+            c.args(args);
+            c
+        }
+    }
+}
+
+/// The echo server of rr/crr in a pod, once it listens.
+pub fn echo_server(ns: &Netns, port: u16) -> anyhow::Result<Proc> {
+    let exe = helper_exe()?;
+    let child = ns
+        .command(exe)
+        .args(["bench-net", "serve", "--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the echo server")?;
+    let mut server = Proc(child);
+    let stdout = server.0.stdout.take().context("server stdout")?;
+    let mut ready = String::new();
+    BufReader::new(stdout).read_line(&mut ready)?;
+    if ready.trim() != "ready" {
+        bail!("the echo server in {} did not start", ns.name);
+    }
+    Ok(server)
+}
+
+pub fn iperf_server(ns: &Netns, port: u16, cg: Option<&Cgroup>) -> anyhow::Result<Proc> {
+    let child = command_in(ns, cg, "iperf3", &["-s", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 -s")?;
+    Ok(Proc(child))
+}
+
+/// One iperf3 run's outcome.
+#[derive(Debug)]
+pub struct Iperf {
+    pub bits_per_sec: f64,
+    pub bytes: f64,
+    /// CPU time of client and server during the run, and where it was read.
+    pub cpu_usec: f64,
+    pub cpu_source: &'static str,
+}
+
+/// iperf3 from the client to `host:port` for `secs` seconds (TCP, one stream).
+pub fn iperf(client: &Netns, host: &str, port: u16, secs: u32, cg: Option<&Cgroup>) -> anyhow::Result<Iperf> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let cpu_before = cpu_usec(cg)?;
+        let out = command_in(
+            client,
+            cg,
+            "iperf3",
+            &["-c", host, "-p", &port.to_string(), "-t", &secs.to_string(), "-J"],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .context("running iperf3")?;
+        let cpu_after = cpu_usec(cg)?;
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if let Some(bps) = v["end"]["sum_received"]["bits_per_second"].as_f64() {
+            return Ok(Iperf {
+                bits_per_sec: bps,
+                bytes: v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0),
+                cpu_usec: cpu_after.saturating_sub(cpu_before) as f64,
+                cpu_source: if cg.is_some() {
+                    "cgroup v2 cpu.stat of iperf3 client+server"
+                } else {
+                    "/proc/stat, whole machine"
+                },
+            });
+        }
+        let err = v["error"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned());
+        // The server or the mapping may not be ready yet; anything else is a real failure.
+        let transient = err.contains("unable to connect") || err.contains("busy");
+        if !transient || Instant::now() > deadline {
+            bail!("iperf3 to {host}:{port}: {}", err.trim());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn cpu_usec(cg: Option<&Cgroup>) -> anyhow::Result<u64> {
+    match cg {
+        Some(cg) => cg.usage_usec(),
+        None => {
+            let stat = std::fs::read_to_string("/proc/stat")?;
+            let line = stat.lines().find(|l| l.starts_with("cpu ")).unwrap_or_default();
+            let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
+            let busy: u64 = f.iter().take(8).sum::<u64>()
+                - f.get(3).copied().unwrap_or(0)
+                - f.get(4).copied().unwrap_or(0);
+            // SAFETY: sysconf has no preconditions.
+            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+            Ok(busy * 1_000_000 / hz)
+        }
+    }
+}
+
+/// rr or crr from the client; their JSON report.
+pub fn tcp_client(client: &Netns, mode: &str, addr: &str, secs: u32) -> anyhow::Result<Value> {
+    let exe = helper_exe()?;
+    let out = client
+        .command(exe)
+        .args(["bench-net", mode, "--addr", addr, "--secs", &secs.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running bench-net {mode}"))?;
+    if !out.status.success() {
+        bail!("bench-net {mode} to {addr}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    serde_json::from_slice(&out.stdout).with_context(|| format!("bench-net {mode} output"))
+}
+
+/// Round-trip times of pings every 10 ms for `secs` seconds, in ms, and how many were lost.
+pub fn ping(client: &Netns, host: &str, secs: u32) -> anyhow::Result<(Vec<f64>, u64)> {
+    let out = client
+        .command("ping")
+        .args(["-n", "-i", "0.01", "-W", "1", "-w", &secs.to_string(), host])
+        .stdin(Stdio::null())
+        .output()
+        .context("running ping")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next())
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let sent = text
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(rtts.len() as u64);
+    if rtts.is_empty() {
+        bail!("no ping to {host} was answered: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok((rtts.clone(), sent.saturating_sub(rtts.len() as u64)))
+}
