@@ -161,7 +161,9 @@ fn chart(path: &Path, section: &str, unit: &str, figs: &[&Figure]) -> Result<(),
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
-        .border_style(BLACK).background_style(WHITE.mix(0.85)).draw()?;
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .draw()?;
     root.present()?;
     Ok(())
 }
