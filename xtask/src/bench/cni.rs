@@ -209,7 +209,8 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
 fn shim_roundtrip(b: &Bench, rt: &Runtime, sides: &Sides) -> anyhow::Result<Figure> {
     let calls = b.set.shim_calls;
     let mut fig = Figure::new("cni", "shim_roundtrip", "ms", json!({"calls_per_run": calls})).sides([
-        Ok("plexus CHECK of an unknown container: shim -> agent -> CNI error 3 from its state, no plugin runs"),
+        Ok("plexus CHECK of an unknown container: shim -> agent -> CNI error 3 from its state, \
+            no plugin runs"),
         Ok("exec of the reference macvlan plugin answering VERSION"),
         Ok("exec of /bin/true"),
     ]);
@@ -307,7 +308,8 @@ fn rss_loaded(
         b.progress(
             "cni",
             &format!(
-                "{}: RSS {:.1} MiB with {n} pods x 4 attachments ({records} records, {failed} failures), {:.1} MiB after DEL",
+                "{}: RSS {:.1} MiB with {n} pods x 4 attachments ({records} records, {failed} failures), \
+                 {:.1} MiB after DEL",
                 side.name(),
                 live as f64 / 1024.0,
                 gone as f64 / 1024.0

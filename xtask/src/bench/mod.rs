@@ -230,7 +230,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let lab = topology::Lab::new(&bench.out)?;
         for s in &sections {
             if check_interrupt().is_err() {
-                errors.push("interrupted before it ran".to_owned());
+                errors.push(format!("section {}: interrupted before it ran", section_name(*s)));
                 break;
             }
             let outcome = match s {

@@ -175,13 +175,14 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
                     b.progress(
                         "portmap",
                         &format!(
-                            "repeat {r}/{}: {}: add {:.1} ms, {:.2} Gbit/s, {:.1} ms CPU/Gbit, rr p50 {} us, crr {} conn/s",
+                            "repeat {r}/{}: {}: add {:.1} ms, {:.2} Gbit/s, {:.1} ms CPU/Gbit, \
+                             rr p50 {} us, crr {} conn/s",
                             b.set.repeat,
                             side.name(),
                             m.add_ms,
                             m.gbps,
                             m.cpu_ms_per_gbit,
-                            m.rr["p50_us"],
+                            m.rr["p50_us"].as_f64().map(|v| format!("{v:.1}")).unwrap_or_default(),
                             m.crr["rate"].as_f64().map(|v| format!("{v:.0}")).unwrap_or_default(),
                         ),
                     );

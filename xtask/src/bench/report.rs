@@ -140,7 +140,7 @@ impl Figure {
                     "what": d.what,
                     "note": self.note(s),
                     "failures": d.failures,
-                    "runs": d.runs.iter().map(|r| json!({"value": r.value, "detail": r.detail})).collect::<Vec<_>>(),
+                    "runs": d.runs.iter().map(run_json).collect::<Vec<_>>(),
                 }),
             );
         }
@@ -184,6 +184,10 @@ impl Figure {
             "load": self.load,
         })
     }
+}
+
+fn run_json(r: &Run) -> Value {
+    json!({"value": r.value, "detail": r.detail})
 }
 
 /// A value with about three significant digits.
