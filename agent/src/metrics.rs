@@ -54,6 +54,14 @@ struct TypeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabels {
+    /// The plugin's CNI type.
+    r#type: String,
+    /// The CNI command it ran (ADD, DEL, CHECK, STATUS, GC).
+    command: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
 }
@@ -82,12 +90,19 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
 }
 
+fn plugin_histogram() -> Histogram {
+    // 50 us to about 100 s: one plugin of a configlist can be a few BPF map updates (tens of
+    // microseconds), an exec'd binary milliseconds, iptables work a hundred.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 22))
+}
+
 /// Every metric of the agent.
 pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     request_seconds: Histograms<VerbLabels>,
     attachments: Family<AttachmentLabels, Counter>,
     attachment_seconds: Histograms<TypeLabels>,
+    plugin_seconds: Histograms<PluginLabels>,
     adds_in_flight: Gauge,
     adds_waiting: Gauge,
     cached: Family<KindLabels, Gauge>,
@@ -102,6 +117,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     request_seconds: Family::new_with_constructor(latency_histogram),
     attachments: Family::default(),
     attachment_seconds: Family::new_with_constructor(latency_histogram),
+    plugin_seconds: Family::new_with_constructor(plugin_histogram),
     adds_in_flight: Gauge::default(),
     adds_waiting: Gauge::default(),
     cached: Family::default(),
@@ -179,6 +195,18 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// One plugin of a configlist run (natively or exec'd), whatever its outcome.
+    pub fn plugin(&self, plugin_type: &str, command: &str, elapsed: Duration) {
+        // Commands come from the agent itself, but keep the label set closed all the same.
+        let command = match command {
+            "ADD" | "DEL" | "CHECK" | "STATUS" | "GC" => command,
+            _ => "other",
+        };
+        self.plugin_seconds
+            .get_or_create(&PluginLabels { r#type: plugin_type.into(), command: command.into() })
+            .observe(elapsed.as_secs_f64());
+    }
+
     /// Objects held by a catalog cache (`pods`, `nads`).
     pub fn set_cached(&self, kind: &str, n: usize) {
         self.cached.get_or_create(&KindLabels { kind: kind.into() }).set(n.try_into().unwrap_or(i64::MAX));
@@ -225,6 +253,11 @@ pub fn registry() -> Registry {
         "plexus_attachment_duration_seconds",
         "Time to attach one network (its delegate's ADD), by plugin type",
         m.attachment_seconds.clone(),
+    );
+    r.register(
+        "plexus_plugin_duration_seconds",
+        "Time of one plugin of a configlist (native or exec'd), by plugin type and CNI command",
+        m.plugin_seconds.clone(),
     );
     r.register(
         "plexus_adds_in_flight",
@@ -344,6 +377,7 @@ mod tests {
         metrics().request("ADD", 0, Duration::from_millis(20));
         metrics().attachment("ns/net-a", "macvlan", true, Duration::from_millis(3));
         metrics().set_cached("pods", 3);
+        metrics().plugin("metrics-test-plugin", "ADD", Duration::from_micros(120));
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let ready: ReadyCheck = Arc::new(|| Err("no default network".into()));
@@ -354,6 +388,17 @@ mod tests {
         assert!(body.contains(r#"plexus_attachments_total{network="ns/net-a",type="macvlan",result="ok"} 1"#));
         assert!(body.contains(r#"plexus_catalog_cached_objects{kind="pods"} 3"#));
         assert!(body.contains("plexus_attachment_duration_seconds_bucket"));
+        assert!(
+            body.contains(
+                r#"plexus_plugin_duration_seconds_count{type="metrics-test-plugin",command="ADD"} 1"#
+            ),
+            "{body}"
+        );
+        assert!(
+            body.contains(r#"plexus_plugin_duration_seconds_bucket{le="0.0002",type="metrics-test-plugin",command="ADD"} 1"#)
+                || body.contains(r#"plexus_plugin_duration_seconds_bucket{type="metrics-test-plugin",command="ADD",le="0.0002"} 1"#),
+            "the first buckets are finer than a millisecond: {body}"
+        );
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         let r = get(addr, "/readyz").await;
         assert!(r.starts_with("HTTP/1.1 503") && r.contains("no default network"), "{r}");

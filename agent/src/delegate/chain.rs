@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use super::exec::{self, DelegateError, Exec};
 use super::native::{NativeCall, NativePlugins};
 use crate::cni::result::compare_versions;
+use crate::metrics::metrics;
 use crate::spec::delegate_conf::DelegateConfig;
 
 /// The per-attachment CNI variables a delegate runs with.
@@ -68,11 +69,15 @@ impl Delegator {
         conf: Value,
     ) -> Result<Option<Value>, DelegateError> {
         let plugin = d.list.plugin_type(i);
-        if let Some(native) = self.natives.get(plugin) {
-            return native.invoke(NativeCall { command, config: &conf, env, list: Some(&d.list) }).await;
-        }
-        let vars = if matches!(command, "STATUS" | "GC") { Vec::new() } else { env.vars() };
-        exec::run(&self.bin_dirs, Exec { plugin, command, env: vars, config: &conf }, self.timeout).await
+        let started = Instant::now();
+        let out = if let Some(native) = self.natives.get(plugin) {
+            native.invoke(NativeCall { command, config: &conf, env, list: Some(&d.list) }).await
+        } else {
+            let vars = if matches!(command, "STATUS" | "GC") { Vec::new() } else { env.vars() };
+            exec::run(&self.bin_dirs, Exec { plugin, command, env: vars, config: &conf }, self.timeout).await
+        };
+        metrics().plugin(plugin, command, started.elapsed());
+        out
     }
 
     /// ADD: every plugin in order, each seeing the previous one's result. Returns the last
@@ -220,6 +225,16 @@ exit 0
         assert_eq!(result["from"], "c");
         del.del(&conf, &env, Some(&result)).await.unwrap();
         assert_eq!(log(&d), ["a ADD -", "b ADD a", "c ADD b", "c DEL c", "b DEL c", "a DEL c"]);
+        // Every plugin run is timed, by type and command.
+        let body = crate::metrics::encode();
+        for command in ["ADD", "DEL"] {
+            assert!(
+                body.contains(&format!(
+                    r#"plexus_plugin_duration_seconds_count{{type="rec",command="{command}"}}"#
+                )),
+                "{body}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -18,6 +18,7 @@ mod bandwidth;
 mod cni;
 mod plot;
 mod portmap;
+mod prom;
 mod report;
 mod runner;
 mod scale;

@@ -11,13 +11,15 @@
 //!   plugin of the configlist exec'd in order with the list's `name` and `cniVersion`
 //!   injected, the previous plugin's result as `prevResult`, and `runtimeConfig` for the
 //!   capabilities the plugin declares; DEL in reverse order with the ADD's result as
-//!   `prevResult`, as libcni's result cache would give it.
+//!   `prevResult`, as libcni's result cache would give it. Each plugin's ADD is timed (spawn
+//!   to exit, in the helper), so one step of a chain can be compared on its own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, ChildStdout, Stdio};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Map, Value};
@@ -32,6 +34,8 @@ pub struct ExecOut {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
+    /// Spawn to exit of the program, as the helper timed it (no pipe round trip).
+    pub elapsed_ms: f64,
 }
 
 impl ExecOut {
@@ -95,6 +99,7 @@ impl Runtime {
             code: v["code"].as_i64().and_then(|c| i32::try_from(c).ok()).unwrap_or(-1),
             stdout: v["stdout"].as_str().unwrap_or_default().to_owned(),
             stderr: v["stderr"].as_str().unwrap_or_default().to_owned(),
+            elapsed_ms: v["elapsed_ms"].as_f64().unwrap_or(f64::NAN),
         })
     }
 }
@@ -106,7 +111,8 @@ pub fn serve_runtime() -> anyhow::Result<()> {
     for line in stdin.lock().lines() {
         let line = line?;
         let answer = match run_request(&line) {
-            Ok(out) => json!({"code": out.code, "stdout": out.stdout, "stderr": out.stderr}),
+            Ok(out) => json!({"code": out.code, "stdout": out.stdout, "stderr": out.stderr,
+                              "elapsed_ms": out.elapsed_ms}),
             Err(e) => json!({"error": format!("{e:#}")}),
         };
         writeln!(stdout, "{answer}")?;
@@ -119,6 +125,7 @@ fn run_request(line: &str) -> anyhow::Result<ExecOut> {
     let req: Value = serde_json::from_str(line).context("request")?;
     let program = req["program"].as_str().context("request without program")?;
     let mut cmd = std::process::Command::new(program);
+    let started = Instant::now();
     // The runtime's own environment (PATH: portmap runs iptables) plus the CNI variables.
     for (k, v) in req["env"].as_object().into_iter().flatten() {
         cmd.env(k, v.as_str().unwrap_or_default());
@@ -132,10 +139,12 @@ fn run_request(line: &str) -> anyhow::Result<ExecOut> {
     // Configs are far below a pipe's capacity, so writing before reading cannot block.
     child.stdin.take().context("stdin")?.write_all(req["stdin"].as_str().unwrap_or_default().as_bytes())?;
     let out = child.wait_with_output()?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(ExecOut {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed_ms,
     })
 }
 
@@ -206,11 +215,24 @@ impl ConfList {
         c
     }
 
-    pub fn add(&self, rt: &Runtime, call: &Call, runtime: &Map<String, Value>) -> anyhow::Result<Value> {
+    /// ADD of every plugin in order; each exec's time goes to `timings`, also when it failed.
+    pub fn add(
+        &self,
+        rt: &Runtime,
+        call: &Call,
+        runtime: &Map<String, Value>,
+        timings: &mut Vec<PluginTime>,
+    ) -> anyhow::Result<Value> {
         let mut prev: Option<Value> = None;
         for p in &self.plugins {
             let conf = self.plugin_conf(p, prev.as_ref(), runtime);
-            prev = Some(exec_plugin(rt, &conf, call)?.context("ADD printed no result")?);
+            let (out, ms) = exec_plugin(rt, &conf, call);
+            timings.push(PluginTime {
+                ifname: call.ifname.to_owned(),
+                plugin: p["type"].as_str().unwrap_or_default().to_owned(),
+                ms,
+            });
+            prev = Some(out?.context("ADD printed no result")?);
         }
         prev.context("empty plugin list")
     }
@@ -223,16 +245,35 @@ impl ConfList {
         prev: Option<&Value>,
     ) -> anyhow::Result<()> {
         for p in self.plugins.iter().rev() {
-            exec_plugin(rt, &self.plugin_conf(p, prev, runtime), call)?;
+            exec_plugin(rt, &self.plugin_conf(p, prev, runtime), call).0?;
         }
         Ok(())
     }
 }
 
-/// Execs one plugin; its parsed result for ADD.
-fn exec_plugin(rt: &Runtime, conf: &Value, call: &Call) -> anyhow::Result<Option<Value>> {
+/// One plugin exec of an ADD and how long it ran.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginTime {
+    pub ifname: String,
+    pub plugin: String,
+    /// Spawn to exit, NaN when the helper could not run it.
+    pub ms: f64,
+}
+
+/// Execs one plugin: its parsed result for ADD, and its time (spawn to exit, NaN when it
+/// could not be run).
+fn exec_plugin(rt: &Runtime, conf: &Value, call: &Call) -> (anyhow::Result<Option<Value>>, f64) {
     let ty = conf["type"].as_str().unwrap_or_default();
-    let out = rt.exec(&Path::new(PLUGIN_DIR).join(ty), &call.env(), &conf.to_string())?;
+    match rt.exec(&Path::new(PLUGIN_DIR).join(ty), &call.env(), &conf.to_string()) {
+        Ok(out) => {
+            let ms = out.elapsed_ms;
+            (plugin_result(ty, call, &out), ms)
+        }
+        Err(e) => (Err(e), f64::NAN),
+    }
+}
+
+fn plugin_result(ty: &str, call: &Call, out: &ExecOut) -> anyhow::Result<Option<Value>> {
     if out.code != 0 {
         bail!("{ty} {} on {}: {}", call.command, call.ifname, out.describe());
     }
@@ -378,13 +419,27 @@ pub struct ReferenceDriver {
     networks: BTreeMap<String, ConfList>,
     /// Each pod's ADD results, per attachment (libcni's result cache).
     results: Mutex<HashMap<String, Vec<Value>>>,
+    /// Each pod's plugin execs of its ADD, in order (until [`ReferenceDriver::take_add_timings`]
+    /// or its DEL).
+    add_timings: Mutex<HashMap<String, Vec<PluginTime>>>,
 }
 
 impl ReferenceDriver {
     /// `side` picks the address ranges; the default network is bridge + host-local.
     pub fn new(side: Side, ipam_dir: PathBuf) -> anyhow::Result<ReferenceDriver> {
         let default = ConfList::parse(&topology::default_network(side, &ipam_dir))?;
-        Ok(ReferenceDriver { ipam_dir, default, networks: BTreeMap::new(), results: Mutex::default() })
+        Ok(ReferenceDriver {
+            ipam_dir,
+            default,
+            networks: BTreeMap::new(),
+            results: Mutex::default(),
+            add_timings: Mutex::default(),
+        })
+    }
+
+    /// The plugin execs of the pod's last ADD, each with its time.
+    pub fn take_add_timings(&self, pod: &Pod) -> Vec<PluginTime> {
+        self.add_timings.lock().ok().and_then(|mut t| t.remove(&pod.cid)).unwrap_or_default()
     }
 
     pub fn add_network(&mut self, config: &Value) -> anyhow::Result<()> {
@@ -410,9 +465,14 @@ impl Driver for ReferenceDriver {
         let (netns, args) = (pod.netns.path(), pod.cni_args());
         let attachments = self.attachments(pod)?;
         let mut results: Vec<Value> = Vec::new();
+        let mut timings = Vec::new();
         for (ifname, list, requests) in &attachments {
             let call = Call { command: "ADD", container_id: &pod.cid, netns: &netns, ifname, args: &args };
-            match list.add(rt, &call, requests) {
+            let added = list.add(rt, &call, requests, &mut timings);
+            if let Ok(mut t) = self.add_timings.lock() {
+                t.insert(pod.cid.clone(), timings.clone());
+            }
+            match added {
                 Ok(r) => results.push(r),
                 Err(e) => {
                     // A runtime undoes a half-attached pod before reporting the failure.
@@ -437,6 +497,9 @@ impl Driver for ReferenceDriver {
     fn del(&self, rt: &Runtime, pod: &Pod) -> anyhow::Result<()> {
         let (netns, args) = (pod.netns.path(), pod.cni_args());
         let cached = self.results.lock().map_err(|_| anyhow!("result cache poisoned"))?.remove(&pod.cid);
+        if let Ok(mut t) = self.add_timings.lock() {
+            t.remove(&pod.cid);
+        }
         let cached = cached.unwrap_or_default();
         let mut errors = Vec::new();
         for (i, (ifname, list, requests)) in self.attachments(pod)?.iter().enumerate().rev() {

@@ -12,13 +12,16 @@
 //! Names carry this process's id (`pxb<pid>-...`), so concurrent runs never collide and a
 //! later run can remove what a killed one left (see [`sweep_stale`]).
 
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
@@ -111,6 +114,12 @@ impl Netns {
         v.iter().filter_map(|l| l["ifname"].as_str().map(str::to_owned)).collect()
     }
 
+    /// A TCP port on 127.0.0.1 that nothing in the namespace listens on right now.
+    pub fn free_local_port(&self) -> anyhow::Result<u16> {
+        in_netns(&self.path(), || Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port()))
+            .with_context(|| format!("finding a free port in {}", self.name))
+    }
+
     /// The first IPv4 address of an interface.
     pub fn ipv4(&self, ifname: &str) -> anyhow::Result<String> {
         let text = self.ip(&["-j", "-4", "addr", "show", "dev", ifname])?;
@@ -120,6 +129,41 @@ impl Netns {
             .find_map(|a| a["local"].as_str().map(str::to_owned))
             .with_context(|| format!("{ifname} in {} has no IPv4 address", self.name))
     }
+}
+
+/// Runs `f` on a thread of its own that joined the network namespace at `netns` (a path):
+/// enough to open sockets there, which stay in it wherever they are used afterwards.
+pub fn in_netns<T: Send + 'static>(
+    netns: &str,
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let path = netns.to_owned();
+    let joined = std::thread::spawn(move || -> anyhow::Result<T> {
+        let ns = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+        // SAFETY: setns(2) of this short-lived thread only, with a namespace fd it holds.
+        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error()).with_context(|| format!("joining {path}"));
+        }
+        Ok(f()?)
+    })
+    .join();
+    joined.map_err(|_| anyhow!("the thread joining {netns} panicked"))?
+}
+
+/// The body of `GET path` from an HTTP server listening in the network namespace `netns`.
+pub fn http_get_in(netns: &str, addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let mut s = in_netns(netns, move || TcpStream::connect_timeout(&addr, Duration::from_secs(5)))
+        .with_context(|| format!("connecting to {addr} in {netns}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).with_context(|| format!("reading GET {path} from {addr}"))?;
+    let (head, body) = raw.split_once("\r\n\r\n").context("HTTP answer without headers")?;
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        bail!("GET {path} from {addr}: {status}");
+    }
+    Ok(body.to_owned())
 }
 
 impl Drop for Netns {
@@ -370,12 +414,41 @@ pub struct Agent {
     pub root: PathBuf,
     pub socket: PathBuf,
     pub log: PathBuf,
+    /// Where it serves /metrics in the node namespace, when started with it.
+    pub metrics: Option<SocketAddr>,
+    /// The namespace it runs in (the node's), by path.
+    netns_path: String,
 }
 
 impl Agent {
     /// Starts the agent and waits until it answers on its socket. `name` names its tree and
-    /// log; `side` picks its address ranges.
+    /// log; `side` picks its address ranges. No metrics endpoint: agents sharing the node
+    /// namespace would fight over the port.
     pub fn start(lab: &Lab, bins: &Bins, name: &str, side: Side, extra: &[&str]) -> anyhow::Result<Agent> {
+        Agent::launch(lab, bins, name, side, extra, None)
+    }
+
+    /// [`Agent::start`], serving /metrics on a free port of 127.0.0.1 in the node namespace
+    /// (read with [`Agent::plugin_seconds`]).
+    pub fn start_with_metrics(
+        lab: &Lab,
+        bins: &Bins,
+        name: &str,
+        side: Side,
+        extra: &[&str],
+    ) -> anyhow::Result<Agent> {
+        let port = lab.node.free_local_port()?;
+        Agent::launch(lab, bins, name, side, extra, Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port))))
+    }
+
+    fn launch(
+        lab: &Lab,
+        bins: &Bins,
+        name: &str,
+        side: Side,
+        extra: &[&str],
+        metrics: Option<SocketAddr>,
+    ) -> anyhow::Result<Agent> {
         let root = lab.path(name);
         for sub in ["default", "nads", "pods", "state", "netconf", "ipam"] {
             std::fs::create_dir_all(root.join(sub))?;
@@ -407,15 +480,23 @@ impl Agent {
             .arg(root.join("pods"))
             .arg("--bpf-pin-dir")
             .arg(root.join("bpffs"))
-            // Two agents share the node namespace: no metrics port to fight over.
-            .args(["--metrics-addr", "off"])
+            .arg("--metrics-addr")
+            .arg(metrics.map_or_else(|| "off".to_owned(), |a| a.to_string()))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
             .spawn()
             .context("starting plexus-agent")?;
-        let mut agent = Agent { proc: Proc(child), _bpffs: bpffs, root, socket, log };
+        let mut agent = Agent {
+            proc: Proc(child),
+            _bpffs: bpffs,
+            root,
+            socket,
+            log,
+            metrics,
+            netns_path: lab.node.path(),
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while UnixStream::connect(&agent.socket).is_err() {
             if let Ok(Some(status)) = agent.proc.0.try_wait() {
@@ -440,6 +521,19 @@ impl Agent {
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .context("no VmRSS in /proc/<pid>/status")
+    }
+
+    /// `(sum in seconds, count)` of `plexus_plugin_duration_seconds` for one plugin type and
+    /// CNI command, `(0, 0)` before its first run. Needs [`Agent::start_with_metrics`].
+    pub fn plugin_seconds(&self, plugin: &str, command: &str) -> anyhow::Result<(f64, f64)> {
+        let addr = self.metrics.context("the agent was started without a metrics address")?;
+        let body = http_get_in(&self.netns_path, addr, "/metrics")?;
+        Ok(super::prom::histogram_sum_count(
+            &body,
+            "plexus_plugin_duration_seconds",
+            &[("type", plugin), ("command", command)],
+        )
+        .unwrap_or((0.0, 0.0)))
     }
 
     pub fn ipam_dir(&self) -> PathBuf {
