@@ -7,7 +7,9 @@
 //! RUSTC, wrappers and target directory are for the host and would break or redirect it) and in
 //! its own target directory, `target/bpf`, so its lock never waits on the outer build's.
 //!
-//! `PLEXUS_BPF_OBJECT=/path/to/object` skips the nested build and embeds a prebuilt object.
+//! Two objects come out: `plexus-ebpf` (port mappings) and `plexus-bandwidth` (shaping), loaded
+//! independently. `PLEXUS_BPF_DIR=/path/to/dir` skips the nested build and embeds prebuilt
+//! objects of those names from that directory.
 
 use std::env;
 use std::ffi::OsString;
@@ -15,24 +17,31 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SETUP_HINT: &str = "run `cargo xtask setup` to install the BPF toolchain (nightly with rust-src, \
-                          bpf-linker), or set PLEXUS_BPF_OBJECT to a prebuilt object";
+                          bpf-linker), or set PLEXUS_BPF_DIR to a directory of prebuilt objects";
+
+/// The binaries of ebpf/programs: one BPF object each.
+const OBJECTS: [&str; 2] = ["plexus-ebpf", "plexus-bandwidth"];
 
 fn main() {
     let manifest_dir =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = manifest_dir.parent().expect("the agent crate sits in the workspace root").to_owned();
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("plexus-ebpf.o");
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
 
-    println!("cargo:rerun-if-env-changed=PLEXUS_BPF_OBJECT");
-    if let Some(prebuilt) = env::var_os("PLEXUS_BPF_OBJECT") {
-        println!("cargo:rerun-if-changed={}", Path::new(&prebuilt).display());
-        copy(Path::new(&prebuilt), &out);
+    println!("cargo:rerun-if-env-changed=PLEXUS_BPF_DIR");
+    if let Some(prebuilt) = env::var_os("PLEXUS_BPF_DIR") {
+        for object in OBJECTS {
+            let from = Path::new(&prebuilt).join(object);
+            println!("cargo:rerun-if-changed={}", from.display());
+            copy(&from, &out.join(format!("{object}.o")));
+        }
         return;
     }
     for source in [
         "ebpf/programs/src",
         "ebpf/programs/Cargo.toml",
         "ebpf/programs/Cargo.lock",
+        "ebpf/programs/.cargo/config.toml",
         "ebpf/common/src",
         "ebpf/common/Cargo.toml",
     ] {
@@ -54,7 +63,12 @@ fn main() {
             "building the BPF programs (ebpf/programs) failed ({status}); see the errors above. {SETUP_HINT}"
         );
     }
-    copy(&target_dir.join("bpfel-unknown-none").join("release").join("plexus-ebpf"), &out);
+    for object in OBJECTS {
+        copy(
+            &target_dir.join("bpfel-unknown-none").join("release").join(object),
+            &out.join(format!("{object}.o")),
+        );
+    }
 }
 
 fn copy(from: &Path, to: &Path) {

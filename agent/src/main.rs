@@ -6,6 +6,9 @@ use clap::Parser;
 use plexus_agent::catalog::confdir;
 use plexus_agent::catalog::files::FileCatalog;
 use plexus_agent::catalog::Catalog;
+use plexus_agent::dataplane::bandwidth::{
+    config::Limit, list as bandwidth_rows, plugin as bandwidth_plugin, Bandwidth,
+};
 use plexus_agent::dataplane::portmap::{list as portmap_list_rows, plugin as portmap_plugin, Portmap};
 use plexus_agent::dataplane::DataplaneOptions;
 use plexus_agent::delegate::{Delegator, NativePlugins};
@@ -14,7 +17,8 @@ use plexus_agent::install::Installed;
 use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
 use plexus_agent::options::{
-    AgentOptions, CatalogSource, Cli, CliCommand, PortmapCommand, PortmapListOptions,
+    AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, PortmapCommand,
+    PortmapListOptions,
 };
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
@@ -36,6 +40,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         CliCommand::Run(opts) => runtime.block_on(run(*opts)),
         CliCommand::Portmap(PortmapCommand::List(o)) => portmap_list(&o),
+        CliCommand::Bandwidth(BandwidthCommand::List(o)) => bandwidth_list(&o),
+        CliCommand::Bandwidth(BandwidthCommand::Set(o)) => bandwidth_set(&o),
         CliCommand::InstallShim(o) => {
             match plexus_agent::install::install_shim(&o.from, &o.to, &o.name)? {
                 Installed::Written(path) => {
@@ -108,12 +114,13 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             if types.is_empty() { "none".into() } else { types.join(", ") }
         );
     }
-    // plexus's own plugin type: it has no binary to fall back to, so it is always native.
-    let portmap = Portmap::start(
-        &DataplaneOptions { pin_dir: opts.bpf_pin_dir.clone(), cgroup_root: opts.cgroup_root.clone() },
-        &opts.state_dir,
-    );
+    // plexus's own plugin types: they have no binary to fall back to, so they are always native.
+    let dataplane =
+        DataplaneOptions { pin_dir: opts.bpf_pin_dir.clone(), cgroup_root: opts.cgroup_root.clone() };
+    let portmap = Portmap::start(&dataplane, &opts.state_dir);
     natives.register(portmap_plugin::TYPE, Arc::new(portmap_plugin::PortmapPlugin::new(portmap)));
+    let bandwidth = Bandwidth::start(&dataplane, &opts.state_dir);
+    natives.register(bandwidth_plugin::TYPE, Arc::new(bandwidth_plugin::BandwidthPlugin::new(bandwidth)));
     let engine = Arc::new(Engine::new(
         EngineConfig {
             default_network_dir: opts.default_network_dir.clone(),
@@ -142,6 +149,36 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         _ = term.recv() => { tracing::info!("SIGTERM: stopping (the CNI config stays: the shim answers try-again until restart)"); Ok(()) }
         _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted: stopping"); Ok(()) }
     }
+}
+
+/// `plexus-agent bandwidth list`.
+fn bandwidth_list(o: &PortmapListOptions) -> anyhow::Result<()> {
+    let rows = bandwidth_rows::limits(&o.bpf_pin_dir, &o.state_dir)
+        .with_context(|| format!("reading the bandwidth limits pinned under {}", o.bpf_pin_dir.display()))?;
+    if o.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("{}", bandwidth_rows::render(&rows));
+    }
+    Ok(())
+}
+
+/// `plexus-agent bandwidth set`.
+fn bandwidth_set(o: &BandwidthSetOptions) -> anyhow::Result<()> {
+    let limit = |rate: Option<u64>, burst| rate.map(|rate_bps| Limit { rate_bps, burst_bits: burst });
+    let limits = plexus_agent::dataplane::bandwidth::config::Limits {
+        ingress: limit(o.ingress_rate, o.ingress_burst),
+        egress: limit(o.egress_rate, o.egress_burst),
+    };
+    if limits.is_empty() {
+        anyhow::bail!("give --ingress-rate and/or --egress-rate (bits per second, non-zero)");
+    }
+    let record =
+        bandwidth_rows::set(&o.dirs.bpf_pin_dir, &o.dirs.state_dir, &o.container_id, &o.ifname, &limits)?;
+    for e in &record.entries {
+        println!("{e}");
+    }
+    Ok(())
 }
 
 /// `plexus-agent portmap list`.

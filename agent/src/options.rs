@@ -22,6 +22,43 @@ pub enum CliCommand {
     /// Port mappings of the eBPF dataplane.
     #[command(subcommand)]
     Portmap(PortmapCommand),
+    /// Bandwidth limits of the eBPF dataplane.
+    #[command(subcommand)]
+    Bandwidth(BandwidthCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BandwidthCommand {
+    /// The installed limits, with the programs' passed/dropped/marked counters (from the pinned
+    /// BPF maps and the agent's records; works while the agent is down).
+    List(PortmapListOptions),
+    /// Changes the limits of an attachment in place, without re-creating the pod: the new
+    /// rate and burst apply to the next packet (with a fresh bucket).
+    Set(BandwidthSetOptions),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BandwidthSetOptions {
+    #[command(flatten)]
+    pub dirs: PortmapListOptions,
+    /// The attachment's container ID (CNI_CONTAINERID).
+    #[arg(long)]
+    pub container_id: String,
+    /// The attachment's pod interface (CNI_IFNAME).
+    #[arg(long)]
+    pub ifname: String,
+    /// Traffic to the pod, bits per second.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub ingress_rate: Option<u64>,
+    /// Bits; default: 10 ms of the rate.
+    #[arg(long, requires = "ingress_rate", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ingress_burst: Option<u64>,
+    /// Traffic from the pod, bits per second.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub egress_rate: Option<u64>,
+    /// Bits; default: 10 ms of the rate.
+    #[arg(long, requires = "egress_rate", value_parser = clap::value_parser!(u64).range(1..))]
+    pub egress_burst: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -37,7 +74,7 @@ pub struct PortmapListOptions {
     #[arg(long, env = "PLEXUS_BPF_PIN_DIR", default_value = crate::dataplane::pin::DEFAULT_PIN_DIR)]
     pub bpf_pin_dir: PathBuf,
 
-    /// The agent's --state-dir, to name the pod of each mapping.
+    /// The agent's --state-dir (its records name the pod of each entry).
     #[arg(long, env = "PLEXUS_STATE_DIR", default_value = "/var/lib/plexus")]
     pub state_dir: PathBuf,
 

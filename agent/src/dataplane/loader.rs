@@ -17,12 +17,63 @@ use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::tc::TcAttachOptions;
 use aya::programs::{CgroupAttachMode, CgroupSockAddr, LinkOrder, Program, SchedClassifier, TcAttachType};
 use aya::{Ebpf, EbpfLoader};
-use plexus_ebpf_common::{MAPS, MAP_TAIL, TAIL_SCTP};
+use plexus_ebpf_common::{shape, MAPS, MAP_TAIL, TAIL_SCTP};
 
 use super::pin::PinDir;
 
-/// The BPF object built from `ebpf/programs` by build.rs.
-pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-ebpf.o"));
+/// One BPF object built from `ebpf/programs` by build.rs and embedded in the agent: what it
+/// holds and how its TC programs are attached. Objects are loaded independently, each with its
+/// own pin directory.
+#[derive(Debug)]
+pub struct Object {
+    pub bytes: &'static [u8],
+    pub maps: &'static [&'static str],
+    /// Every program to load.
+    pub programs: &'static [&'static str],
+    /// The TC programs of the receive and transmit paths.
+    pub tc_ingress: &'static str,
+    pub tc_egress: &'static str,
+    /// Whether its TC programs go first on a hook (port mappings, which rewrite what the
+    /// others should see) or last (shaping, which should count what actually leaves).
+    pub first: bool,
+}
+
+/// Port mappings: TC and cgroup socket programs.
+pub static PORTMAP: Object = Object {
+    bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-ebpf.o")),
+    maps: &MAPS,
+    programs: &[
+        TC_INGRESS,
+        TC_EGRESS,
+        TC_SCTP,
+        SOCK_PROGRAMS[0],
+        SOCK_PROGRAMS[1],
+        SOCK_PROGRAMS[2],
+        SOCK_PROGRAMS[3],
+        SOCK_PROGRAMS[4],
+        SOCK_PROGRAMS[5],
+        SOCK_PROGRAMS[6],
+        SOCK_PROGRAMS[7],
+    ],
+    tc_ingress: TC_INGRESS,
+    tc_egress: TC_EGRESS,
+    first: true,
+};
+
+/// Bandwidth shaping: TC programs only.
+pub static BANDWIDTH: Object = Object {
+    bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-bandwidth.o")),
+    maps: &shape::MAPS,
+    programs: &[BW_INGRESS, BW_EGRESS],
+    tc_ingress: BW_INGRESS,
+    tc_egress: BW_EGRESS,
+    first: false,
+};
+
+/// Shaping program of an interface's receive path.
+pub const BW_INGRESS: &str = "bw_tc_in";
+/// Shaping program of an interface's transmit path.
+pub const BW_EGRESS: &str = "bw_tc_out";
 
 /// TC program run on an interface's receive path.
 pub const TC_INGRESS: &str = "pm_tc_in";
@@ -51,10 +102,10 @@ pub enum Hook {
 }
 
 impl Hook {
-    fn program(self) -> &'static str {
+    fn program(self, object: &Object) -> &'static str {
         match self {
-            Hook::Ingress => TC_INGRESS,
-            Hook::Egress => TC_EGRESS,
+            Hook::Ingress => object.tc_ingress,
+            Hook::Egress => object.tc_egress,
         }
     }
 
@@ -136,6 +187,7 @@ fn link_error(path: &Path) -> impl Fn(aya::programs::links::LinkError) -> LoadEr
 
 /// The loaded object: its maps (pinned ones when there is a pin directory) and programs.
 pub struct Loaded {
+    object: &'static Object,
     ebpf: Ebpf,
     pins: Option<PinDir>,
     /// Tags of our programs, by name.
@@ -152,23 +204,30 @@ impl std::fmt::Debug for Loaded {
 }
 
 impl Loaded {
-    /// Loads the embedded object. With `pins`, maps are created at (or reused from) their pin
+    /// Loads the port mapping object (see [`Loaded::load_object`]).
+    pub fn load(pins: Option<PinDir>) -> Result<Loaded, LoadError> {
+        let mut loaded = Loaded::load_object(&PORTMAP, pins)?;
+        install_tail_calls(&mut loaded.ebpf)?;
+        Ok(loaded)
+    }
+
+    /// Loads an embedded object. With `pins`, maps are created at (or reused from) their pin
     /// paths and programs are pinned too; without, everything lives as long as the `Loaded`
     /// (tests).
-    pub fn load(pins: Option<PinDir>) -> Result<Loaded, LoadError> {
+    pub fn load_object(object: &'static Object, pins: Option<PinDir>) -> Result<Loaded, LoadError> {
         let mut loader = EbpfLoader::new();
         // The programs need no CO-RE relocations: skip parsing the kernel's BTF.
         loader.btf(None);
         let paths: Vec<(&'static str, PathBuf)> =
-            pins.iter().flat_map(|p| MAPS.iter().map(move |m| (*m, p.map(m)))).collect();
+            pins.iter().flat_map(|p| object.maps.iter().map(move |m| (*m, p.map(m)))).collect();
         for (name, path) in &paths {
             loader.map_pin_path(name, path.as_path());
         }
-        let mut ebpf = loader.load(OBJECT).map_err(|e| LoadError::Object(chain(&e)))?;
+        let mut ebpf = loader.load(object.bytes).map_err(|e| LoadError::Object(chain(&e)))?;
 
         let mut tags = HashMap::new();
         let mut own = BTreeSet::new();
-        for name in [TC_INGRESS, TC_EGRESS, TC_SCTP].into_iter().chain(SOCK_PROGRAMS) {
+        for &name in object.programs {
             let program = ebpf.program_mut(name).ok_or(LoadError::MissingProgram(name))?;
             let info = match program {
                 Program::SchedClassifier(p) => {
@@ -190,8 +249,7 @@ impl Loaded {
                 program.pin(&path).map_err(|e| LoadError::Pin { cause: chain(&e), path })?;
             }
         }
-        install_tail_calls(&mut ebpf)?;
-        Ok(Loaded { ebpf, pins, tags, equivalent: own })
+        Ok(Loaded { object, ebpf, pins, tags, equivalent: own })
     }
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
@@ -214,13 +272,14 @@ impl Loaded {
     /// already does).
     pub fn attach_tc(&mut self, ifindex: u32, ifname: &str, hook: Hook) -> Result<(), LoadError> {
         let path = self.pins_or_err()?.link(&tc_link_name(ifindex, hook));
-        let name = hook.program();
+        let name = hook.program(self.object);
         if self.pinned_link_is_current(&path, name)? {
             return Ok(());
         }
+        let order = if self.object.first { LinkOrder::first() } else { LinkOrder::last() };
         let program: &mut SchedClassifier = self.typed(name)?;
         let id = program
-            .attach_with_options(ifname, hook.attach_type(), TcAttachOptions::TcxOrder(LinkOrder::default()))
+            .attach_with_options(ifname, hook.attach_type(), TcAttachOptions::TcxOrder(order))
             .map_err(program_error(name))?;
         let link = program.take_link(id).map_err(program_error(name))?;
         let link: FdLink = link.try_into().map_err(link_error(&path))?;

@@ -7,7 +7,10 @@
 //!   upgrade without a gap.
 //! - [`portmap`]: `portMappings` (NPWG 4.1.2.1.7) in TC and cgroup programs, and the
 //!   `plexus-portmap` plugin type that drives them.
+//! - [`bandwidth`]: `bandwidth` (NPWG 4.1.2.1.8) in TC programs of their own object, and the
+//!   `plexus-bandwidth` plugin type.
 
+pub mod bandwidth;
 pub mod loader;
 pub mod pin;
 pub mod portmap;

@@ -47,7 +47,12 @@ impl PinDir {
     /// Makes sure `root` is a directory on bpffs (mounting bpffs if needed) with its
     /// subdirectories.
     pub fn prepare(root: &Path) -> Result<PinDir, PinError> {
+        // The port mapping and shaping objects load in parallel: one mount of bpffs, not two
+        // stacked ones hiding each other's pins.
+        static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = MOUNTING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         ensure_bpffs(root)?;
+        drop(guard);
         let dir = PinDir { root: root.to_owned() };
         for sub in [dir.maps(), dir.progs(), dir.links()] {
             std::fs::create_dir_all(&sub).map_err(io("creating", &sub))?;

@@ -9,6 +9,7 @@
 #![no_std]
 
 pub mod crc32c;
+pub mod shape;
 
 /// Forward direction: host endpoint (host IP, host port, protocol) → pod endpoint.
 pub const MAP_FORWARD: &str = "PM_FWD";

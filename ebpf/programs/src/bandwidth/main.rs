@@ -1,0 +1,202 @@
+//! plexus's bandwidth shaping (NPWG 4.1.2.1.8): TC programs on the host-side hooks of
+//! attachments, loaded and attached by the agent (agent/src/dataplane/bandwidth). The
+//! arithmetic is `plexus_ebpf_common::shape`'s, shared with the agent's tests; this file only
+//! finds the limit of a packet, runs it atomically, and applies the verdict.
+//!
+//! A limit is found by the device and hook the packet is on: first for the whole device (a
+//! pod's host-side veth, where everything is that pod's), then for one pod by MAC (a macvlan
+//! master: the destination on the receive path, the source on the transmit path).
+//!
+//! The rate counts IP bytes (the skb less its Ethernet header; a GSO packet as one), so a
+//! limit means the same on every kind of device.
+
+#![no_std]
+#![no_main]
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
+
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
+use aya_ebpf::bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC};
+use aya_ebpf::helpers::bpf_ktime_get_ns;
+use aya_ebpf::macros::{classifier, map};
+use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap};
+use aya_ebpf::programs::TcContext;
+use plexus_ebpf_common::shape::{
+    cost_ns, pace, police, reach, restart, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_EGRESS,
+    HOOK_INGRESS, MAX_SHAPED, SHAPE_EDT,
+};
+
+#[map(name = "BW_LIMITS")]
+static BW_LIMITS: HashMap<ShapeKey, Shape> = HashMap::with_max_entries(MAX_SHAPED, 0);
+
+#[map(name = "BW_STATS")]
+static BW_STATS: PerCpuHashMap<ShapeKey, ShapeCounters> = PerCpuHashMap::with_max_entries(MAX_SHAPED, 0);
+
+#[map(name = "BW_CLOCK")]
+static BW_CLOCK: Array<u64> = Array::with_max_entries(1, 0);
+
+const ETH_HLEN: usize = 14;
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86DD;
+
+/// The packet goes on to the next TCX program or the stack.
+const NEXT: i32 = TC_ACT_UNSPEC;
+#[allow(clippy::unnecessary_cast)]
+const DROP: i32 = TC_ACT_SHOT as i32;
+
+#[classifier]
+pub fn bw_tc_in(ctx: TcContext) -> i32 {
+    shape(&ctx, HOOK_INGRESS)
+}
+
+#[classifier]
+pub fn bw_tc_out(ctx: TcContext) -> i32 {
+    shape(&ctx, HOOK_EGRESS)
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    match BW_CLOCK.get(0) {
+        Some(fixed) if *fixed != 0 => *fixed,
+        // SAFETY: a helper without arguments.
+        _ => unsafe { bpf_ktime_get_ns() },
+    }
+}
+
+#[inline(always)]
+fn shape(ctx: &TcContext, hook: u8) -> i32 {
+    // SAFETY: the context pointer is the program's __sk_buff.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let mut key = ShapeKey { ifindex, hook, pad: 0, mac: [0; 6] };
+    let mut limit = BW_LIMITS.get_ptr_mut(&key);
+    if limit.is_none() {
+        let pod_mac_at = if hook == HOOK_INGRESS { 0 } else { 6 };
+        let Ok(mac) = ctx.load::<[u8; 6]>(pod_mac_at) else { return NEXT };
+        key.mac = mac;
+        limit = BW_LIMITS.get_ptr_mut(&key);
+    }
+    let Some(limit) = limit else { return NEXT };
+    let len = u64::from(ctx.len()).saturating_sub(ETH_HLEN as u64);
+    let ecn = ecn_field(ctx);
+    let now = now();
+    // SAFETY: `limit` points into the map's value, valid for this run; the clock is shared
+    // with other CPUs running this program, hence the atomic add.
+    let verdict = unsafe {
+        let s: Shape = *limit;
+        let cost = cost_ns(len, s.rate_bps);
+        let tat = core::ptr::read_volatile(&(*limit).tat);
+        let start = restart(tat, now, reach(&s));
+        if start != tat {
+            // Idle (or time went back): a plain store. Another CPU's add racing with it is
+            // lost, which only matters at the moment a quiet limit wakes up.
+            core::ptr::write_volatile(&mut (*limit).tat, start);
+        }
+        // SeqCst, not Relaxed: with Relaxed, LLVM 22's BPF backend emits the plain locked add
+        // (no BPF_FETCH) yet uses its register as if it held the old value.
+        let prev = atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut (*limit).tat, cost);
+        let verdict = if s.flags & SHAPE_EDT != 0 {
+            pace(prev, cost, now, s.burst_ns)
+        } else {
+            police(prev, cost, now, s.burst_ns, ecn.capable)
+        };
+        if verdict == Verdict::Drop {
+            // A dropped packet leaves the clock where it was.
+            atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut (*limit).tat, cost.wrapping_neg());
+        }
+        verdict
+    };
+    let action = match verdict {
+        Verdict::Pass => NEXT,
+        // A failed store after the checksum update would leave the header inconsistent.
+        Verdict::Mark => match set_ce(ctx, ecn) {
+            Ok(()) => NEXT,
+            Err(_) => DROP,
+        },
+        Verdict::Depart(at) => {
+            // SAFETY: TC programs may write the departure time of the skb they run on.
+            unsafe { (*ctx.skb.skb).tstamp = at };
+            NEXT
+        }
+        Verdict::Drop => DROP,
+    };
+    count(&key, len, verdict);
+    action
+}
+
+#[inline(always)]
+fn count(key: &ShapeKey, len: u64, verdict: Verdict) {
+    let Some(c) = BW_STATS.get_ptr_mut(key) else { return };
+    // SAFETY: this CPU's value, valid while the program runs; the agent created the entry.
+    unsafe {
+        match verdict {
+            Verdict::Drop => {
+                (*c).dropped_packets = (*c).dropped_packets.wrapping_add(1);
+                (*c).dropped_bytes = (*c).dropped_bytes.wrapping_add(len);
+            }
+            _ => {
+                (*c).passed_packets = (*c).passed_packets.wrapping_add(1);
+                (*c).passed_bytes = (*c).passed_bytes.wrapping_add(len);
+                if verdict == Verdict::Mark {
+                    (*c).marked_packets = (*c).marked_packets.wrapping_add(1);
+                }
+            }
+        }
+    }
+}
+
+/// Where a packet's ECN bits are and whether it is ECN-capable (ECT(0) or ECT(1)). Every field
+/// is always set (no `Option`): LLVM copies whole values, and an unset payload read from a
+/// clobbered register is rejected by the verifier.
+#[derive(Clone, Copy)]
+struct Ecn {
+    /// 4, 6, or 0 when the packet is not IP.
+    family: u8,
+    /// The byte holding the bits: IPv4's TOS, or IPv6's second byte.
+    byte: u8,
+    capable: bool,
+}
+
+const NOT_IP: Ecn = Ecn { family: 0, byte: 0, capable: false };
+
+#[inline(always)]
+fn ecn_field(ctx: &TcContext) -> Ecn {
+    let Ok(ethertype) = ctx.load::<u16>(12) else { return NOT_IP };
+    let ethertype = u16::from_be(ethertype);
+    if ethertype == ETH_P_IP {
+        let Ok(tos) = ctx.load::<u8>(ETH_HLEN + 1) else { return NOT_IP };
+        let bits = tos & 3;
+        Ecn { family: 4, byte: tos, capable: bits == 1 || bits == 2 }
+    } else if ethertype == ETH_P_IPV6 {
+        let Ok(b) = ctx.load::<u8>(ETH_HLEN + 1) else { return NOT_IP };
+        let bits = (b >> 4) & 3;
+        Ecn { family: 6, byte: b, capable: bits == 1 || bits == 2 }
+    } else {
+        NOT_IP
+    }
+}
+
+/// Sets Congestion Experienced, with the IPv4 header checksum.
+#[inline(always)]
+fn set_ce(ctx: &TcContext, e: Ecn) -> Result<(), i64> {
+    if e.family == 6 {
+        return ctx.store(ETH_HLEN + 1, &(e.byte | 0x30), 0);
+    }
+    let vihl: u8 = ctx.load(ETH_HLEN)?;
+    // The checksum covers the 16-bit word (version/IHL, TOS), in network order.
+    let old = u16::from_be_bytes([vihl, e.byte]).to_be();
+    let new = u16::from_be_bytes([vihl, e.byte | 3]).to_be();
+    ctx.l3_csum_replace(ETH_HLEN + 10, u64::from(old), u64::from(new), 2)?;
+    ctx.store(ETH_HLEN + 1, &(e.byte | 3), 0)
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects any reachable panic path; this only satisfies the compiler.
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
