@@ -159,17 +159,28 @@ pub fn reach(shape: &Shape) -> u64 {
     }
 }
 
-/// One packet through `shape`, single-threaded: what the programs do, minus the atomics that
-/// let CPUs share the clock. For tests and models on the host.
+/// One packet's verdict, and the clock it leaves: advanced by the packet's cost when it
+/// passes, unchanged when it is dropped. The programs publish the new clock with a
+/// compare-and-swap (retrying with the clock another CPU left), so no CPU ever sees a clock
+/// that admission did not produce.
+#[inline(always)]
+pub fn step(tat: u64, now: u64, cost: u64, shape: &Shape, ect: bool) -> (Verdict, u64) {
+    let start = restart(tat, now, reach(shape));
+    let verdict = if shape.flags & SHAPE_EDT != 0 {
+        pace(start, cost, now, shape.burst_ns)
+    } else {
+        police(start, cost, now, shape.burst_ns, ect)
+    };
+    let next = if verdict == Verdict::Drop { tat } else { start.saturating_add(cost) };
+    (verdict, next)
+}
+
+/// One packet through `shape`, single-threaded: [`step`] with the clock kept in `shape`. For
+/// tests and models on the host.
 pub fn admit(shape: &mut Shape, len: u64, now: u64, ect: bool) -> Verdict {
     let cost = cost_ns(len, shape.rate_bps);
-    let prev = restart(shape.tat, now, reach(shape));
-    let verdict = if shape.flags & SHAPE_EDT != 0 {
-        pace(prev, cost, now, shape.burst_ns)
-    } else {
-        police(prev, cost, now, shape.burst_ns, ect)
-    };
-    shape.tat = if verdict == Verdict::Drop { prev } else { prev.saturating_add(cost) };
+    let (verdict, next) = step(shape.tat, now, cost, shape, ect);
+    shape.tat = next;
     verdict
 }
 
@@ -274,6 +285,11 @@ mod tests {
         s.tat = u64::MAX - 5;
         assert_eq!(admit(&mut s, 1000, now, false), Verdict::Pass);
         assert_eq!(s.tat, now + 1_000_000);
+        // A drop leaves the clock exactly as it was.
+        let mut full = s;
+        full.tat = now + full.burst_ns;
+        assert_eq!(admit(&mut full, 1000, now, false), Verdict::Drop);
+        assert_eq!(full.tat, now + full.burst_ns);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! plexus's bandwidth shaping (NPWG 4.1.2.1.8): TC programs on the host-side hooks of
 //! attachments, loaded and attached by the agent (agent/src/dataplane/bandwidth). The
 //! arithmetic is `plexus_ebpf_common::shape`'s, shared with the agent's tests; this file only
-//! finds the limit of a packet, runs it atomically, and applies the verdict.
+//! finds the limit of a packet, runs the arithmetic against the shared clock (compare-and-swap),
+//! and applies the verdict.
 //!
 //! A limit is found by the device and hook the packet is on: first for the whole device (a
 //! pod's host-side veth, where everything is that pod's), then for one pod by MAC (a macvlan
@@ -15,7 +16,7 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
+use core::intrinsics::{atomic_cxchg, AtomicOrdering};
 
 use aya_ebpf::bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC};
 use aya_ebpf::helpers::bpf_ktime_get_ns;
@@ -23,8 +24,7 @@ use aya_ebpf::macros::{classifier, map};
 use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap};
 use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::shape::{
-    cost_ns, pace, police, reach, restart, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_EGRESS,
-    HOOK_INGRESS, MAX_SHAPED, SHAPE_EDT,
+    cost_ns, step, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_EGRESS, HOOK_INGRESS, MAX_SHAPED,
 };
 
 #[map(name = "BW_LIMITS")]
@@ -39,6 +39,9 @@ static BW_CLOCK: Array<u64> = Array::with_max_entries(1, 0);
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86DD;
+
+/// Attempts to publish a packet's clock against other CPUs' updates.
+const CAS_TRIES: u32 = 4;
 
 /// The packet goes on to the next TCX program or the stack.
 const NEXT: i32 = TC_ACT_UNSPEC;
@@ -82,27 +85,32 @@ fn shape(ctx: &TcContext, hook: u8) -> i32 {
     let now = now();
     // SAFETY: `limit` points into the map's value, valid for this run; the clock is shared
     // with other CPUs running this program, hence the atomic add.
+    // SAFETY: `limit` points into the map's value, valid for this run; the clock is shared
+    // with other CPUs running this program, hence the compare-and-swap.
     let verdict = unsafe {
         let s: Shape = *limit;
         let cost = cost_ns(len, s.rate_bps);
-        let tat = core::ptr::read_volatile(&(*limit).tat);
-        let start = restart(tat, now, reach(&s));
-        if start != tat {
-            // Idle (or time went back): a plain store. Another CPU's add racing with it is
-            // lost, which only matters at the moment a quiet limit wakes up.
-            core::ptr::write_volatile(&mut (*limit).tat, start);
-        }
-        // SeqCst, not Relaxed: with Relaxed, LLVM 22's BPF backend emits the plain locked add
-        // (no BPF_FETCH) yet uses its register as if it held the old value.
-        let prev = atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut (*limit).tat, cost);
-        let verdict = if s.flags & SHAPE_EDT != 0 {
-            pace(prev, cost, now, s.burst_ns)
-        } else {
-            police(prev, cost, now, s.burst_ns, ecn.capable)
-        };
-        if verdict == Verdict::Drop {
-            // A dropped packet leaves the clock where it was.
-            atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut (*limit).tat, cost.wrapping_neg());
+        let clock: *mut u64 = &mut (*limit).tat;
+        let mut tat = core::ptr::read_volatile(clock);
+        // Contention beyond a few retries is treated as over the limit.
+        let mut verdict = Verdict::Drop;
+        let mut tries = 0;
+        while tries < CAS_TRIES {
+            let (v, next) = step(tat, now, cost, &s, ecn.capable);
+            if v == Verdict::Drop || next == tat {
+                verdict = v;
+                break;
+            }
+            // SeqCst: with Relaxed, LLVM 22's BPF backend has emitted atomics without their
+            // fetch semantics (BPF_FETCH) yet used the register as if it held the old value.
+            let (seen, swapped) =
+                atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(clock, tat, next);
+            if swapped {
+                verdict = v;
+                break;
+            }
+            tat = seen;
+            tries += 1;
         }
         verdict
     };
