@@ -109,3 +109,36 @@ impl Drop for Netns {
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
     }
 }
+
+/// A bpffs mounted for one test world (the agent runs under `ip netns exec`, which hides
+/// /sys/fs/bpf), unmounted on drop, which releases every pin: maps, programs, TC and cgroup
+/// links.
+pub struct Bpffs {
+    pub path: PathBuf,
+}
+
+impl Bpffs {
+    pub fn mount(path: PathBuf) -> Bpffs {
+        std::fs::create_dir_all(&path).expect("bpffs dir");
+        let ok =
+            Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&path).status().is_ok_and(|s| s.success());
+        assert!(ok, "mounting bpffs on {}", path.display());
+        Bpffs { path }
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// A process killed on drop (servers, background clients).
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

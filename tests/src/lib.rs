@@ -11,7 +11,7 @@ pub mod recorder;
 pub mod test_apiserver;
 pub mod world;
 
-pub use fixture::{ip, unique, Netns};
+pub use fixture::{ip, unique, Bpffs, Netns, Proc};
 pub use recorder::{Call, Recorder, RECORDER_TYPE};
 pub use world::{Agent, CniOutput, World};
 

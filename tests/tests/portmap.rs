@@ -11,15 +11,15 @@
 //! which runs the agent, hides /sys/fs/bpf), so they survive agent restarts like on a node.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plexus_agent::dataplane::pin::PinDir;
 use plexus_agent::dataplane::portmap::store::Store;
 use plexus_agent::dataplane::portmap::table::Tables;
 use plexus_tests::world::bin;
-use plexus_tests::{Netns, World};
+use plexus_tests::{Bpffs, Netns, Proc, World};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
@@ -132,38 +132,6 @@ fn python() -> &'static str {
         "/usr/bin/python3"
     } else {
         "python3"
-    }
-}
-
-/// A bpffs mounted for one world, unmounted (which releases every pin: maps, programs, TC and
-/// cgroup links) on drop.
-struct Bpffs {
-    path: PathBuf,
-}
-
-impl Bpffs {
-    fn mount(path: PathBuf) -> Bpffs {
-        std::fs::create_dir_all(&path).expect("bpffs dir");
-        let ok =
-            Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&path).status().is_ok_and(|s| s.success());
-        assert!(ok, "mounting bpffs on {}", path.display());
-        Bpffs { path }
-    }
-}
-
-impl Drop for Bpffs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-    }
-}
-
-/// A process killed on drop (servers, background clients).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
