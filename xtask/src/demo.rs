@@ -150,6 +150,7 @@ pub fn run() -> anyhow::Result<()> {
     }
 
     port_mapping(&mut demo, &bin)?;
+    bandwidth(&mut demo, &bin)?;
 
     step("DEL", "teardown in reverse order; nothing stays behind");
     for pod in PODS {
@@ -169,6 +170,8 @@ pub fn run() -> anyhow::Result<()> {
     println!("  attachment records left: {records}");
     let mappings = portmap_list(&bin, &demo.base)?;
     println!("  port mappings left: {}", if mappings.lines().count() <= 1 { "none" } else { &mappings });
+    let limits = bandwidth_list(&bin, &demo.base)?;
+    println!("  bandwidth limits left: {}", if limits.lines().count() <= 1 { "none" } else { &limits });
     println!("\ndemo complete; everything it created is being removed");
     Ok(())
 }
@@ -362,6 +365,77 @@ fn portmap_list(bin: &Path, base: &Path) -> anyhow::Result<String> {
     output(
         Command::new(bin.join("plexus-agent"))
             .args(["portmap", "list", "--bpf-pin-dir"])
+            .arg(base.join("bpffs"))
+            .arg("--state-dir")
+            .arg(base.join("state")),
+    )
+}
+
+/// pod-b asked for 50 Mbit/s each way on the `web` network, whose configlist chains
+/// `plexus-bandwidth`: iperf3 from the client namespace measures what gets through.
+fn bandwidth(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
+    step(
+        "bandwidth",
+        "pod-b is limited to 50 Mbit/s each way on the web network: eBPF programs on its veth, no tbf or ifb",
+    );
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(
+        demo.base.join("state/pods/default/pod-b.network-status.json"),
+    )?)?;
+    let addr = status
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["interface"] == "web0")
+        .and_then(|e| e["ips"][0].as_str())
+        .and_then(|a| a.split('/').next())
+        .context("pod-b has no address on web")?
+        .to_owned();
+    let server = Command::new("ip")
+        .args(["netns", "exec", "pxdemo-pod-b", "iperf3", "-s", "-p", "5201"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 in pod-b (cargo xtask setup installs it)")?;
+    demo.children.push(server);
+    for (direction, reverse) in [("to pod-b (ingress)", false), ("from pod-b (egress)", true)] {
+        let measured = iperf_rate("pxdemo-client", &addr, reverse)?;
+        println!(
+            "  client -> {addr}, {direction}: {:.1} Mbit/s measured for a 50 Mbit/s limit",
+            measured / 1e6
+        );
+    }
+    println!("  plexus-agent bandwidth list (the pinned BPF maps, with the programs' counters):");
+    for line in bandwidth_list(bin, &demo.base)?.lines() {
+        println!("    {line}");
+    }
+    Ok(())
+}
+
+/// Goodput in bit/s of a 3-second iperf3 run (after one omitted second) from `client`.
+fn iperf_rate(client: &str, addr: &str, reverse: bool) -> anyhow::Result<f64> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", client, "iperf3", "-J", "-c", addr, "-t", "3", "-O", "1"]);
+        if reverse {
+            cmd.arg("-R");
+        }
+        let out = cmd.output().context("running iperf3")?;
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if let Some(bps) = report["end"]["sum_received"]["bits_per_second"].as_f64() {
+            return Ok(bps);
+        }
+        if Instant::now() > deadline {
+            bail!("iperf3 to {addr} failed: {}", report["error"].as_str().unwrap_or("no report"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn bandwidth_list(bin: &Path, base: &Path) -> anyhow::Result<String> {
+    output(
+        Command::new(bin.join("plexus-agent"))
+            .args(["bandwidth", "list", "--bpf-pin-dir"])
             .arg(base.join("bpffs"))
             .arg("--state-dir")
             .arg(base.join("state")),
