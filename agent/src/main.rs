@@ -9,8 +9,10 @@ use plexus_agent::catalog::Catalog;
 use plexus_agent::dataplane::bandwidth::{
     config::Limit, list as bandwidth_rows, plugin as bandwidth_plugin, Bandwidth,
 };
+use plexus_agent::dataplane::capabilities::WithCapabilities;
 use plexus_agent::dataplane::portmap::{list as portmap_list_rows, plugin as portmap_plugin, Portmap};
 use plexus_agent::dataplane::DataplaneOptions;
+use plexus_agent::delegate::native::NativePlugin;
 use plexus_agent::delegate::{Delegator, NativePlugins};
 use plexus_agent::engine::{Engine, EngineConfig};
 use plexus_agent::install::Installed;
@@ -117,10 +119,17 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     // plexus's own plugin types: they have no binary to fall back to, so they are always native.
     let dataplane =
         DataplaneOptions { pin_dir: opts.bpf_pin_dir.clone(), cgroup_root: opts.cgroup_root.clone() };
-    let portmap = Portmap::start(&dataplane, &opts.state_dir);
-    natives.register(portmap_plugin::TYPE, Arc::new(portmap_plugin::PortmapPlugin::new(portmap)));
-    let bandwidth = Bandwidth::start(&dataplane, &opts.state_dir);
-    natives.register(bandwidth_plugin::TYPE, Arc::new(bandwidth_plugin::BandwidthPlugin::new(bandwidth)));
+    let portmap: Arc<dyn NativePlugin> =
+        Arc::new(portmap_plugin::PortmapPlugin::new(Portmap::start(&dataplane, &opts.state_dir)));
+    let bandwidth: Arc<dyn NativePlugin> =
+        Arc::new(bandwidth_plugin::BandwidthPlugin::new(Bandwidth::start(&dataplane, &opts.state_dir)));
+    natives.register(portmap_plugin::TYPE, portmap.clone());
+    natives.register(bandwidth_plugin::TYPE, bandwidth.clone());
+    // The native macvlan serves both capabilities itself when its config declares them.
+    if let Some(macvlan) = natives.get(native::macvlan::TYPE).cloned() {
+        let capabilities = vec![("portMappings", portmap), ("bandwidth", bandwidth)];
+        natives.register(native::macvlan::TYPE, Arc::new(WithCapabilities::new(macvlan, capabilities)));
+    }
     let engine = Arc::new(Engine::new(
         EngineConfig {
             default_network_dir: opts.default_network_dir.clone(),

@@ -127,10 +127,19 @@ fn cid(pod: &str) -> String {
 /// Goodput in bit/s measured by the receiver: client namespace `from` to `server` (or the
 /// reverse with `reverse`: the server sends).
 fn iperf(from: &str, server: &str, flows: u32, reverse: bool) -> f64 {
+    iperf_flows(from, server, 5201, flows, reverse)
+}
+
+/// One flow to `server:port`.
+fn iperf_port(from: &str, server: &str, port: u16, reverse: bool) -> f64 {
+    iperf_flows(from, server, port, 1, reverse)
+}
+
+fn iperf_flows(from: &str, server: &str, port: u16, flows: u32, reverse: bool) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", from, "iperf3", "-J", "-c", server, "-p", "5201"]).args([
+        cmd.args(["netns", "exec", from, "iperf3", "-J", "-c", server, "-p", &port.to_string()]).args([
             "-t",
             &SECS.to_string(),
             "-O",
@@ -324,4 +333,65 @@ fn limits_change_in_place_without_recreating_the_pod() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("container no-such interface net1 has no bandwidth limits recorded"), "{err}");
+}
+
+/// The native macvlan declaring both capabilities itself, no chained plugin: the pod's port
+/// mapping and its limit both apply (iperf3 reaches the pod through hostIP:hostPort, at the
+/// limited rate), and DEL removes both.
+#[test]
+fn native_macvlan_serves_port_mappings_and_bandwidth_itself() {
+    let _serial = TRAFFIC.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut t = BwWorld::new();
+    let client = t.client("bwm0", "10.80.0.200/24");
+    // The node's address on the network: the host IP of the mapping.
+    t.w.node.ip(&["addr", "add", "10.80.0.1/24", "dev", "bwm0"]);
+    let nad = json!({
+        "cniVersion": "1.0.0",
+        "name": "bwnative",
+        "type": "macvlan",
+        "master": "bwm0",
+        "mode": "bridge",
+        "capabilities": {"portMappings": true, "bandwidth": true},
+        "ipam": {
+            "type": "host-local",
+            "ranges": [[{"subnet": "10.80.0.0/24", "rangeStart": "10.80.0.10", "rangeEnd": "10.80.0.99"}]],
+            "dataDir": t.w.path("ipam").join("bwnative"),
+        }
+    });
+    t.w.write_nad(NS, "bwnative", Some(&nad.to_string()));
+    t.start();
+    let annotation = json!([{
+        "name": "bwnative",
+        "bandwidth": {"ingressRate": 20 * MBIT, "egressRate": 20 * MBIT},
+        "portMappings": [{"hostPort": 15201, "containerPort": 5201, "protocol": "tcp"}]
+    }]);
+    t.pod("native", &annotation);
+    assert!(t.w.agent_log().contains("plugin types run natively: macvlan"), "{}", t.w.agent_log());
+
+    let through_mapping = iperf_port(&client, "10.80.0.1", 15201, false);
+    assert_within("native macvlan, to the pod via hostIP:hostPort", through_mapping, 20 * MBIT, 0.05);
+    let rows = t.list();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let mappings = Command::new(bin("plexus-agent"))
+        .args(["portmap", "list", "--json", "--bpf-pin-dir"])
+        .arg(&t.bpffs.path)
+        .arg("--state-dir")
+        .arg(t.w.path("state"))
+        .output()
+        .expect("portmap list");
+    let mappings: Value = serde_json::from_slice(&mappings.stdout).expect("portmap list JSON");
+    assert_eq!(mappings.as_array().map(Vec::len), Some(1), "{mappings:#}");
+    assert!(mappings[0]["packets_in"].as_u64() > Some(0), "{mappings:#}");
+
+    let out = t.w.del(&cid("native"), &t.pods[0], (NS, "native"));
+    assert!(out.ok(), "DEL: {}", out.stderr);
+    assert!(t.list().is_empty(), "limits left after DEL: {:#?}", t.list());
+    let left = Command::new(bin("plexus-agent"))
+        .args(["portmap", "list", "--json", "--bpf-pin-dir"])
+        .arg(&t.bpffs.path)
+        .arg("--state-dir")
+        .arg(t.w.path("state"))
+        .output()
+        .expect("portmap list");
+    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "[]", "mappings left after DEL");
 }

@@ -9,8 +9,10 @@
 //!   `plexus-portmap` plugin type that drives them.
 //! - [`bandwidth`]: `bandwidth` (NPWG 4.1.2.1.8) in TC programs of their own object, and the
 //!   `plexus-bandwidth` plugin type.
+//! - [`capabilities`]: native plugin types (macvlan) serving both capabilities themselves.
 
 pub mod bandwidth;
+pub mod capabilities;
 pub mod loader;
 pub mod pin;
 pub mod portmap;
