@@ -194,7 +194,8 @@ impl World {
             .arg("--pod-dir")
             .arg(self.path("pods"))
             .args(&self.agent_args)
-            .env("RUST_LOG", "info")
+            // PLEXUS_TEST_LOG (a RUST_LOG filter) for more detail in a test agent's log.
+            .env("RUST_LOG", std::env::var("PLEXUS_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log);

@@ -203,14 +203,23 @@ impl Portmap {
         if let Some(previous) = records.remove(&key) {
             remove_entries(dp, &previous)?;
         }
+        let started = std::time::Instant::now();
         self.store.save(&record)?;
+        let saved = started.elapsed();
         let installed = (|| -> Result<(), PortmapError> {
             for p in &record.hooks {
                 dp.loaded.attach_tc(p.ifindex, &p.ifname, p.hook).map_err(DataplaneError::from)?;
             }
+            let attached = started.elapsed();
             for e in &record.entries {
                 dp.tables.install(e)?;
             }
+            tracing::debug!(
+                saved_us = saved.as_micros() as u64,
+                attached_us = (attached - saved).as_micros() as u64,
+                installed_us = (started.elapsed() - attached).as_micros() as u64,
+                "port mapping ADD phases"
+            );
             Ok(())
         })();
         if let Err(e) = installed {

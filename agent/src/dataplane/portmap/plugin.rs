@@ -141,10 +141,12 @@ impl PortmapPlugin {
         )?;
         let started = std::time::Instant::now();
         let record = plain(plan_record(&conf, &parsed, call.list, call.env).await)?;
+        let planned_us = started.elapsed().as_micros() as u64;
         let installed = record.entries.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
         self.blocking(move |p| p.add(record)).await?;
         tracing::info!(
             took_us = started.elapsed().as_micros() as u64,
+            planned_us,
             "port mappings installed: {installed}"
         );
         Ok(Some(prev))
