@@ -12,15 +12,18 @@ use aya::programs::{LinkOrder, Program, SchedClassifier, TcAttachType};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{setns, CloneFlags};
 
-use super::loader::{tc_link_name, Hook, Loaded, TC_EGRESS, TC_INGRESS};
+use super::loader::{tc_link_name, Attach, Hook, Loaded, TC_EGRESS, TC_INGRESS};
 use super::pin::PinDir;
+use super::portmap::topology::AttachPoint;
 
 /// A network namespace with a veth pair `v0`/`v1`, deleted on drop.
 struct Netns(String);
 
 impl Netns {
     fn new() -> Netns {
-        let name = format!("pxdp{}", std::process::id());
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let name = format!("pxdp{}x{n}", std::process::id());
         let ip = |args: &[&str]| {
             assert!(Command::new("ip").args(args).status().is_ok_and(|s| s.success()), "ip {args:?}")
         };
@@ -147,6 +150,48 @@ fn restarts_keep_identical_links_and_upgrades_replace_others_without_a_gap() {
 
             third.detach_tc(ifindex, Hook::Ingress).expect("detach");
             assert!(eventually(|| ingress_programs().is_empty()), "still attached: {:?}", ingress_programs());
+        });
+    });
+}
+
+/// Filters ([`Attach::Filter`]): attached, found, replaced in place by a restarted agent's
+/// program (idempotent), and removed; a removal of what is gone already is fine.
+#[test]
+fn filters_attach_replace_in_place_and_detach() {
+    let ns = Netns::new();
+    let ns_path = format!("/run/netns/{}", ns.0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(&ns_path).expect("netns");
+            setns(file.as_fd(), CloneFlags::CLONE_NEWNET).expect("setns");
+            // SAFETY: a NUL-terminated name.
+            let ifindex = unsafe { libc::if_nametoindex(c"v0".as_ptr()) };
+            let point =
+                AttachPoint { ifindex, ifname: "v0".into(), hook: Hook::Ingress, attach: Attach::Filter };
+            let filters = || {
+                let out =
+                    Command::new("tc").args(["filter", "show", "dev", "v0", "ingress"]).output().expect("tc");
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+
+            let mut first = Loaded::load(None).expect("load");
+            assert!(!first.runs_at(&point, &[]).expect("query"));
+            first.attach_point(&point).expect("attach");
+            assert!(first.runs_at(&point, &[]).expect("query"));
+            drop(first);
+            assert!(filters().contains(TC_INGRESS), "the filter outlives the loader: {}", filters());
+
+            // A restart: the same filter is replaced in place, not duplicated.
+            let mut second = Loaded::load(None).expect("load");
+            second.attach_point(&point).expect("attach again");
+            assert_eq!(filters().matches("direct-action").count(), 1, "{}", filters());
+            assert!(second.runs_at(&point, &[]).expect("query"));
+
+            second.detach_point(&point).expect("detach");
+            assert!(!second.runs_at(&point, &[]).expect("query"), "{}", filters());
+            second.detach_point(&point).expect("detaching what is gone");
+            let gone = AttachPoint { ifname: "nosuch0".into(), ..point.clone() };
+            second.detach_point(&gone).expect("detaching from a device that is gone");
         });
     });
 }

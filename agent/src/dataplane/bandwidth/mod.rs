@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::loader::{LoadError, Loaded, BANDWIDTH};
+use super::loader::{Attach, LoadError, Loaded, BANDWIDTH};
 use super::pin::{PinDir, PinError};
 use super::portmap::topology::AttachPoint;
 use super::DataplaneOptions;
@@ -224,7 +224,7 @@ impl Bandwidth {
                 sh.table.install(e)?;
             }
             for p in &record.hooks {
-                sh.loaded.attach_tc(p.ifindex, &p.ifname, p.hook)?;
+                sh.loaded.attach_point(p)?;
             }
             Ok(())
         })();
@@ -270,8 +270,10 @@ impl Bandwidth {
             return Err(fail(what));
         }
         let links = sh.loaded.tc_links()?;
-        if let Some(p) = record.hooks.iter().find(|p| !links.contains(&(p.ifindex, p.hook))) {
-            return Err(fail(format!("no program on {} ({:?})", p.ifname, p.hook)));
+        for p in &record.hooks {
+            if !sh.loaded.runs_at(p, &links)? {
+                return Err(fail(format!("no program on {} ({:?})", p.ifname, p.hook)));
+            }
         }
         Ok(())
     }
@@ -367,14 +369,15 @@ fn reconcile(
     let mut detached = 0;
     for (ifindex, hook) in sh.loaded.tc_links()? {
         let alive = existing.is_none_or(|e| e.iter().any(|(i, _)| *i == ifindex));
-        if !alive || !wanted.iter().any(|p| p.ifindex == ifindex && p.hook == hook) {
+        let tcx = |p: &&&AttachPoint| p.attach == Attach::Tcx && p.ifindex == ifindex && p.hook == hook;
+        if !alive || !wanted.iter().any(|p| tcx(&p)) {
             sh.loaded.detach_tc(ifindex, hook)?;
             detached += 1;
         }
     }
     for p in wanted {
         if existing.is_none_or(|e| e.contains(&(p.ifindex, p.ifname.clone()))) {
-            sh.loaded.attach_tc(p.ifindex, &p.ifname, p.hook)?;
+            sh.loaded.attach_point(p)?;
         } else {
             tracing::warn!(
                 "bandwidth: interface {} (index {}) of a recorded attachment is gone; GC or DEL will remove it",
@@ -423,7 +426,7 @@ fn detach_unused(sh: &Shaper, record: &Record, remaining: &BTreeMap<Key, Record>
         let same = |q: &AttachPoint| q.ifindex == p.ifindex && q.hook == p.hook;
         let used = remaining.values().any(|r| r.hooks.iter().any(same)) || keep.iter().any(same);
         if !used {
-            if let Err(e) = sh.loaded.detach_tc(p.ifindex, p.hook) {
+            if let Err(e) = sh.loaded.detach_point(p) {
                 tracing::warn!("detaching the bandwidth program from {}: {e}", p.ifname);
             }
         }

@@ -26,6 +26,7 @@ use super::store::Record;
 use super::{qdisc, Bandwidth, BandwidthError};
 use crate::cni::result::CniResult;
 use crate::cni::ErrorCode;
+use crate::dataplane::loader::Attach;
 use crate::dataplane::portmap::netdev;
 use crate::dataplane::portmap::topology::AttachPoint;
 use crate::delegate::native::{native_error, NativeCall, NativePlugin};
@@ -124,7 +125,13 @@ impl BandwidthPlugin {
         let planned = entries(&at, &conf.limits, |_| paces);
         let hooks: BTreeSet<AttachPoint> = planned
             .iter()
-            .map(|e| AttachPoint { ifindex: e.ifindex, ifname: e.ifname.clone(), hook: e.hook })
+            .map(|e| AttachPoint {
+                ifindex: e.ifindex,
+                ifname: e.ifname.clone(),
+                hook: e.hook,
+                // A pod's own veth: a filter, cheap to attach; a master is shared: a TCX link.
+                attach: if e.mac.is_none() { Attach::Filter } else { Attach::Tcx },
+            })
             .collect();
         let record = Record {
             container_id: call.env.container_id.clone(),

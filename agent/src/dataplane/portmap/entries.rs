@@ -284,7 +284,12 @@ mod tests {
 
     fn topology(holders: Vec<NodeInterface>) -> Topology {
         Topology {
-            hooks: vec![AttachPoint { ifindex: 5, ifname: "br0".into(), hook: Hook::Ingress }],
+            hooks: vec![AttachPoint {
+                ifindex: 5,
+                ifname: "br0".into(),
+                hook: Hook::Ingress,
+                attach: crate::dataplane::loader::Attach::Tcx,
+            }],
             deliver_ifindex: 9,
             deliver: Hook::Egress,
             holders,

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::loader::Attach;
 use super::{Dataplane, DataplaneError, DataplaneOptions};
 use entries::{endpoint_text, Entry};
 use store::{Record, Store, StoreError};
@@ -208,7 +209,7 @@ impl Portmap {
         let saved = started.elapsed();
         let installed = (|| -> Result<(), PortmapError> {
             for p in &record.hooks {
-                dp.loaded.attach_tc(p.ifindex, &p.ifname, p.hook).map_err(DataplaneError::from)?;
+                dp.loaded.attach_point(p).map_err(DataplaneError::from)?;
             }
             let attached = started.elapsed();
             for e in &record.entries {
@@ -260,8 +261,10 @@ impl Portmap {
             return Err(fail(what));
         }
         let links = dp.loaded.tc_links().map_err(DataplaneError::from)?;
-        if let Some(p) = record.hooks.iter().find(|p| !links.contains(&(p.ifindex, p.hook))) {
-            return Err(fail(format!("no program on {} ({:?})", p.ifname, p.hook)));
+        for p in &record.hooks {
+            if !dp.loaded.runs_at(p, &links).map_err(DataplaneError::from)? {
+                return Err(fail(format!("no program on {} ({:?})", p.ifname, p.hook)));
+            }
         }
         Ok(())
     }
@@ -307,7 +310,8 @@ fn reconcile(
     };
     for (ifindex, hook) in dp.loaded.tc_links().map_err(DataplaneError::from)? {
         let alive = existing.is_none_or(|e| e.iter().any(|(i, _)| *i == ifindex));
-        if !alive || !wanted.iter().any(|p| p.ifindex == ifindex && p.hook == hook) {
+        let tcx = |p: &&&AttachPoint| p.attach == Attach::Tcx && p.ifindex == ifindex && p.hook == hook;
+        if !alive || !wanted.iter().any(|p| tcx(&p)) {
             dp.loaded.detach_tc(ifindex, hook).map_err(DataplaneError::from)?;
             report.detached_hooks += 1;
         }
@@ -315,7 +319,7 @@ fn reconcile(
     for p in wanted {
         let alive = existing.is_none_or(|e| e.contains(&(p.ifindex, p.ifname.clone())));
         if alive {
-            dp.loaded.attach_tc(p.ifindex, &p.ifname, p.hook).map_err(DataplaneError::from)?;
+            dp.loaded.attach_point(p).map_err(DataplaneError::from)?;
         } else {
             tracing::warn!(
                 interface = %p.ifname,
@@ -364,7 +368,7 @@ fn detach_unused(dp: &Dataplane, record: &Record, remaining: &BTreeMap<Key, Reco
         let used =
             remaining.values().any(|r| r.hooks.iter().any(|q| q.ifindex == p.ifindex && q.hook == p.hook));
         if !used {
-            if let Err(e) = dp.loaded.detach_tc(p.ifindex, p.hook) {
+            if let Err(e) = dp.loaded.detach_point(p) {
                 tracing::warn!("detaching the port mapping program from {}: {e}", p.ifname);
             }
         }

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use super::entries::{parse_mac, Entry, PodSide};
 use crate::cni::result::CniResult;
-use crate::dataplane::loader::Hook;
+use crate::dataplane::loader::{Attach, Hook};
 
 /// A node interface, as the topology needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,12 +35,16 @@ pub struct NodeInterface {
     pub addrs: Vec<IpNet>,
 }
 
-/// One program attachment: a TC hook of a node interface.
+/// One program attachment: a TC hook of a node interface, and how the program is attached
+/// there (a pinned TCX link for shared hooks, a filter for a pod's own veth).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct AttachPoint {
     pub ifindex: u32,
     pub ifname: String,
     pub hook: Hook,
+    /// Records written before filters existed name TCX links, which is what they are.
+    #[serde(default)]
+    pub attach: Attach,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +65,7 @@ impl Topology {
         let mut hooks = self.hooks.clone();
         for e in entries {
             if let Some(h) = self.holders.iter().find(|h| h.addrs.iter().any(|a| a.addr() == e.host_ip)) {
-                hooks.push(AttachPoint { ifindex: h.index, ifname: h.name.clone(), hook: Hook::Ingress });
+                hooks.push(point(h, Hook::Ingress, Attach::Tcx));
             }
         }
         hooks.sort();
@@ -138,8 +142,8 @@ fn by_name<'a>(node: &'a [NodeInterface], name: &str) -> Result<&'a NodeInterfac
     node.iter().find(|i| i.name == name).ok_or_else(|| TopologyError::MissingInterface(name.to_owned()))
 }
 
-fn point(i: &NodeInterface, hook: Hook) -> AttachPoint {
-    AttachPoint { ifindex: i.index, ifname: i.name.clone(), hook }
+fn point(i: &NodeInterface, hook: Hook, attach: Attach) -> AttachPoint {
+    AttachPoint { ifindex: i.index, ifname: i.name.clone(), hook, attach }
 }
 
 /// The topology of an attachment. `default_route` is the interface of the node's default
@@ -165,7 +169,10 @@ pub fn resolve(
                 .ok_or(TopologyError::NoHostVeth)?;
             let veth = by_name(node, veth_name)?;
             Ok(Topology {
-                hooks: vec![point(bridge, Hook::Ingress), point(veth, Hook::Ingress)],
+                hooks: vec![
+                    point(bridge, Hook::Ingress, Attach::Tcx),
+                    point(veth, Hook::Ingress, Attach::Filter),
+                ],
                 deliver_ifindex: veth.index,
                 deliver: Hook::Egress,
                 holders: vec![explicit.unwrap_or(bridge).clone()],
@@ -191,7 +198,10 @@ pub fn resolve(
                 }
             };
             Ok(Topology {
-                hooks: vec![point(master, Hook::Ingress), point(master, Hook::Egress)],
+                hooks: vec![
+                    point(master, Hook::Ingress, Attach::Tcx),
+                    point(master, Hook::Egress, Attach::Tcx),
+                ],
                 deliver_ifindex: master.index,
                 deliver: Hook::Ingress,
                 holders,
