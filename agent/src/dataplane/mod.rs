@@ -13,9 +13,12 @@
 
 pub mod bandwidth;
 pub mod capabilities;
+pub mod chained;
 pub mod loader;
+pub mod maps;
 pub mod pin;
 pub mod portmap;
+pub mod records;
 
 #[cfg(test)]
 mod tests;

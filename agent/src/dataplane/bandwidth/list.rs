@@ -11,6 +11,7 @@ use super::plan::mac_text;
 use super::store::{Record, Store};
 use super::table::Table;
 use super::{update_in_place, BandwidthError};
+use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
 
 /// One row: one limited direction of one attachment.
@@ -120,21 +121,7 @@ pub fn render(rows: &[Listed]) -> String {
             r.marked_packets.to_string(),
         ]);
     }
-    let widths: Vec<usize> =
-        (0..header.len()).map(|i| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0)).collect();
-    lines
-        .iter()
-        .map(|l| {
-            l.iter()
-                .zip(&widths)
-                .map(|(cell, w)| format!("{cell:<w$}"))
-                .collect::<Vec<_>>()
-                .join("  ")
-                .trim_end()
-                .to_owned()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    columns(&lines)
 }
 
 /// 1500000 → "1.5M".

@@ -26,6 +26,7 @@ use super::store::Record;
 use super::{qdisc, Bandwidth, BandwidthError};
 use crate::cni::result::CniResult;
 use crate::cni::ErrorCode;
+use crate::dataplane::chained::{off_workers, pod_name, valid_attachments, INTERNAL};
 use crate::dataplane::loader::Attach;
 use crate::dataplane::portmap::netdev;
 use crate::dataplane::portmap::topology::AttachPoint;
@@ -34,9 +35,6 @@ use crate::delegate::DelegateError;
 
 /// The CNI `type` of the plugin.
 pub const TYPE: &str = "plexus-bandwidth";
-
-/// libcni's ErrInternal, for failures of the node rather than of the request.
-const INTERNAL: u32 = 999;
 
 pub struct BandwidthPlugin {
     bandwidth: Arc<Bandwidth>,
@@ -85,15 +83,6 @@ impl NativePlugin for BandwidthPlugin {
             outcome.map_err(|(code, e)| native_error(TYPE, call.command, code_of(code, &e), e.to_string()))
         })
     }
-}
-
-/// `namespace/name` of the pod, from CNI_ARGS.
-fn pod_name(args: &str) -> Option<String> {
-    let get = |key: &str| {
-        args.split(';')
-            .find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v.to_owned()))
-    };
-    Some(format!("{}/{}", get("K8S_POD_NAMESPACE")?, get("K8S_POD_NAME")?))
 }
 
 impl BandwidthPlugin {
@@ -164,16 +153,7 @@ impl BandwidthPlugin {
 
     async fn gc(&self, call: &NativeCall<'_>) -> Outcome<()> {
         let conf = config(BandwidthConf::parse(call.config).map_err(BandwidthError::from))?;
-        let valid: Vec<(String, String)> = call
-            .config
-            .get("cni.dev/valid-attachments")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|a| {
-                Some((a.get("containerID")?.as_str()?.to_owned(), a.get("ifname")?.as_str()?.to_owned()))
-            })
-            .collect();
+        let valid = valid_attachments(call.config);
         let network = conf.network;
         self.blocking(move |b| b.gc(&network, &valid)).await
     }
@@ -183,13 +163,10 @@ impl BandwidthPlugin {
         &self,
         f: impl FnOnce(&Bandwidth) -> Result<T, BandwidthError> + Send + 'static,
     ) -> Outcome<T> {
-        let bandwidth = self.bandwidth.clone();
-        match tokio::task::spawn_blocking(move || f(&bandwidth)).await {
-            Ok(r) => r.map_err(|e| (ErrorCode::InvalidNetworkConfig, e)),
-            Err(e) => Err((
-                ErrorCode::InvalidNetworkConfig,
-                BandwidthError::Unavailable(format!("the bandwidth task failed: {e}")),
-            )),
-        }
+        off_workers(&self.bandwidth, f, |e| {
+            BandwidthError::Unavailable(format!("the bandwidth task failed: {e}"))
+        })
+        .await
+        .map_err(|e| (ErrorCode::InvalidNetworkConfig, e))
     }
 }

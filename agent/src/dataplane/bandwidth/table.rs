@@ -5,40 +5,16 @@
 //! after it.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
-use aya::maps::{HashMap, Map, MapData, MapError, PerCpuHashMap, PerCpuValues};
+use aya::maps::{HashMap, Map, MapData, PerCpuHashMap, PerCpuValues};
 use aya::Ebpf;
 use plexus_ebpf_common::shape::{Shape, ShapeCounters, ShapeKey, MAP_LIMITS, MAP_STATS};
 
 use super::plan::Entry;
 use crate::dataplane::loader::chain;
+pub use crate::dataplane::maps::TableError;
+use crate::dataplane::maps::{cpus, ignore_missing, map_error};
 use crate::dataplane::pin::PinDir;
-
-#[derive(Debug, thiserror::Error)]
-pub enum TableError {
-    #[error("the BPF object has no map {0}")]
-    Missing(&'static str),
-    #[error("BPF map {map}: {action}: {cause}")]
-    Map { map: &'static str, action: String, cause: String },
-    #[error("opening the pinned map {path}: {cause} (is the agent running with this --bpf-pin-dir?)")]
-    Open { path: PathBuf, cause: String },
-    #[error("{0}")]
-    Cpus(String),
-}
-
-fn map_error(map: &'static str, action: impl Into<String>) -> impl FnOnce(MapError) -> TableError {
-    let action = action.into();
-    move |e| TableError::Map { map, action, cause: chain(&e) }
-}
-
-fn ignore_missing(r: Result<(), MapError>) -> Result<(), MapError> {
-    match r {
-        Err(MapError::KeyNotFound) => Ok(()),
-        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        other => other,
-    }
-}
 
 pub struct Table {
     limits: HashMap<MapData, ShapeKey, Shape>,
@@ -81,8 +57,7 @@ impl Table {
     }
 
     fn zero_counters() -> Result<PerCpuValues<ShapeCounters>, TableError> {
-        let cpus = aya::util::nr_cpus().map_err(|(what, e)| TableError::Cpus(format!("{what}: {e}")))?;
-        PerCpuValues::try_from(vec![ShapeCounters::default(); cpus])
+        PerCpuValues::try_from(vec![ShapeCounters::default(); cpus()?])
             .map_err(|e| TableError::Cpus(e.to_string()))
     }
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::entries::{endpoint_text, protocol_from_number, words_addr};
 use super::store::Store;
 use super::table::{TableError, Tables};
+use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
 
 /// One row of the listing.
@@ -57,17 +58,11 @@ pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>,
 
 /// A table for people.
 pub fn render(rows: &[Listed]) -> String {
-    let mut lines = vec![[
-        "PROTO".to_owned(),
-        "HOST".into(),
-        "POD ADDRESS".into(),
-        "POD".into(),
-        "IN PKTS/BYTES".into(),
-        "OUT PKTS/BYTES".into(),
-        "LOCAL".into(),
-    ]];
+    let mut lines = vec![["PROTO", "HOST", "POD ADDRESS", "POD", "IN PKTS/BYTES", "OUT PKTS/BYTES", "LOCAL"]
+        .map(str::to_owned)
+        .to_vec()];
     for r in rows {
-        lines.push([
+        lines.push(vec![
             r.protocol.clone(),
             r.host.clone(),
             r.pod_address.clone(),
@@ -81,18 +76,5 @@ pub fn render(rows: &[Listed]) -> String {
             r.local_translations.to_string(),
         ]);
     }
-    let widths: Vec<usize> = (0..7).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
-    lines
-        .iter()
-        .map(|l| {
-            l.iter()
-                .zip(&widths)
-                .map(|(cell, w)| format!("{cell:<w$}"))
-                .collect::<Vec<_>>()
-                .join("  ")
-                .trim_end()
-                .to_owned()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    columns(&lines)
 }

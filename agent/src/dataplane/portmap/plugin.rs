@@ -27,14 +27,12 @@ use super::{netdev, Portmap, PortmapError};
 use crate::cni::config::NetworkConfigList;
 use crate::cni::result::CniResult;
 use crate::cni::ErrorCode;
+use crate::dataplane::chained::{off_workers, pod_name, valid_attachments, INTERNAL};
 use crate::delegate::native::{native_error, NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 
 /// The CNI `type` of the plugin.
 pub const TYPE: &str = "plexus-portmap";
-
-/// libcni's ErrInternal, for failures of the node rather than of the request.
-const INTERNAL: u32 = 999;
 
 pub struct PortmapPlugin {
     portmap: Arc<Portmap>,
@@ -83,15 +81,6 @@ type Outcome<T> = Result<T, (ErrorCode, PortmapError)>;
 
 fn plain<T>(r: Result<T, PortmapError>) -> Outcome<T> {
     r.map_err(|e| (ErrorCode::InvalidNetworkConfig, e))
-}
-
-/// `namespace/name` of the pod, from CNI_ARGS.
-fn pod_name(args: &str) -> Option<String> {
-    let get = |key: &str| {
-        args.split(';')
-            .find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v.to_owned()))
-    };
-    Some(format!("{}/{}", get("K8S_POD_NAMESPACE")?, get("K8S_POD_NAME")?))
 }
 
 /// The record an ADD installs: the attachment's topology on the node and the entries of its
@@ -166,16 +155,7 @@ impl PortmapPlugin {
 
     async fn gc(&self, call: &NativeCall<'_>) -> Outcome<()> {
         let conf = plain(PortmapConf::parse(call.config).map_err(PortmapError::from))?;
-        let valid: Vec<(String, String)> = call
-            .config
-            .get("cni.dev/valid-attachments")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|a| {
-                Some((a.get("containerID")?.as_str()?.to_owned(), a.get("ifname")?.as_str()?.to_owned()))
-            })
-            .collect();
+        let valid = valid_attachments(call.config);
         let network = conf.network;
         self.blocking(move |p| p.gc(&network, &valid)).await
     }
@@ -185,27 +165,10 @@ impl PortmapPlugin {
         &self,
         f: impl FnOnce(&Portmap) -> Result<T, PortmapError> + Send + 'static,
     ) -> Outcome<T> {
-        let portmap = self.portmap.clone();
-        match tokio::task::spawn_blocking(move || f(&portmap)).await {
-            Ok(r) => r.map_err(|e| (ErrorCode::InvalidNetworkConfig, e)),
-            Err(e) => Err((
-                ErrorCode::InvalidNetworkConfig,
-                PortmapError::Unavailable(format!("the port mapping task failed: {e}")),
-            )),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pod_names_come_from_cni_args() {
-        assert_eq!(
-            pod_name("IgnoreUnknown=1;K8S_POD_NAMESPACE=team;K8S_POD_NAME=web-0;K8S_POD_UID=x").as_deref(),
-            Some("team/web-0")
-        );
-        assert_eq!(pod_name("IgnoreUnknown=1"), None);
+        off_workers(&self.portmap, f, |e| {
+            PortmapError::Unavailable(format!("the port mapping task failed: {e}"))
+        })
+        .await
+        .map_err(|e| (ErrorCode::InvalidNetworkConfig, e))
     }
 }

@@ -2,13 +2,12 @@
 //! They are the truth the maps are reconciled with when the agent starts, what DEL removes
 //! (no prevResult needed), and what names the pod holding a host port in a conflict.
 
-use std::path::{Path, PathBuf};
-
 use serde::{Deserialize, Serialize};
 
 use super::entries::Entry;
 use super::topology::AttachPoint;
-use crate::state::atomic_write;
+pub use crate::dataplane::records::StoreError;
+use crate::dataplane::records::{self, RecordStore};
 
 /// The mappings of one attachment (container ID + pod interface).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,75 +27,21 @@ pub struct Record {
 impl Record {
     /// Who holds a mapping, for conflict messages.
     pub fn owner(&self) -> String {
-        let pod = self.pod.as_deref().map_or_else(|| "a container".to_owned(), |p| format!("pod {p}"));
-        format!(
-            "{pod} (container {}, interface {}, network {})",
-            self.container_id, self.ifname, self.network
-        )
+        records::owner(self.pod.as_deref(), &self.container_id, &self.ifname, &self.network)
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("portmap record {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("portmap record {path} is corrupt: {source}; move it aside and restart the agent")]
-    Corrupt { path: PathBuf, source: serde_json::Error },
-}
-
-#[derive(Debug, Clone)]
-pub struct Store {
-    dir: PathBuf,
-}
-
-impl Store {
-    pub fn new(state_dir: &Path) -> Store {
-        Store { dir: state_dir.join("portmap") }
+impl records::Record for Record {
+    const KIND: &'static str = "portmap";
+    fn container_id(&self) -> &str {
+        &self.container_id
     }
-
-    /// Container IDs are `[A-Za-z0-9_.-]` (CNI spec) and interface names have no '/' or '@'.
-    fn path(&self, container_id: &str, ifname: &str) -> PathBuf {
-        self.dir.join(format!("{container_id}@{ifname}.json"))
-    }
-
-    pub fn save(&self, record: &Record) -> Result<(), StoreError> {
-        let path = self.path(&record.container_id, &record.ifname);
-        let body = serde_json::to_vec_pretty(record)
-            .map_err(|e| StoreError::Io { path: path.clone(), source: std::io::Error::other(e) })?;
-        atomic_write(&path, &body).map_err(|source| StoreError::Io { path, source })
-    }
-
-    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), StoreError> {
-        let path = self.path(container_id, ifname);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(StoreError::Io { path, source }),
-        }
-    }
-
-    pub fn load_all(&self) -> Result<Vec<Record>, StoreError> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => return Err(StoreError::Io { path: self.dir.clone(), source }),
-        };
-        let mut paths: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
-        paths.sort();
-        paths
-            .into_iter()
-            .map(|path| {
-                let bytes =
-                    std::fs::read(&path).map_err(|source| StoreError::Io { path: path.clone(), source })?;
-                serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt { path, source })
-            })
-            .collect()
+    fn ifname(&self) -> &str {
+        &self.ifname
     }
 }
+
+pub type Store = RecordStore<Record>;
 
 #[cfg(test)]
 mod tests {

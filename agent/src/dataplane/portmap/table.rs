@@ -5,9 +5,8 @@
 //! the pod before its reply can be translated back; removal goes the other way.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
-use aya::maps::{Array, HashMap, Map, MapData, MapError, PerCpuHashMap, PerCpuValues};
+use aya::maps::{Array, HashMap, Map, MapData, PerCpuHashMap, PerCpuValues};
 use aya::Ebpf;
 use plexus_ebpf_common::{
     Config, Counters, Endpoint, Rewrite, MAP_CONFIG, MAP_FORWARD, MAP_REVERSE, MAP_STATS,
@@ -15,33 +14,9 @@ use plexus_ebpf_common::{
 
 use super::entries::Entry;
 use crate::dataplane::loader::chain;
+pub use crate::dataplane::maps::TableError;
+use crate::dataplane::maps::{cpus, ignore_missing, map_error};
 use crate::dataplane::pin::PinDir;
-
-#[derive(Debug, thiserror::Error)]
-pub enum TableError {
-    #[error("the BPF object has no map {0}")]
-    Missing(&'static str),
-    #[error("BPF map {map}: {action}: {cause}")]
-    Map { map: &'static str, action: String, cause: String },
-    #[error("opening the pinned map {path}: {cause}")]
-    Open { path: PathBuf, cause: String },
-    #[error("{0}")]
-    Cpus(String),
-}
-
-fn map_error(map: &'static str, action: impl Into<String>) -> impl FnOnce(MapError) -> TableError {
-    let action = action.into();
-    move |e| TableError::Map { map, action, cause: chain(&e) }
-}
-
-/// A removal of a key that is not there is not a failure: DEL and reconcile are idempotent.
-fn ignore_missing(r: Result<(), MapError>) -> Result<(), MapError> {
-    match r {
-        Err(MapError::KeyNotFound) => Ok(()),
-        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        other => other,
-    }
-}
 
 pub struct Tables {
     forward: HashMap<MapData, Endpoint, Rewrite>,
@@ -106,8 +81,8 @@ impl Tables {
     }
 
     fn zero_counters() -> Result<PerCpuValues<Counters>, TableError> {
-        let cpus = aya::util::nr_cpus().map_err(|(what, e)| TableError::Cpus(format!("{what}: {e}")))?;
-        PerCpuValues::try_from(vec![Counters::default(); cpus]).map_err(|e| TableError::Cpus(e.to_string()))
+        PerCpuValues::try_from(vec![Counters::default(); cpus()?])
+            .map_err(|e| TableError::Cpus(e.to_string()))
     }
 
     pub fn install(&mut self, e: &Entry) -> Result<(), TableError> {
