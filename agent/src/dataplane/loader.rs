@@ -29,6 +29,9 @@ use super::portmap::topology::AttachPoint;
 pub struct Object {
     pub bytes: &'static [u8],
     pub maps: &'static [&'static str],
+    /// Maps it shares with another object: (name, the pin subdirectory of the object that owns
+    /// it). Both objects load the one pinned map.
+    pub shared_maps: &'static [(&'static str, &'static str)],
     /// Every program to load.
     pub programs: &'static [&'static str],
     /// The TC programs of the receive and transmit paths.
@@ -65,6 +68,9 @@ pub enum Attach {
 pub static PORTMAP: Object = Object {
     bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-ebpf.o")),
     maps: &MAPS,
+    // Which pods' veths limit their ingress: the port mapping programs then deliver through
+    // the veth's transmit path, where the limit applies.
+    shared_maps: &[(shape::MAP_LIMITS, BANDWIDTH_PIN_SUBDIR)],
     programs: &[
         TC_INGRESS,
         TC_EGRESS,
@@ -89,6 +95,7 @@ pub static PORTMAP: Object = Object {
 pub static BANDWIDTH: Object = Object {
     bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-bandwidth.o")),
     maps: &shape::MAPS,
+    shared_maps: &[],
     programs: &[BW_INGRESS, BW_EGRESS],
     tc_ingress: BW_INGRESS,
     tc_egress: BW_EGRESS,
@@ -96,6 +103,9 @@ pub static BANDWIDTH: Object = Object {
     filter_priority: 2,
     filter_handle: TcHandle::new(0, 0x4257),
 };
+
+/// Where the shaping object pins, under the agent's pin directory.
+pub const BANDWIDTH_PIN_SUBDIR: &str = "bandwidth";
 
 /// Shaping program of an interface's receive path.
 pub const BW_INGRESS: &str = "bw_tc_in";
@@ -245,12 +255,30 @@ impl Loaded {
         let mut loader = EbpfLoader::new();
         // The programs need no CO-RE relocations: skip parsing the kernel's BTF.
         loader.btf(None);
-        let paths: Vec<(&'static str, PathBuf)> =
+        let mut paths: Vec<(&'static str, PathBuf)> =
             pins.iter().flat_map(|p| object.maps.iter().map(move |m| (*m, p.map(m)))).collect();
+        for (name, subdir) in object.shared_maps {
+            if let Some(pins) = &pins {
+                let owner = PinDir::open(&pins.root().join(subdir));
+                let dir = owner.maps();
+                std::fs::create_dir_all(&dir).map_err(|source| LoadError::Io {
+                    action: "creating",
+                    path: dir.clone(),
+                    source,
+                })?;
+                paths.push((name, owner.map(name)));
+            }
+        }
         for (name, path) in &paths {
             loader.map_pin_path(name, path.as_path());
         }
-        let mut ebpf = loader.load(object.bytes).map_err(|e| LoadError::Object(chain(&e)))?;
+        // One object at a time: a shared map is created and pinned by whichever comes first,
+        // and found by the other.
+        static LOADING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = LOADING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let loaded = loader.load(object.bytes).map_err(|e| LoadError::Object(chain(&e)));
+        drop(guard);
+        let mut ebpf = loaded?;
 
         let mut tags = HashMap::new();
         let mut own = BTreeSet::new();

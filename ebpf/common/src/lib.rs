@@ -22,7 +22,8 @@ pub const MAP_CONFIG: &str = "PM_CONFIG";
 /// Program array: index [`TAIL_SCTP`] holds the SCTP checksum fixup program.
 pub const MAP_TAIL: &str = "PM_TAIL";
 
-/// Every map the object defines, for pinning.
+/// Every map of its own the object defines, for pinning. It also reads the shaping object's
+/// [`shape::MAP_LIMITS`], pinned with that object.
 pub const MAPS: [&str; 5] = [MAP_FORWARD, MAP_REVERSE, MAP_STATS, MAP_CONFIG, MAP_TAIL];
 
 /// [`MAP_TAIL`] index of the SCTP fixup program.

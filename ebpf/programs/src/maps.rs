@@ -3,6 +3,7 @@
 
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap, ProgramArray};
+use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS, MAX_SHAPED};
 use plexus_ebpf_common::{Config, Counters, Endpoint, Rewrite, MAX_MAPPINGS};
 
 #[map(name = "PM_FWD")]
@@ -20,6 +21,20 @@ pub static PM_CONFIG: Array<Config> = Array::with_max_entries(1, 0);
 /// The SCTP checksum fixup, a program of its own (see `tc::pm_sctp`).
 #[map(name = "PM_TAIL")]
 pub static PM_TAIL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// The shaping object's limits, the same pinned map (the agent points both objects at one
+/// pin): read only, to know which pods' veths limit their ingress.
+#[map(name = "BW_LIMITS")]
+pub static BW_LIMITS: HashMap<ShapeKey, Shape> = HashMap::with_max_entries(MAX_SHAPED, 0);
+
+/// True when the pod behind host-side veth `ifindex` has an ingress limit on the veth's
+/// transmit path.
+#[inline(always)]
+pub fn ingress_limited(ifindex: u32) -> bool {
+    let key = ShapeKey { ifindex, hook: HOOK_EGRESS, pad: 0, mac: [0; 6] };
+    // SAFETY: only the presence is read.
+    unsafe { BW_LIMITS.get(&key).is_some() }
+}
 
 /// Which counters of a mapping a packet adds to.
 #[derive(Clone, Copy)]

@@ -29,7 +29,9 @@ use aya_ebpf::bindings::{
     bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2 as Tuple6, BPF_F_CURRENT_NETNS, BPF_F_INGRESS,
     BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, TC_ACT_SHOT, TC_ACT_UNSPEC,
 };
-use aya_ebpf::helpers::{bpf_redirect, bpf_sk_lookup_tcp, bpf_sk_lookup_udp, bpf_sk_release};
+use aya_ebpf::helpers::{
+    bpf_redirect, bpf_redirect_peer, bpf_sk_lookup_tcp, bpf_sk_lookup_udp, bpf_sk_release,
+};
 use aya_ebpf::macros::classifier;
 use aya_ebpf::programs::TcContext;
 use aya_ebpf::EbpfContext;
@@ -38,7 +40,7 @@ use plexus_ebpf_common::{
     TAIL_SCTP,
 };
 
-use crate::maps::{count, forward, reverse, Direction, PM_TAIL};
+use crate::maps::{count, forward, ingress_limited, reverse, Direction, PM_TAIL};
 
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
@@ -276,7 +278,11 @@ fn sctp_fixup(ctx: &TcContext, before: [u8; 4], l4: usize, len: u32) -> Result<(
 
 /// Sends a packet addressed to the pod where the pod receives it. On the receive path of the
 /// device that reaches the pod (a macvlan master, whose rx_handler runs after TC and picks the
-/// pod by destination MAC) the packet just goes on; anywhere else it is redirected.
+/// pod by destination MAC) the packet just goes on. To a pod's host-side veth, from a receive
+/// path (the bridge's, a pod's veth's), it goes straight into the pod (`bpf_redirect_peer`: no
+/// second trip through the veth's transmit path and backlog queue), unless the pod's ingress
+/// is limited on that veth's transmit path (a `BW_LIMITS` entry, the shaping object's pinned
+/// map): then it takes the transmit path, where the limit applies.
 #[inline(always)]
 fn deliver(ctx: &TcContext, rw: &Rewrite, ingress: bool) -> i32 {
     let to_ingress = rw.flags & DELIVER_INGRESS != 0;
@@ -284,6 +290,10 @@ fn deliver(ctx: &TcContext, rw: &Rewrite, ingress: bool) -> i32 {
     let here = unsafe { (*ctx.skb.skb).ifindex };
     if ingress && to_ingress && here == rw.ifindex {
         return NEXT;
+    }
+    if ingress && !to_ingress && !ingress_limited(rw.ifindex) {
+        // SAFETY: a helper call with plain values.
+        return unsafe { bpf_redirect_peer(rw.ifindex, 0) as i32 };
     }
     let flags = if to_ingress { u64::from(BPF_F_INGRESS) } else { 0 };
     // SAFETY: a helper call with plain values.

@@ -11,6 +11,7 @@ use super::plan::mac_text;
 use super::store::{Record, Store};
 use super::table::Table;
 use super::{update_in_place, BandwidthError};
+use crate::dataplane::loader::BANDWIDTH_PIN_SUBDIR;
 use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
 
@@ -71,7 +72,7 @@ pub fn rows<'a>(table: &Table, records: impl IntoIterator<Item = &'a Record>) ->
 /// The limits installed under `pin_dir` (the agent's `--bpf-pin-dir`) for the records of
 /// `state_dir`.
 pub fn limits(pin_dir: &Path, state_dir: &Path) -> Result<Vec<Listed>, BandwidthError> {
-    let table = Table::open_pinned(&PinDir::open(&pin_dir.join("bandwidth")))?;
+    let table = Table::open_pinned(&PinDir::open(&pin_dir.join(BANDWIDTH_PIN_SUBDIR)))?;
     let records = Store::new(state_dir).load_all()?;
     Ok(rows(&table, &records))
 }
@@ -84,7 +85,7 @@ pub fn set(
     ifname: &str,
     limits: &Limits,
 ) -> Result<Record, BandwidthError> {
-    let mut table = Table::open_pinned(&PinDir::open(&pin_dir.join("bandwidth")))?;
+    let mut table = Table::open_pinned(&PinDir::open(&pin_dir.join(BANDWIDTH_PIN_SUBDIR)))?;
     update_in_place(&mut table, &Store::new(state_dir), container_id, ifname, limits)
 }
 

@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::loader::{Attach, LoadError, Loaded, BANDWIDTH};
+use super::loader::{Attach, LoadError, Loaded, BANDWIDTH, BANDWIDTH_PIN_SUBDIR};
 use super::pin::{PinDir, PinError};
 use super::portmap::topology::AttachPoint;
 use super::DataplaneOptions;
@@ -91,7 +91,7 @@ impl std::fmt::Debug for Shaper {
 impl Shaper {
     /// Loads the object with its maps, programs and links pinned under `<pin_dir>/bandwidth`.
     pub fn start(pin_dir: &Path) -> Result<Shaper, BandwidthError> {
-        let pins = PinDir::prepare(&pin_dir.join("bandwidth"))?;
+        let pins = PinDir::prepare(&pin_dir.join(BANDWIDTH_PIN_SUBDIR))?;
         let mut loaded = Loaded::load_object(&BANDWIDTH, Some(pins))?;
         let table = Table::take(loaded.ebpf_mut())?;
         Ok(Shaper { loaded, table })
