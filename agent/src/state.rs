@@ -157,16 +157,31 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new content,
-/// never a torn file.
+/// never a torn file, and the new content survives a power loss once this returns.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, true)
+}
+
+/// [`atomic_write`] without the fsyncs: the new content survives the process (the page cache
+/// has it), not a power loss. For records of state that does not survive a reboot either.
+pub fn atomic_write_volatile(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile_in(dir, path)?;
     let result = (|| {
         tmp.1.write_all(bytes)?;
-        tmp.1.sync_all()?;
+        if durable {
+            tmp.1.sync_all()?;
+        }
         std::fs::rename(&tmp.0, path)?;
-        sync_dir(dir)
+        if durable {
+            sync_dir(dir)?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp.0);
