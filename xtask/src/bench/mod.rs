@@ -135,7 +135,7 @@ impl Settings {
             scale_attachments: a.attachments.unwrap_or(2),
             parallel: a.parallel,
             traffic_secs: if q { 1 } else { 5 },
-            shaping_secs: if q { 1 } else { 10 },
+            shaping_secs: if q { 1 } else { 20 },
             ping_secs: if q { 1 } else { 5 },
         }
     }

@@ -227,18 +227,6 @@ pub struct Iperf {
 
 /// iperf3 from the client to `host:port` for `secs` seconds (TCP, one stream).
 pub fn iperf(client: &Netns, host: &str, port: u16, secs: u32, cg: Option<&Cgroup>) -> anyhow::Result<Iperf> {
-    iperf_after(client, host, port, (0, secs), cg)
-}
-
-/// iperf3 as [`iperf`], measuring `secs` seconds after omitting the first `omit` (TCP's slow
-/// start, a shaper's initial burst).
-pub fn iperf_after(
-    client: &Netns,
-    host: &str,
-    port: u16,
-    (omit, secs): (u32, u32),
-    cg: Option<&Cgroup>,
-) -> anyhow::Result<Iperf> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let cpu_before = cpu_usec(cg)?;
@@ -246,7 +234,7 @@ pub fn iperf_after(
             client,
             cg,
             "iperf3",
-            &["-c", host, "-p", &port.to_string(), "-t", &secs.to_string(), "-O", &omit.to_string(), "-J"],
+            &["-c", host, "-p", &port.to_string(), "-t", &secs.to_string(), "-J"],
         )
         .stdin(Stdio::null())
         .output()
