@@ -419,13 +419,15 @@ fn remove_entries(sh: &mut Shaper, record: &Record) -> Result<(), BandwidthError
     Ok(())
 }
 
-/// Detaches the hooks of `record` that neither `remaining` records nor `keep` need. Best
-/// effort: a leftover program finds no limit and lets everything pass.
+/// Detaches the pod's own hooks of `record` (filters on its veth) that neither `remaining`
+/// records nor `keep` need. Shared hooks (a master's) stay while the agent runs, as with port
+/// mappings: a program there finds no limit and passes everything; the agent's start detaches
+/// the ones no record needs. Best effort.
 fn detach_unused(sh: &Shaper, record: &Record, remaining: &BTreeMap<Key, Record>, keep: &[AttachPoint]) {
     for p in &record.hooks {
         let same = |q: &AttachPoint| q.ifindex == p.ifindex && q.hook == p.hook;
         let used = remaining.values().any(|r| r.hooks.iter().any(same)) || keep.iter().any(same);
-        if !used {
+        if !used && p.attach == Attach::Filter {
             if let Err(e) = sh.loaded.detach_point(p) {
                 tracing::warn!("detaching the bandwidth program from {}: {e}", p.ifname);
             }

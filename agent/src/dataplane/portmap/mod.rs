@@ -360,14 +360,15 @@ fn remove_entries(dp: &mut Dataplane, record: &Record) -> Result<(), PortmapErro
     Ok(())
 }
 
-/// Detaches the hooks of `record` that no remaining record needs (a pod's veth; the bridge or
-/// master once its last mapped pod is gone). Best effort: a leftover program only looks up
-/// maps that no longer match.
+/// Detaches the pod's own hooks of `record` (filters on its veth) that no remaining record
+/// needs. Shared hooks (a bridge's, a master's) stay while the agent runs: a program there
+/// finds no mapping and passes everything, and attaching one again would cost the next ADD an
+/// RCU grace period; the agent's start detaches the ones no record needs. Best effort.
 fn detach_unused(dp: &Dataplane, record: &Record, remaining: &BTreeMap<Key, Record>) {
     for p in &record.hooks {
         let used =
             remaining.values().any(|r| r.hooks.iter().any(|q| q.ifindex == p.ifindex && q.hook == p.hook));
-        if !used {
+        if !used && p.attach == Attach::Filter {
             if let Err(e) = dp.loaded.detach_point(p) {
                 tracing::warn!("detaching the port mapping program from {}: {e}", p.ifname);
             }

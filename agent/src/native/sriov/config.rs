@@ -97,6 +97,15 @@ impl SriovConf {
             if let Some(egress) = bandwidth_egress_mbps(runtime)? {
                 conf.max_tx_rate = Some(egress);
             }
+            // A VF's traffic never crosses the host, where port mappings are made: refused
+            // rather than silently ignored.
+            if runtime.get("portMappings").and_then(Value::as_array).is_some_and(|m| !m.is_empty()) {
+                return Err(err(
+                    "runtimeConfig \"portMappings\": an SR-IOV VF's traffic bypasses the host, so no plugin can map \
+                     host ports to it; expose the pod another way (a Service, or a port mapping on a bridge or \
+                     macvlan network)",
+                ));
+            }
         }
         if let (Some(min), Some(max)) = (conf.min_tx_rate, conf.max_tx_rate) {
             if max != 0 && min > max {
@@ -371,6 +380,14 @@ mod tests {
             SriovConf::parse(&json!({"deviceID": "0000:03:02.3"}), "").expect("valid").cni_version,
             "0.1.0"
         );
+    }
+
+    #[test]
+    fn port_mappings_are_refused_saying_why() {
+        let e = parse(json!({"runtimeConfig": {"portMappings": [{"hostPort": 80, "containerPort": 80}]}}))
+            .unwrap_err();
+        assert!(e.contains("SR-IOV VF's traffic bypasses the host"), "{e}");
+        assert!(parse(json!({"runtimeConfig": {"portMappings": []}})).is_ok());
     }
 
     #[test]
