@@ -19,6 +19,7 @@ pub mod maps;
 pub mod pin;
 pub mod portmap;
 pub mod records;
+pub mod service;
 
 #[cfg(test)]
 mod tests;

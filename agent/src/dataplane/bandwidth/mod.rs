@@ -23,12 +23,12 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, MutexGuard};
 
 use super::loader::{Attach, LoadError, Loaded, BANDWIDTH, BANDWIDTH_PIN_SUBDIR};
 use super::pin::{PinDir, PinError};
 use super::portmap::topology::AttachPoint;
+use super::service::{load_records, node_interfaces, stale, Gate, Key, State};
 use super::DataplaneOptions;
 use config::Limits;
 use plan::Direction;
@@ -74,8 +74,6 @@ impl BandwidthError {
     }
 }
 
-type Key = (String, String);
-
 /// The loaded shaping object and its maps.
 pub struct Shaper {
     pub loaded: Loaded,
@@ -98,21 +96,14 @@ impl Shaper {
     }
 }
 
-struct Inner {
-    ready: bool,
-    shaper: Result<Shaper, String>,
-    records: BTreeMap<Key, Record>,
-}
+type Inner = State<Shaper, Record>;
 
 /// The bandwidth service of the agent: the shaping object, the records and the rules between
 /// attachments (shared hooks, one limit per key).
 pub struct Bandwidth {
     store: Store,
-    inner: Mutex<Inner>,
-    loaded: Condvar,
+    gate: Gate<Shaper, Record>,
 }
-
-const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for Bandwidth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -128,16 +119,15 @@ impl Bandwidth {
         let bw = Arc::new(Bandwidth::unloaded(state_dir));
         let (service, pin_dir) = (bw.clone(), opts.pin_dir.clone());
         tokio::spawn(async move {
-            let existing: Option<BTreeSet<(u32, String)>> = crate::dataplane::portmap::netdev::snapshot()
-                .await
-                .ok()
-                .map(|(node, _)| node.into_iter().map(|i| (i.index, i.name)).collect());
+            let existing = node_interfaces().await;
             let loader = service.clone();
             let loading =
                 tokio::task::spawn_blocking(move || loader.load(Shaper::start(&pin_dir), existing.as_ref()))
                     .await;
             if let Err(e) = loading {
-                service.finish(Err(format!("the loading task failed: {e}")), BTreeMap::new());
+                service
+                    .gate
+                    .publish(State::loaded(Err(format!("the loading task failed: {e}")), BTreeMap::new()));
             }
         });
         bw
@@ -151,23 +141,15 @@ impl Bandwidth {
     }
 
     fn unloaded(state_dir: &Path) -> Bandwidth {
-        Bandwidth {
-            store: Store::new(state_dir),
-            inner: Mutex::new(Inner {
-                ready: false,
-                shaper: Err("the dataplane is still loading".into()),
-                records: BTreeMap::new(),
-            }),
-            loaded: Condvar::new(),
-        }
+        Bandwidth { store: Store::new(state_dir), gate: Gate::default() }
     }
 
     fn load(&self, shaper: Result<Shaper, BandwidthError>, existing: Option<&BTreeSet<(u32, String)>>) {
-        let records = match self.store.load_all() {
-            Ok(r) => r.into_iter().map(|r| ((r.container_id.clone(), r.ifname.clone()), r)).collect(),
+        let records = match load_records(&self.store) {
+            Ok(r) => r,
             Err(e) => {
                 tracing::warn!("bandwidth: {e}");
-                return self.finish(Err(e.to_string()), BTreeMap::new());
+                return self.gate.publish(State::loaded(Err(e.to_string()), BTreeMap::new()));
             }
         };
         let shaper = shaper.map_err(|e| e.to_string());
@@ -176,7 +158,7 @@ impl Bandwidth {
                 "the eBPF dataplane is not available, so bandwidth limits cannot be installed: {e}"
             );
         }
-        let mut inner = Inner { ready: true, shaper, records };
+        let mut inner = State::loaded(shaper, records);
         match reconcile(&mut inner, existing) {
             Ok((records, removed, restored, detached)) => tracing::info!(
                 records,
@@ -187,28 +169,18 @@ impl Bandwidth {
             ),
             Err(e) => tracing::warn!("bandwidth: {e}"),
         }
-        self.finish(inner.shaper, inner.records);
-    }
-
-    fn finish(&self, shaper: Result<Shaper, String>, records: BTreeMap<Key, Record>) {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *inner = Inner { ready: true, shaper, records };
-        self.loaded.notify_all();
+        self.gate.publish(inner);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        let guard = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match self.loaded.wait_timeout_while(guard, LOAD_TIMEOUT, |i| !i.ready) {
-            Ok((guard, _)) => guard,
-            Err(poisoned) => poisoned.into_inner().0,
-        }
+        self.gate.lock()
     }
 
     /// Installs an attachment's limits (replacing its previous ones, if any).
     pub fn add(&self, record: Record) -> Result<(), BandwidthError> {
         let mut inner = self.lock();
         let key: Key = (record.container_id.clone(), record.ifname.clone());
-        let Inner { shaper, records, .. } = &mut *inner;
+        let Inner { dataplane: shaper, records, .. } = &mut *inner;
         let sh = shaper.as_mut().map_err(|e| BandwidthError::Unavailable(e.clone()))?;
         if let Some(conflict) = conflict(records, &key, &record) {
             return Err(conflict);
@@ -241,7 +213,7 @@ impl Bandwidth {
     /// Removes an attachment's limits; nothing recorded is fine (DEL is idempotent).
     pub fn del(&self, container_id: &str, ifname: &str) -> Result<(), BandwidthError> {
         let mut inner = self.lock();
-        let Inner { shaper, records, .. } = &mut *inner;
+        let Inner { dataplane: shaper, records, .. } = &mut *inner;
         let key: Key = (container_id.to_owned(), ifname.to_owned());
         let Some(record) = records.get(&key).cloned() else {
             // A record written by an agent that crashed before remembering it.
@@ -265,7 +237,7 @@ impl Bandwidth {
         let Some(record) = self.store.load(container_id, ifname)? else {
             return if expect_some { Err(fail("no limit is recorded".into())) } else { Ok(()) };
         };
-        let sh = inner.shaper.as_ref().map_err(|e| BandwidthError::Unavailable(e.clone()))?;
+        let sh = inner.dataplane.as_ref().map_err(|e| BandwidthError::Unavailable(e.clone()))?;
         if let Some(what) = record.entries.iter().find_map(|e| sh.table.verify(e)) {
             return Err(fail(what));
         }
@@ -286,7 +258,7 @@ impl Bandwidth {
         limits: &Limits,
     ) -> Result<Record, BandwidthError> {
         let mut inner = self.lock();
-        let Inner { shaper, records, .. } = &mut *inner;
+        let Inner { dataplane: shaper, records, .. } = &mut *inner;
         let sh = shaper.as_mut().map_err(|e| BandwidthError::Unavailable(e.clone()))?;
         let record = update_in_place(&mut sh.table, &self.store, container_id, ifname, limits)?;
         records.insert((container_id.to_owned(), ifname.to_owned()), record.clone());
@@ -295,13 +267,7 @@ impl Bandwidth {
 
     /// GC: removes the limits of `network`'s attachments that are not in `valid`.
     pub fn gc(&self, network: &str, valid: &[(String, String)]) -> Result<(), BandwidthError> {
-        let stale: Vec<Key> = self
-            .lock()
-            .records
-            .iter()
-            .filter(|(k, r)| r.network == network && !valid.contains(k))
-            .map(|(k, _)| k.clone())
-            .collect();
+        let stale = stale(&self.lock().records, network, valid, |r| &r.network);
         for (container_id, ifname) in stale {
             tracing::info!(container = %container_id, ifname = %ifname, "GC: removing stale bandwidth limits");
             self.del(&container_id, &ifname)?;
@@ -311,13 +277,13 @@ impl Bandwidth {
 
     /// STATUS: ready when the object is loaded.
     pub fn status(&self) -> Result<(), BandwidthError> {
-        self.lock().shaper.as_ref().map(|_| ()).map_err(|e| BandwidthError::Unavailable(e.clone()))
+        self.lock().dataplane.as_ref().map(|_| ()).map_err(|e| BandwidthError::Unavailable(e.clone()))
     }
 
     /// The installed value and counters of every recorded limit.
     pub fn snapshot(&self) -> Result<Vec<list::Listed>, BandwidthError> {
         let inner = self.lock();
-        let sh = inner.shaper.as_ref().map_err(|e| BandwidthError::Unavailable(e.clone()))?;
+        let sh = inner.dataplane.as_ref().map_err(|e| BandwidthError::Unavailable(e.clone()))?;
         Ok(list::rows(&sh.table, inner.records.values()))
     }
 }
@@ -361,7 +327,7 @@ fn reconcile(
     inner: &mut Inner,
     existing: Option<&BTreeSet<(u32, String)>>,
 ) -> Result<(usize, usize, usize, usize), BandwidthError> {
-    let Inner { shaper, records, .. } = inner;
+    let Inner { dataplane: shaper, records, .. } = inner;
     let sh = shaper.as_mut().map_err(|e| BandwidthError::Unavailable(e.clone()))?;
     let desired: Vec<plan::Entry> = records.values().flat_map(|r| r.entries.iter().cloned()).collect();
     let (removed, restored) = sh.table.reconcile(&desired)?;

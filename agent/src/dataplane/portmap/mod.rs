@@ -29,10 +29,10 @@ pub mod topology;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, MutexGuard};
 
 use super::loader::Attach;
+use super::service::{load_records, node_interfaces, stale, Gate, Key, State};
 use super::{Dataplane, DataplaneError, DataplaneOptions};
 use entries::{endpoint_text, Entry};
 use store::{Record, Store, StoreError};
@@ -77,27 +77,14 @@ impl PortmapError {
     }
 }
 
-type Key = (String, String);
-
-struct Inner {
-    /// False until the background load is done.
-    ready: bool,
-    dataplane: Result<Dataplane, String>,
-    /// Every attachment's record, by (container ID, interface).
-    records: BTreeMap<Key, Record>,
-}
+type Inner = State<Dataplane, Record>;
 
 /// The port mapping service of the agent: the dataplane, the records and the rules between
 /// attachments (conflicts, shared hooks). One mutex: every operation is a handful of syscalls.
 pub struct Portmap {
     store: Store,
-    inner: Mutex<Inner>,
-    /// Signalled when `inner` is ready.
-    loaded: Condvar,
+    gate: Gate<Dataplane, Record>,
 }
-
-/// How long an operation waits for the dataplane to load before failing with "unavailable".
-const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for Portmap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,25 +109,15 @@ impl Portmap {
     /// needs are detached and needed ones attached. Never fails: without a dataplane the agent
     /// still serves everything else, and ADDs asking for port mappings fail saying why.
     pub fn start(opts: &DataplaneOptions, state_dir: &std::path::Path) -> Arc<Portmap> {
-        let portmap = Arc::new(Portmap {
-            store: Store::new(state_dir),
-            inner: Mutex::new(Inner {
-                ready: false,
-                dataplane: Err("the dataplane is still loading".into()),
-                records: BTreeMap::new(),
-            }),
-            loaded: Condvar::new(),
-        });
+        let portmap = Arc::new(Portmap { store: Store::new(state_dir), gate: Gate::default() });
         let (pm, opts) = (portmap.clone(), opts.clone());
         tokio::spawn(async move {
-            let interfaces = netdev::snapshot().await.map(|(node, _)| node);
-            let existing: Option<BTreeSet<(u32, String)>> =
-                interfaces.ok().map(|node| node.into_iter().map(|i| (i.index, i.name)).collect());
+            let existing = node_interfaces().await;
             let loader = pm.clone();
             let loading = tokio::task::spawn_blocking(move || loader.load(&opts, existing.as_ref())).await;
             if let Err(e) = loading {
                 tracing::warn!("port mappings: the loading task failed: {e}");
-                pm.finish(Err(format!("the loading task failed: {e}")), BTreeMap::new());
+                pm.gate.publish(State::loaded(Err(format!("the loading task failed: {e}")), BTreeMap::new()));
             }
         });
         portmap
@@ -148,11 +125,11 @@ impl Portmap {
 
     /// The background part of [`Portmap::start`].
     fn load(&self, opts: &DataplaneOptions, existing: Option<&BTreeSet<(u32, String)>>) {
-        let records = match self.store.load_all() {
-            Ok(r) => r.into_iter().map(|r| ((r.container_id.clone(), r.ifname.clone()), r)).collect(),
+        let records = match load_records(&self.store) {
+            Ok(r) => r,
             Err(e) => {
                 tracing::warn!("port mappings: {e}");
-                return self.finish(Err(e.to_string()), BTreeMap::new());
+                return self.gate.publish(State::loaded(Err(e.to_string()), BTreeMap::new()));
             }
         };
         let dataplane = Dataplane::start(opts).map_err(|e| e.to_string());
@@ -161,7 +138,7 @@ impl Portmap {
         }
         // Reconciled before anyone else sees the state: an ADD arriving meanwhile waits, so its
         // hooks are never mistaken for stale ones.
-        let mut inner = Inner { ready: true, dataplane, records };
+        let mut inner = State::loaded(dataplane, records);
         match reconcile(&mut inner, existing) {
             Ok(r) => tracing::info!(
                 records = r.records,
@@ -172,24 +149,11 @@ impl Portmap {
             ),
             Err(e) => tracing::warn!("port mappings: {e}"),
         }
-        self.finish(inner.dataplane, inner.records);
+        self.gate.publish(inner);
     }
 
-    /// Publishes the loaded dataplane and wakes the operations waiting for it.
-    fn finish(&self, dataplane: Result<Dataplane, String>, records: BTreeMap<Key, Record>) {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *inner = Inner { ready: true, dataplane, records };
-        self.loaded.notify_all();
-    }
-
-    /// The state, once loaded. A panic while holding the lock leaves maps and records as
-    /// consistent as any crash, so a poisoned lock is taken over.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        let guard = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match self.loaded.wait_timeout_while(guard, LOAD_TIMEOUT, |i| !i.ready) {
-            Ok((guard, _)) => guard,
-            Err(poisoned) => poisoned.into_inner().0,
-        }
+        self.gate.lock()
     }
 
     /// Installs an attachment's mappings (replacing its previous ones, if any).
@@ -271,13 +235,7 @@ impl Portmap {
 
     /// GC: removes the mappings of `network`'s attachments that are not in `valid`.
     pub fn gc(&self, network: &str, valid: &[(String, String)]) -> Result<(), PortmapError> {
-        let stale: Vec<Key> = self
-            .lock()
-            .records
-            .iter()
-            .filter(|(k, r)| r.network == network && !valid.contains(k))
-            .map(|(k, _)| k.clone())
-            .collect();
+        let stale = stale(&self.lock().records, network, valid, |r| &r.network);
         for (container_id, ifname) in stale {
             tracing::info!(container = %container_id, ifname = %ifname, "GC: removing stale port mappings");
             self.del(&container_id, &ifname)?;
