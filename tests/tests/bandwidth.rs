@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plexus_agent::dataplane::bandwidth::table::Table;
+use plexus_agent::dataplane::loader::BANDWIDTH_PIN_SUBDIR;
 use plexus_agent::dataplane::pin::PinDir;
 use plexus_tests::world::bin;
 use plexus_tests::{Bpffs, Netns, Proc, World};
@@ -119,7 +120,7 @@ impl BwWorld {
     }
 
     fn shaper_pins(&self) -> PathBuf {
-        self.bpffs.path.join("bandwidth")
+        self.bpffs.path.join(BANDWIDTH_PIN_SUBDIR)
     }
 }
 

@@ -39,6 +39,10 @@ impl ErrorCode {
     }
 }
 
+/// libcni's ErrInternal: the code for failures of the node rather than of the request, which
+/// the reference plugins answer when an error has no code of its own.
+pub const INTERNAL: u32 = 999;
+
 /// A CNI error: `{"cniVersion", "code", "msg", "details"}` on stdout, non-zero exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CniError {

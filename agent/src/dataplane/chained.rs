@@ -6,9 +6,6 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-/// libcni's ErrInternal, for failures of the node rather than of the request.
-pub const INTERNAL: u32 = 999;
-
 /// `namespace/name` of the pod, from CNI_ARGS.
 pub fn pod_name(args: &str) -> Option<String> {
     let get = |key: &str| {

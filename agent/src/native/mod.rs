@@ -16,6 +16,9 @@ pub mod sriov;
 use std::path::Path;
 use std::sync::Arc;
 
+// INTERNAL: what the reference plugins answer for any failure without a code of its own
+// (netlink refusals, state that does not match).
+use crate::cni::error::INTERNAL;
 use crate::cni::ErrorCode;
 use crate::delegate::native::native_error;
 use crate::delegate::{DelegateError, NativePlugins};
@@ -52,10 +55,6 @@ pub fn register_all(
     }
     registered
 }
-
-/// libcni's ErrInternal: what the reference plugins answer for any failure without a code of
-/// its own (netlink refusals, state that does not match).
-const INTERNAL: u32 = 999;
 
 /// How a native plugin invocation failed, before it becomes a [`DelegateError`].
 #[derive(Debug)]

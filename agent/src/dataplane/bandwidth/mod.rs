@@ -116,7 +116,7 @@ impl Bandwidth {
     /// the background (operations wait for it). Never fails: without the object, ADDs asking
     /// for limits fail saying why.
     pub fn start(opts: &DataplaneOptions, state_dir: &Path) -> Arc<Bandwidth> {
-        let bw = Arc::new(Bandwidth::unloaded(state_dir));
+        let bw = Arc::new(Bandwidth { store: Store::new(state_dir), gate: Gate::default() });
         let (service, pin_dir) = (bw.clone(), opts.pin_dir.clone());
         tokio::spawn(async move {
             let existing = node_interfaces().await;
@@ -131,17 +131,6 @@ impl Bandwidth {
             }
         });
         bw
-    }
-
-    /// A service around an already loaded shaper (tests), reconciled like [`Bandwidth::start`].
-    pub fn with_shaper(shaper: Shaper, state_dir: &Path) -> Bandwidth {
-        let bw = Bandwidth::unloaded(state_dir);
-        bw.load(Ok(shaper), None);
-        bw
-    }
-
-    fn unloaded(state_dir: &Path) -> Bandwidth {
-        Bandwidth { store: Store::new(state_dir), gate: Gate::default() }
     }
 
     fn load(&self, shaper: Result<Shaper, BandwidthError>, existing: Option<&BTreeSet<(u32, String)>>) {
@@ -220,10 +209,10 @@ impl Bandwidth {
             return self.store.remove(container_id, ifname).map_err(Into::into);
         };
         let sh = shaper.as_mut().map_err(|e| BandwidthError::Unavailable(e.clone()))?;
-        detach_unused(sh, &record, &records_without(records, &key), &[]);
         remove_entries(sh, &record)?;
         self.store.remove(container_id, ifname)?;
         records.remove(&key);
+        detach_unused(sh, &record, records, &[]);
         tracing::info!(container = %container_id, ifname = %ifname, "bandwidth limits removed");
         Ok(())
     }
@@ -316,10 +305,6 @@ pub fn update_in_place(
     }
     store.save(&record)?;
     Ok(record)
-}
-
-fn records_without(records: &BTreeMap<Key, Record>, key: &Key) -> BTreeMap<Key, Record> {
-    records.iter().filter(|(k, _)| *k != key).map(|(k, r)| (k.clone(), r.clone())).collect()
 }
 
 /// Returns (records, removed entries, restored entries, detached hooks).

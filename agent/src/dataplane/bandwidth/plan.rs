@@ -192,9 +192,9 @@ pub fn burst_ns(rate_bps: u64, _burst_bits: Option<u64>) -> u64 {
     BUCKET_NS.max(time_ns(MIN_BURST_BYTES, rate_bps.max(1)))
 }
 
-/// The entries of `limits` at `place`; `fq_on(ifindex)` says whether a device's root qdisc is
-/// fq (then its transmit path paces with EDT).
-pub fn entries(place: &Place, limits: &Limits, fq_on: impl Fn(u32) -> bool) -> Vec<Entry> {
+/// The entries of `limits` at `place`; `paces` says whether the place's device has an fq root
+/// qdisc (then its transmit path paces with EDT).
+pub fn entries(place: &Place, limits: &Limits, paces: bool) -> Vec<Entry> {
     let (ifindex, ifname) = place.device();
     [(Direction::Ingress, limits.ingress), (Direction::Egress, limits.egress)]
         .into_iter()
@@ -202,7 +202,7 @@ pub fn entries(place: &Place, limits: &Limits, fq_on: impl Fn(u32) -> bool) -> V
             let limit = limit?;
             let (hook, mac) = place.hook(direction);
             let mechanism =
-                if hook == Hook::Egress && fq_on(ifindex) { Mechanism::Edt } else { Mechanism::TokenBucket };
+                if hook == Hook::Egress && paces { Mechanism::Edt } else { Mechanism::TokenBucket };
             Some(Entry {
                 direction,
                 ifindex,
@@ -355,7 +355,7 @@ mod tests {
                 ingress: Some(Limit { rate_bps: 1000 * MBIT, burst_bits: Some(2_147_483_647) }),
                 egress: None,
             },
-            |_| false,
+            false,
         );
         assert_eq!(e[0].effective_burst_bits(), 300_000_000);
         assert_eq!(
@@ -370,7 +370,7 @@ mod tests {
             ingress: Some(Limit { rate_bps: 10 * MBIT, burst_bits: None }),
             egress: Some(Limit { rate_bps: 20 * MBIT, burst_bits: Some(400_000) }),
         };
-        let veth = entries(&Place::HostVeth { ifindex: 4, ifname: "veth1234".into() }, &limits, |_| false);
+        let veth = entries(&Place::HostVeth { ifindex: 4, ifname: "veth1234".into() }, &limits, false);
         assert_eq!(
             veth.iter().map(|e| (e.direction, e.hook, e.mac, e.mechanism)).collect::<Vec<_>>(),
             [
@@ -381,7 +381,7 @@ mod tests {
         assert_eq!(veth[0].key(), ShapeKey { ifindex: 4, hook: HOOK_EGRESS, pad: 0, mac: [0; 6] });
         let mac = [0x0a, 0x58, 0, 0, 0, 5];
         let master =
-            entries(&Place::Master { ifindex: 5, ifname: "lan0".into(), pod_mac: mac }, &limits, |i| i == 5);
+            entries(&Place::Master { ifindex: 5, ifname: "lan0".into(), pod_mac: mac }, &limits, true);
         assert_eq!(
             master.iter().map(|e| (e.direction, e.hook, e.mac, e.mechanism)).collect::<Vec<_>>(),
             [

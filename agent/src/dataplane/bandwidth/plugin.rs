@@ -24,9 +24,10 @@ use super::config::BandwidthConf;
 use super::plan::{entries, place, PlaceError};
 use super::store::Record;
 use super::{qdisc, Bandwidth, BandwidthError};
+use crate::cni::error::INTERNAL;
 use crate::cni::result::CniResult;
 use crate::cni::ErrorCode;
-use crate::dataplane::chained::{off_workers, pod_name, valid_attachments, INTERNAL};
+use crate::dataplane::chained::{off_workers, pod_name, valid_attachments};
 use crate::dataplane::loader::Attach;
 use crate::dataplane::portmap::netdev;
 use crate::dataplane::portmap::topology::AttachPoint;
@@ -111,7 +112,7 @@ impl BandwidthPlugin {
                 .map_err(BandwidthError::from),
         )?;
         let paces = qdisc::paces(at.device().0).await;
-        let planned = entries(&at, &conf.limits, |_| paces);
+        let planned = entries(&at, &conf.limits, paces);
         let hooks: BTreeSet<AttachPoint> = planned
             .iter()
             .map(|e| AttachPoint {

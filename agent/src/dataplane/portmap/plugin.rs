@@ -25,9 +25,10 @@ use super::store::Record;
 use super::topology::{pod_side, resolve, Attachment, TopologyError};
 use super::{netdev, Portmap, PortmapError};
 use crate::cni::config::NetworkConfigList;
+use crate::cni::error::INTERNAL;
 use crate::cni::result::CniResult;
 use crate::cni::ErrorCode;
-use crate::dataplane::chained::{off_workers, pod_name, valid_attachments, INTERNAL};
+use crate::dataplane::chained::{off_workers, pod_name, valid_attachments};
 use crate::delegate::native::{native_error, NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 
