@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::fixture::Netns;
+use crate::fixture::{Bpffs, Netns};
 use crate::REFERENCE_PLUGINS;
 
 /// The directory of the workspace's built binaries (`target/debug`), next to the test's.
@@ -89,6 +89,8 @@ pub struct World {
     pub agent: Option<Agent>,
     /// Options added to every agent start.
     pub agent_args: Vec<String>,
+    /// The world's own bpffs, when the agent pins on one (see [`World::pin_on_own_bpffs`]).
+    pub bpffs: Option<Bpffs>,
 }
 
 impl World {
@@ -98,12 +100,24 @@ impl World {
         for sub in ["default", "nads", "pods", "state", "netconf", "runtime", "ipam"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("creating world dirs");
         }
-        let world = World { dir, node: Netns::new("pxnode"), agent: None, agent_args: Vec::new() };
+        let world =
+            World { dir, node: Netns::new("pxnode"), agent: None, agent_args: Vec::new(), bpffs: None };
         world.write_default_network(
             "10-cluster.conflist",
             &world.bridge_config("cluster", "cni0", "10.88.0.0/24", true),
         );
         world
+    }
+
+    /// Mounts a bpffs in the world's directory and has the agent pin its BPF objects there
+    /// (`ip netns exec`, which runs the agent, hides /sys/fs/bpf). It is unmounted, releasing
+    /// every pin, when the world goes: after the agent, before the directory. Returns its path.
+    pub fn pin_on_own_bpffs(&mut self) -> PathBuf {
+        let bpffs = Bpffs::mount(self.path("bpffs"));
+        self.agent_args.extend(["--bpf-pin-dir".into(), bpffs.path.display().to_string()]);
+        let path = bpffs.path.clone();
+        self.bpffs = Some(bpffs);
+        path
     }
 
     pub fn path(&self, sub: &str) -> PathBuf {
@@ -348,6 +362,8 @@ impl Drop for World {
         if std::thread::panicking() {
             eprintln!("--- agent log ({}) ---\n{}", self.path("agent.log").display(), self.agent_log());
         }
+        // Unmounted before the directory is removed: a mount point cannot be.
+        self.bpffs.take();
     }
 }
 

@@ -19,7 +19,7 @@ use plexus_agent::dataplane::bandwidth::table::Table;
 use plexus_agent::dataplane::loader::BANDWIDTH_PIN_SUBDIR;
 use plexus_agent::dataplane::pin::PinDir;
 use plexus_tests::world::bin;
-use plexus_tests::{Bpffs, Netns, Proc, World};
+use plexus_tests::{Netns, Proc, World};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
@@ -34,22 +34,22 @@ static TRAFFIC: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// kubelet's "no burst limit": 2^31 - 1 bits.
 const KUBELET_BURST: u64 = 2_147_483_647;
 
-/// A world whose agent pins on its own bpffs. Fields drop in order: servers and namespaces
-/// first, the agent with the world, the bpffs last.
+/// A world whose agent pins on its own bpffs (unmounted by the world, after its agent).
+/// Fields drop in order: servers and namespaces first, then the world.
 struct BwWorld {
     servers: Vec<Proc>,
     clients: Vec<Netns>,
     pods: Vec<Netns>,
     w: World,
-    bpffs: Bpffs,
+    /// The world's bpffs, where the agent pins.
+    pins: PathBuf,
 }
 
 impl BwWorld {
     fn new() -> BwWorld {
         let mut w = World::new();
-        let bpffs = Bpffs::mount(w.path("bpffs"));
-        w.agent_args.extend(["--bpf-pin-dir".into(), bpffs.path.display().to_string()]);
-        BwWorld { servers: Vec::new(), clients: Vec::new(), pods: Vec::new(), w, bpffs }
+        let pins = w.pin_on_own_bpffs();
+        BwWorld { servers: Vec::new(), clients: Vec::new(), pods: Vec::new(), w, pins }
     }
 
     /// Starts (or restarts) the agent and waits until it has reconciled the shaping maps.
@@ -98,7 +98,7 @@ impl BwWorld {
     fn list(&self) -> Vec<Value> {
         let out = Command::new(bin("plexus-agent"))
             .args(["bandwidth", "list", "--json", "--bpf-pin-dir"])
-            .arg(&self.bpffs.path)
+            .arg(&self.pins)
             .arg("--state-dir")
             .arg(self.w.path("state"))
             .output()
@@ -110,7 +110,7 @@ impl BwWorld {
     fn set(&self, name: &str, args: &[&str]) {
         let out = Command::new(bin("plexus-agent"))
             .args(["bandwidth", "set", "--container-id", &cid(name), "--ifname", "net1", "--bpf-pin-dir"])
-            .arg(&self.bpffs.path)
+            .arg(&self.pins)
             .arg("--state-dir")
             .arg(self.w.path("state"))
             .args(args)
@@ -120,7 +120,7 @@ impl BwWorld {
     }
 
     fn shaper_pins(&self) -> PathBuf {
-        self.bpffs.path.join(BANDWIDTH_PIN_SUBDIR)
+        self.pins.join(BANDWIDTH_PIN_SUBDIR)
     }
 }
 
@@ -336,7 +336,7 @@ fn limits_change_in_place_without_recreating_the_pod() {
     let out = Command::new(bin("plexus-agent"))
         .args(["bandwidth", "set", "--container-id", "no-such", "--ifname", "net1", "--egress-rate", "1000"])
         .arg("--bpf-pin-dir")
-        .arg(&t.bpffs.path)
+        .arg(&t.pins)
         .arg("--state-dir")
         .arg(t.w.path("state"))
         .output()
@@ -385,7 +385,7 @@ fn native_macvlan_serves_port_mappings_and_bandwidth_itself() {
     assert_eq!(rows.len(), 2, "{rows:#?}");
     let mappings = Command::new(bin("plexus-agent"))
         .args(["portmap", "list", "--json", "--bpf-pin-dir"])
-        .arg(&t.bpffs.path)
+        .arg(&t.pins)
         .arg("--state-dir")
         .arg(t.w.path("state"))
         .output()
@@ -399,7 +399,7 @@ fn native_macvlan_serves_port_mappings_and_bandwidth_itself() {
     assert!(t.list().is_empty(), "limits left after DEL: {:#?}", t.list());
     let left = Command::new(bin("plexus-agent"))
         .args(["portmap", "list", "--json", "--bpf-pin-dir"])
-        .arg(&t.bpffs.path)
+        .arg(&t.pins)
         .arg("--state-dir")
         .arg(t.w.path("state"))
         .output()

@@ -11,7 +11,7 @@
 //! which runs the agent, hides /sys/fs/bpf), so they survive agent restarts like on a node.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ use plexus_agent::dataplane::pin::PinDir;
 use plexus_agent::dataplane::portmap::store::Store;
 use plexus_agent::dataplane::portmap::table::Tables;
 use plexus_tests::world::bin;
-use plexus_tests::{Bpffs, Netns, Proc, World};
+use plexus_tests::{Netns, Proc, World};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
@@ -135,25 +135,24 @@ fn python() -> &'static str {
     }
 }
 
-/// A world whose agent pins on its own bpffs. Fields drop in order: the agent dies before
-/// the bpffs goes.
+/// A world whose agent pins on its own bpffs (unmounted by the world, after its agent).
 struct PmWorld {
     w: World,
     servers: Vec<Proc>,
     clients: Vec<Netns>,
     pods: Vec<Netns>,
-    bpffs: Bpffs,
+    /// The world's bpffs, where the agent pins.
+    pins: PathBuf,
 }
 
 impl PmWorld {
     fn new() -> PmWorld {
         let mut w = World::new();
-        let bpffs = Bpffs::mount(w.path("bpffs"));
-        w.agent_args.extend(["--bpf-pin-dir".into(), bpffs.path.display().to_string()]);
+        let pins = w.pin_on_own_bpffs();
         std::fs::write(w.path("pm.py"), SCRIPT).expect("writing the traffic script");
         // Addresses usable at once: no duplicate address detection in this private world.
         no_dad(&w.node);
-        PmWorld { w, servers: Vec::new(), clients: Vec::new(), pods: Vec::new(), bpffs }
+        PmWorld { w, servers: Vec::new(), clients: Vec::new(), pods: Vec::new(), pins }
     }
 
     fn script(&self) -> String {
@@ -164,7 +163,7 @@ impl PmWorld {
     fn list(&self) -> Vec<Value> {
         let out = Command::new(bin("plexus-agent"))
             .args(["portmap", "list", "--json", "--bpf-pin-dir"])
-            .arg(&self.bpffs.path)
+            .arg(&self.pins)
             .arg("--state-dir")
             .arg(self.w.path("state"))
             .output()
@@ -176,7 +175,7 @@ impl PmWorld {
     fn list_text(&self) -> String {
         let out = Command::new(bin("plexus-agent"))
             .args(["portmap", "list", "--bpf-pin-dir"])
-            .arg(&self.bpffs.path)
+            .arg(&self.pins)
             .arg("--state-dir")
             .arg(self.w.path("state"))
             .output()
@@ -195,7 +194,7 @@ impl PmWorld {
     }
 
     fn link_pins(&self) -> Vec<String> {
-        PinDir::open(&self.bpffs.path).link_names().expect("link pins")
+        PinDir::open(&self.pins).link_names().expect("link pins")
     }
 
     /// A pod with the given networks annotation, attached, serving TCP and UDP on each of
@@ -442,7 +441,7 @@ fn bridge_tcp_udp_ipv4_ipv6_several_mappings_and_del_removes_everything() {
 
     t.del("web-b", 1);
     assert!(t.list().is_empty());
-    let tables = Tables::open_pinned(&PinDir::open(&t.bpffs.path)).expect("pinned maps");
+    let tables = Tables::open_pinned(&PinDir::open(&t.pins)).expect("pinned maps");
     assert!(
         tables.reverse_keys().is_empty() && tables.stats_keys().is_empty(),
         "reverse entries or counters left"
@@ -606,7 +605,7 @@ fn agent_restart_keeps_a_running_stream_and_reconciles_the_maps() {
     t.w.kill_agent();
     let store = Store::new(&t.w.path("state"));
     let records = store.load_all().expect("records");
-    let mut tables = Tables::open_pinned(&PinDir::open(&t.bpffs.path)).expect("pinned maps");
+    let mut tables = Tables::open_pinned(&PinDir::open(&t.pins)).expect("pinned maps");
     for r in records.iter().filter(|r| r.pod.as_deref() == Some("default/web-a")) {
         for e in &r.entries {
             tables.remove(e).expect("removing an entry");
