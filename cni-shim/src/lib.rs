@@ -50,6 +50,48 @@ pub struct Response {
     pub stdout: String,
 }
 
+/// Error codes of the CNI 1.1.0 specification, plus plexus's own (100 and up, as the spec
+/// reserves for plugins). Defined once, here, so the shim and the agent agree on every number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    IncompatibleVersion,
+    UnsupportedField,
+    ContainerUnknown,
+    InvalidEnvironment,
+    IoFailure,
+    DecodeFailure,
+    InvalidNetworkConfig,
+    TryAgainLater,
+    PluginNotAvailable,
+    /// A delegate plugin failed without a CNI error of its own (crash, timeout, garbage).
+    DelegateFailed,
+    /// libcni's ErrInternal (999): a failure of the node rather than of the request, which the
+    /// reference plugins answer when an error has no code of its own.
+    Internal,
+    /// A delegate plugin answered with this CNI error code.
+    Delegate(u32),
+}
+
+impl ErrorCode {
+    /// The number on the wire.
+    pub fn code(self) -> u32 {
+        match self {
+            ErrorCode::IncompatibleVersion => 1,
+            ErrorCode::UnsupportedField => 2,
+            ErrorCode::ContainerUnknown => 3,
+            ErrorCode::InvalidEnvironment => 4,
+            ErrorCode::IoFailure => 5,
+            ErrorCode::DecodeFailure => 6,
+            ErrorCode::InvalidNetworkConfig => 7,
+            ErrorCode::TryAgainLater => 11,
+            ErrorCode::PluginNotAvailable => 50,
+            ErrorCode::DelegateFailed => 100,
+            ErrorCode::Internal => 999,
+            ErrorCode::Delegate(c) => c,
+        }
+    }
+}
+
 /// A CNI error result, as printed on stdout by whoever fails: the agent, or the shim when
 /// it cannot reach the agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,7 +1,8 @@
 //! `plexus`: the CNI binary the container runtime executes. It forwards the invocation to
 //! the plexus agent and relays the answer; see [`plexus_cni_shim::shim`].
 
-use plexus_cni_shim::shim::{self, Invocation, Outcome, CODE_IO_FAILURE};
+use plexus_cni_shim::shim::{self, Invocation, Outcome};
+use plexus_cni_shim::ErrorCode;
 use plexus_cni_shim::CURRENT_VERSION;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -11,7 +12,7 @@ fn main() {
         Ok(stdin) => shim::run(&Invocation { env: cni_env(), stdin }),
         Err(err) => Outcome::error(
             CURRENT_VERSION,
-            CODE_IO_FAILURE,
+            ErrorCode::IoFailure,
             format!("reading the network configuration from stdin: {err}"),
             "",
         ),

@@ -2,7 +2,7 @@
 //! (environment and stdin) into what to print and the exit status, talking to the agent
 //! over its Unix socket. `main` only collects the input and prints the [`Outcome`].
 
-use crate::{Request, Response, CURRENT_VERSION, DEFAULT_SOCKET, SUPPORTED_VERSIONS};
+use crate::{ErrorCode, Request, Response, CURRENT_VERSION, DEFAULT_SOCKET, SUPPORTED_VERSIONS};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
@@ -26,13 +26,6 @@ pub const RETRY_SCHEDULE: &[Duration] = &[
 /// How long the agent may take to answer one request. ADD can legitimately be slow
 /// (delegate plugins, IPAM), so this only guards against an agent that is hung.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
-/// CNI error code 4: invalid or missing environment variables.
-pub const CODE_INVALID_ENVIRONMENT: u32 = 4;
-/// CNI error code 5: I/O failure.
-pub const CODE_IO_FAILURE: u32 = 5;
-/// CNI error code 11: try again later.
-pub const CODE_TRY_AGAIN_LATER: u32 = 11;
 
 const UNREACHABLE_DETAILS: &str = "start the plexus agent (the plexus DaemonSet on Kubernetes, \
      `plexus-agent` standalone) or point the \"socket\" key of the CNI config at its socket";
@@ -61,13 +54,17 @@ impl Outcome {
     /// A CNI error result: the JSON error object on stdout and exit status 1.
     pub fn error(
         cni_version: &str,
-        code: u32,
+        code: ErrorCode,
         msg: impl Into<String>,
         details: impl Into<String>,
     ) -> Outcome {
         let (msg, details) = (msg.into(), details.into());
-        let wire =
-            crate::ErrorResult { cni_version: cni_version.to_owned(), code, msg: msg.clone(), details };
+        let wire = crate::ErrorResult {
+            cni_version: cni_version.to_owned(),
+            code: code.code(),
+            msg: msg.clone(),
+            details,
+        };
         Outcome { exit_code: 1, stdout: to_json_line(&wire), diagnostic: Some(msg) }
     }
 
@@ -142,7 +139,7 @@ fn missing_command(cni_version: &str, present: bool) -> Outcome {
     let state = if present { "is empty" } else { "is not set" };
     Outcome::error(
         cni_version,
-        CODE_INVALID_ENVIRONMENT,
+        ErrorCode::InvalidEnvironment,
         format!("CNI_COMMAND {state}"),
         "the container runtime must set CNI_COMMAND (ADD, DEL, CHECK, GC, STATUS or VERSION) \
          when it executes a CNI plugin",
@@ -194,13 +191,13 @@ impl ExchangeError {
         match self {
             ExchangeError::Unreachable(err) => Outcome::error(
                 cni_version,
-                CODE_TRY_AGAIN_LATER,
+                ErrorCode::TryAgainLater,
                 format!("plexus agent is not reachable at {socket}: {err}"),
                 UNREACHABLE_DETAILS,
             ),
             ExchangeError::Closed => Outcome::error(
                 cni_version,
-                CODE_TRY_AGAIN_LATER,
+                ErrorCode::TryAgainLater,
                 format!(
                     "the plexus agent at {socket} closed the connection without answering; \
                      the request may be retried"
@@ -209,19 +206,19 @@ impl ExchangeError {
             ),
             ExchangeError::TimedOut => Outcome::error(
                 cni_version,
-                CODE_TRY_AGAIN_LATER,
+                ErrorCode::TryAgainLater,
                 format!("the plexus agent at {socket} did not answer within {read_timeout:?}"),
                 "the agent looks hung; check its logs and restart it",
             ),
             ExchangeError::Io(context, err) => Outcome::error(
                 cni_version,
-                CODE_IO_FAILURE,
+                ErrorCode::IoFailure,
                 format!("{context} (plexus agent at {socket}): {err}"),
                 "",
             ),
             ExchangeError::InvalidResponse(err) => Outcome::error(
                 cni_version,
-                CODE_IO_FAILURE,
+                ErrorCode::IoFailure,
                 format!("the plexus agent at {socket} sent an invalid response: {err}"),
                 "the shim and the agent may be from different plexus versions",
             ),
@@ -616,7 +613,7 @@ mod tests {
 
     #[test]
     fn error_outcome_carries_a_diagnostic() {
-        let outcome = Outcome::error("1.0.0", 11, "boom", "why");
+        let outcome = Outcome::error("1.0.0", ErrorCode::TryAgainLater, "boom", "why");
         assert_eq!(outcome.exit_code, 1);
         assert_eq!(outcome.diagnostic.as_deref(), Some("boom"));
         assert_eq!(

@@ -2,46 +2,13 @@
 
 use std::fmt;
 
-/// Error codes of the CNI 1.1.0 specification, plus plexus's own (100 and up, as the
-/// spec reserves for plugins).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
-    IncompatibleVersion,
-    UnsupportedField,
-    ContainerUnknown,
-    InvalidEnvironment,
-    IoFailure,
-    DecodeFailure,
-    InvalidNetworkConfig,
-    TryAgainLater,
-    PluginNotAvailable,
-    /// A delegate plugin failed without a CNI error of its own (crash, timeout, garbage).
-    DelegateFailed,
-    /// A delegate plugin answered with this CNI error code.
-    Delegate(u32),
-}
+pub use plexus_cni_shim::ErrorCode;
 
-impl ErrorCode {
-    pub fn code(self) -> u32 {
-        match self {
-            ErrorCode::IncompatibleVersion => 1,
-            ErrorCode::UnsupportedField => 2,
-            ErrorCode::ContainerUnknown => 3,
-            ErrorCode::InvalidEnvironment => 4,
-            ErrorCode::IoFailure => 5,
-            ErrorCode::DecodeFailure => 6,
-            ErrorCode::InvalidNetworkConfig => 7,
-            ErrorCode::TryAgainLater => 11,
-            ErrorCode::PluginNotAvailable => 50,
-            ErrorCode::DelegateFailed => 100,
-            ErrorCode::Delegate(c) => c,
-        }
-    }
+/// An error that knows which CNI error code the runtime gets for it. Every layer's error type
+/// implements it, so the code is decided where the failure is understood, once.
+pub trait CniCode: std::error::Error {
+    fn cni_code(&self) -> ErrorCode;
 }
-
-/// libcni's ErrInternal: the code for failures of the node rather than of the request, which
-/// the reference plugins answer when an error has no code of its own.
-pub const INTERNAL: u32 = 999;
 
 /// A CNI error: `{"cniVersion", "code", "msg", "details"}` on stdout, non-zero exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +40,11 @@ impl CniError {
 
     pub fn io(msg: impl Into<String>) -> Self {
         CniError::new(ErrorCode::IoFailure, msg)
+    }
+
+    /// The CNI error of a layer's error: its code, and its message as displayed.
+    pub fn from_error<E: CniCode + ?Sized>(err: &E) -> Self {
+        CniError::new(err.cni_code(), err.to_string())
     }
 
     /// The JSON object the runtime reads, in the request's CNI version.

@@ -5,12 +5,12 @@ use std::cmp::Ordering;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::exec::{self, DelegateError, Exec};
 use super::native::{NativeCall, NativePlugins};
 use crate::cni::result::compare_versions;
+use crate::cni::AttachmentKey;
 use crate::metrics::metrics;
 use crate::spec::delegate_conf::DelegateConfig;
 
@@ -35,14 +35,6 @@ impl InvocationEnv {
         }
         v
     }
-}
-
-/// An element of `cni.dev/valid-attachments` (CNI 1.1.0 GC).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ValidAttachment {
-    #[serde(rename = "containerID")]
-    pub container_id: String,
-    pub ifname: String,
 }
 
 /// Runs configlists: each plugin natively when the agent implements its type, else by
@@ -147,7 +139,7 @@ impl Delegator {
     }
 
     /// GC (CNI 1.1.0): every plugin learns which of its attachments are still valid.
-    pub async fn gc(&self, d: &DelegateConfig, valid: &[ValidAttachment]) -> Result<(), DelegateError> {
+    pub async fn gc(&self, d: &DelegateConfig, valid: &[AttachmentKey]) -> Result<(), DelegateError> {
         if d.list.disable_gc || !at_least(&d.list.cni_version, "1.1.0") {
             return Ok(());
         }
@@ -257,7 +249,7 @@ exit 0
         let (d, del, conf) = setup(THREE, "1.1.0");
         del.check(&conf, &InvocationEnv::default(), Some(&json!({"from":"z"}))).await.unwrap();
         del.status(&conf).await.unwrap();
-        del.gc(&conf, &[ValidAttachment { container_id: "c".into(), ifname: "eth0".into() }]).await.unwrap();
+        del.gc(&conf, &[AttachmentKey { container_id: "c".into(), ifname: "eth0".into() }]).await.unwrap();
         let l = log(&d);
         assert_eq!(&l[..3], ["a CHECK z", "b CHECK z", "c CHECK z"]);
         assert_eq!(l.iter().filter(|x| x.contains("STATUS")).count(), 3);

@@ -5,6 +5,6 @@ pub mod chain;
 pub mod exec;
 pub mod native;
 
-pub use chain::{Delegator, InvocationEnv, ValidAttachment};
+pub use chain::{Delegator, InvocationEnv};
 pub use exec::DelegateError;
 pub use native::{NativeCall, NativePlugin, NativePlugins};

@@ -15,8 +15,10 @@ use tracing::Instrument;
 use crate::catalog::confdir::{self, DefaultNetworkMissing};
 use crate::catalog::{Catalog, PodInfo};
 use crate::cni::result::CniResult;
+use crate::cni::AttachmentKey;
+use crate::cni::Command;
 use crate::cni::{CniError, ErrorCode, SUPPORTED_VERSIONS};
-use crate::delegate::{Delegator, InvocationEnv, ValidAttachment};
+use crate::delegate::{Delegator, InvocationEnv};
 use crate::netns;
 use crate::spec::delegate_conf::{default_delegate, secondary_delegate, DelegateConfig};
 use crate::spec::plan::plan_attachments;
@@ -26,7 +28,7 @@ use crate::spec::status::{annotation_value, default_gateways, network_status, Ne
 use crate::spec::NETWORKS_ANNOTATION;
 use crate::state::{AttachmentRecord, ContainerRecord, PodRef, StateError, StateStore};
 use locks::ContainerLocks;
-use request::{request_version, CniEnv, Command, PlexusConf};
+use request::{request_version, CniEnv, PlexusConf};
 
 /// What the operator decides about the engine.
 #[derive(Debug, Clone)]
@@ -408,13 +410,13 @@ impl Engine {
                 "GC needs \"cni.dev/valid-attachments\" in the config (an empty list when no attachment is valid)",
             ));
         };
-        let valid: HashSet<ValidAttachment> = listed.into_iter().collect();
+        let valid: HashSet<AttachmentKey> = listed.into_iter().collect();
         let mut failures = Vec::new();
         let records = self.state.list().await.map_err(state_error)?;
         let mut kept = Vec::new();
         for record in records {
             let key =
-                ValidAttachment { container_id: record.container_id.clone(), ifname: record.ifname.clone() };
+                AttachmentKey { container_id: record.container_id.clone(), ifname: record.ifname.clone() };
             if valid.contains(&key) {
                 kept.push(record);
                 continue;
@@ -465,8 +467,8 @@ impl Engine {
 fn networks_in_use(
     kept: &[ContainerRecord],
     current_default: Option<DelegateConfig>,
-) -> Vec<(DelegateConfig, Vec<ValidAttachment>)> {
-    let mut by_name: BTreeMap<String, (DelegateConfig, Vec<ValidAttachment>)> = BTreeMap::new();
+) -> Vec<(DelegateConfig, Vec<AttachmentKey>)> {
+    let mut by_name: BTreeMap<String, (DelegateConfig, Vec<AttachmentKey>)> = BTreeMap::new();
     if let Some(d) = current_default {
         by_name.insert(d.list.name.clone(), (d, Vec::new()));
     }
@@ -475,7 +477,7 @@ fn networks_in_use(
             let entry = by_name
                 .entry(a.delegate.list.name.clone())
                 .or_insert_with(|| (a.delegate.clone(), Vec::new()));
-            entry.1.push(ValidAttachment { container_id: r.container_id.clone(), ifname: a.ifname.clone() });
+            entry.1.push(AttachmentKey { container_id: r.container_id.clone(), ifname: a.ifname.clone() });
         }
     }
     by_name.into_values().collect()

@@ -3,38 +3,8 @@
 use serde_json::{Map, Value};
 
 use crate::cni::result::is_supported_version;
-use crate::cni::{CniError, ErrorCode, CURRENT_VERSION};
-use crate::delegate::ValidAttachment;
+use crate::cni::{AttachmentKey, CniError, Command, ErrorCode, CURRENT_VERSION};
 use crate::spec::validate::is_kernel_ifname;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Command {
-    Add,
-    Del,
-    Check,
-    Status,
-    Gc,
-    Version,
-}
-
-impl Command {
-    pub fn parse(s: &str) -> Result<Self, CniError> {
-        Ok(match s {
-            "ADD" => Command::Add,
-            "DEL" => Command::Del,
-            "CHECK" => Command::Check,
-            "STATUS" => Command::Status,
-            "GC" => Command::Gc,
-            "VERSION" => Command::Version,
-            other => {
-                return Err(CniError::new(
-                    ErrorCode::InvalidEnvironment,
-                    format!("CNI_COMMAND {other:?} is unknown; use ADD, DEL, CHECK, STATUS, GC or VERSION"),
-                ))
-            }
-        })
-    }
-}
 
 /// The config the runtime passed to plexus itself.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -43,7 +13,7 @@ pub struct PlexusConf {
     pub name: String,
     /// kubelet's runtimeConfig: for the cluster default network only (spec 7.5).
     pub runtime_config: Map<String, Value>,
-    pub valid_attachments: Option<Vec<ValidAttachment>>,
+    pub valid_attachments: Option<Vec<AttachmentKey>>,
 }
 
 /// The version of the request's config, for answering even when the rest is unusable.

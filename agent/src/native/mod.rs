@@ -16,9 +16,6 @@ pub mod sriov;
 use std::path::Path;
 use std::sync::Arc;
 
-// INTERNAL: what the reference plugins answer for any failure without a code of its own
-// (netlink refusals, state that does not match).
-use crate::cni::error::INTERNAL;
 use crate::cni::ErrorCode;
 use crate::delegate::native::native_error;
 use crate::delegate::{DelegateError, NativePlugins};
@@ -81,11 +78,11 @@ impl Failure {
     }
 
     fn internal(e: link::LinkError) -> Failure {
-        Failure::new(INTERNAL, e.to_string())
+        Failure::new(ErrorCode::Internal.code(), e.to_string())
     }
 
     fn internal_msg(msg: impl Into<String>) -> Failure {
-        Failure::new(INTERNAL, msg)
+        Failure::new(ErrorCode::Internal.code(), msg)
     }
 
     fn into_delegate_error(self, plugin: &str, command: &str) -> DelegateError {

@@ -24,7 +24,6 @@ use super::config::BandwidthConf;
 use super::plan::{entries, place, PlaceError};
 use super::store::Record;
 use super::{qdisc, Bandwidth, BandwidthError};
-use crate::cni::error::INTERNAL;
 use crate::cni::result::CniResult;
 use crate::cni::ErrorCode;
 use crate::dataplane::chained::{off_workers, pod_name, valid_attachments};
@@ -57,7 +56,7 @@ fn code_of(code: ErrorCode, e: &BandwidthError) -> u32 {
     match code {
         ErrorCode::PluginNotAvailable => code.code(),
         _ if e.is_config() => ErrorCode::InvalidNetworkConfig.code(),
-        _ => INTERNAL,
+        _ => ErrorCode::Internal.code(),
     }
 }
 

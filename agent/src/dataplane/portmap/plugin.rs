@@ -25,7 +25,6 @@ use super::store::Record;
 use super::topology::{pod_side, resolve, Attachment, TopologyError};
 use super::{netdev, Portmap, PortmapError};
 use crate::cni::config::NetworkConfigList;
-use crate::cni::error::INTERNAL;
 use crate::cni::result::CniResult;
 use crate::cni::ErrorCode;
 use crate::dataplane::chained::{off_workers, pod_name, valid_attachments};
@@ -74,7 +73,7 @@ fn code_of(code: ErrorCode, e: &PortmapError) -> u32 {
     match code {
         ErrorCode::PluginNotAvailable => code.code(),
         _ if e.is_config() => ErrorCode::InvalidNetworkConfig.code(),
-        _ => INTERNAL,
+        _ => ErrorCode::Internal.code(),
     }
 }
 

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::*;
 use crate::cni::result::IpConfig;
-use crate::native::INTERNAL;
+use crate::cni::ErrorCode;
 
 fn snapshot(kind: InfoKind, mode: Option<MacVlanMode>, parent: u32, netnsid: Option<i32>) -> LinkSnapshot {
     let mut message = LinkMessage::default();
@@ -85,7 +85,7 @@ fn ipam_without_addresses_fails_the_add() {
     let Err(Failure::Cni { code, msg }) = take_ipam(&mut result, CniResult::default()) else {
         panic!("an empty IPAM result must fail");
     };
-    assert_eq!(code, INTERNAL);
+    assert_eq!(code, ErrorCode::Internal.code());
     assert!(msg.contains("IPAM plugin returned missing IP config"), "{msg}");
 }
 
