@@ -83,8 +83,9 @@ impl BwWorld {
         self.w.add(&cid(name), &ns, (NS, name)).expect_ok();
         let addr = ns.addresses("net1").into_iter().next().expect("net1 address");
         let addr = addr.split('/').next().unwrap_or_default().to_owned();
-        let server = Command::new("ip")
-            .args(["netns", "exec", &ns.name, "iperf3", "-s", "-p", "5201"])
+        let server = ns
+            .command("iperf3")
+            .args(["-s", "-p", "5201"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use plexus_tests::world::{bin, run_cni};
-use plexus_tests::{CniOutput, Netns, World, REFERENCE_PLUGINS};
+use plexus_tests::{status_of, CniOutput, Netns, World, REFERENCE_PLUGINS};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
@@ -74,11 +74,6 @@ fn assert_in_subnet(addr: &str, prefix: &str) {
     assert!(addr.starts_with(prefix) && addr.ends_with("/24"), "{addr} is not in {prefix}0/24");
 }
 
-#[track_caller]
-fn assert_nothing_left(w: &World, pods: &[&Netns]) {
-    assert_eq!(w.leftovers(pods), Vec::<String>::new(), "left behind");
-}
-
 /// A CNI error with `code` whose message holds every one of `needles` (what went wrong and
 /// what to do about it).
 #[track_caller]
@@ -91,17 +86,6 @@ fn assert_cni_error(out: &CniOutput, code: u64, needles: &[&str]) {
     for needle in needles {
         assert!(text.contains(needle), "error {code} does not mention {needle:?}: {text}");
     }
-}
-
-/// The status entry of one interface.
-#[track_caller]
-fn status_of<'a>(status: &'a Value, ifname: &str) -> &'a Value {
-    status
-        .as_array()
-        .expect("network-status is a list")
-        .iter()
-        .find(|e| e["interface"] == ifname)
-        .unwrap_or_else(|| panic!("no status entry for {ifname}: {status:#}"))
 }
 
 #[track_caller]
@@ -242,7 +226,7 @@ fn add_check_del_of_a_pod_on_two_bridges_and_a_macvlan_attaches_everything_and_l
 
     w.del("c1", &pod1, (NS, "p1")).expect_ok();
     w.del("c2", &pod2, (NS, "p2")).expect_ok();
-    assert_nothing_left(&w, &[&pod1, &pod2]);
+    w.assert_nothing_left(&[&pod1, &pod2]);
     // DEL is idempotent: nothing recorded, nothing to do, no error.
     w.del("c1", &pod1, (NS, "p1")).expect_ok();
 }
@@ -277,7 +261,7 @@ fn same_network_selected_twice_gives_two_interfaces_two_status_entries_and_two_a
 
     w.cni("CHECK", "c1", &pod, (NS, "p")).expect_ok();
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -308,7 +292,7 @@ fn failing_second_attachment_rolls_back_the_first_and_the_default_and_leaves_not
     assert_eq!(w.ipam_allocations(), Vec::<String>::new());
     assert_eq!(w.state_files(), Vec::<String>::new());
     assert_eq!(w.node_veths(), Vec::<String>::new());
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -325,7 +309,7 @@ fn attachment_whose_plugin_fails_halfway_is_still_undone_by_the_rollback() {
 
     assert!(!out.ok(), "a /30 served two attachments: {}", out.stdout);
     assert!(out.msg().contains("attachment default/tiny"), "{}", out.msg());
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -375,7 +359,7 @@ fn failing_delegate_del_does_not_stop_the_others_stays_recorded_and_the_next_del
     std::fs::remove_file(&data_dir).unwrap();
     std::fs::rename(&aside, &data_dir).unwrap();
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -399,7 +383,7 @@ fn agent_killed_and_restarted_between_add_and_del_still_checks_and_deletes_every
 
     w.cni("CHECK", "c1", &pod, (NS, "p")).expect_ok();
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -433,7 +417,7 @@ fn del_after_the_pod_namespace_is_gone_still_releases_everything() {
     while !w.node_veths().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert_nothing_left(&w, &[]);
+    w.assert_nothing_left(&[]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -494,7 +478,7 @@ fn fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels_leave_
         out.expect_ok();
     }
     let netns: Vec<&Netns> = pods.iter().map(|(_, ns)| ns).collect();
-    assert_nothing_left(&w, &netns);
+    w.assert_nothing_left(&netns);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -520,7 +504,7 @@ fn status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
     let pod = Netns::new("pxpod");
     // A pod cannot start without the default network; the runtime should come back later.
     assert_cni_error(&w.add("c1", &pod, (NS, "p")), 11, &["default network is not ready"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 
     // The network coming back is seen without a restart.
     std::fs::write(&conf, saved).unwrap();
@@ -568,7 +552,7 @@ fn gc_tears_down_every_attachment_not_listed_and_keeps_the_listed_one_working() 
 
     w.del(kept_cid, kept, (NS, kept_name)).expect_ok();
     let all: Vec<&Netns> = pods.iter().map(|(_, _, ns)| ns).collect();
-    assert_nothing_left(&w, &all);
+    w.assert_nothing_left(&all);
 }
 
 #[test]
@@ -590,7 +574,7 @@ fn gc_with_a_config_older_than_1_1_0_is_refused_and_removes_nothing() {
     assert_eq!(sorted_links(&pod), ["eth0", "lo"]);
     assert_eq!(w.state_files(), ["c1@eth0.json"]);
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -613,7 +597,7 @@ fn invalid_annotation_in_strict_mode_fails_the_add_with_code_7() {
         7,
         &["invalid k8s.v1.cni.cncf.io/networks annotation", "not valid JSON", "default/p"],
     );
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -633,7 +617,7 @@ fn invalid_annotation_in_default_mode_attaches_the_default_network_only_and_reco
     let events = w.events(NS, "p");
     assert!(events.contains("InvalidNetworksAnnotation") && events.contains("not valid JSON"), "{events}");
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -647,7 +631,7 @@ fn selecting_a_network_without_nad_fails_with_code_7_naming_it() {
 
     assert_cni_error(&out, 7, &["network default/missing does not exist", "create it"]);
     assert!(w.events(NS, "p").contains("NetworkRefused"), "{}", w.events(NS, "p"));
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -661,7 +645,7 @@ fn requesting_ips_on_a_network_whose_plugins_lack_the_capability_fails_with_code
     let out = w.add("c1", &pod, (NS, "p"));
 
     assert_cni_error(&out, 7, &["default/blue", "\"ips\"", "\"capabilities\": {\"ips\": true}"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -680,7 +664,7 @@ fn invalid_cni_config_in_the_nad_fails_with_code_7_saying_what_is_wrong() {
 
     assert_cni_error(&broken, 7, &["default/broken", "spec.config is invalid", "not valid JSON"]);
     assert_cni_error(&typeless, 7, &["default/typeless", "no \"type\"", "say which plugin binary to run"]);
-    assert_nothing_left(&w, &[&pod1, &pod2]);
+    w.assert_nothing_left(&[&pod1, &pod2]);
 }
 
 #[test]
@@ -692,7 +676,7 @@ fn agent_down_is_try_again_later_naming_the_socket() {
 
     let socket = w.socket().display().to_string();
     assert_cni_error(&out, 11, &[&format!("not reachable at {socket}"), "start the plexus agent"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -710,7 +694,7 @@ fn nonexistent_plugin_type_fails_with_code_7_and_rolls_back_the_default_network(
     let out = w.add("c1", &pod, (NS, "p"));
 
     assert_cni_error(&out, 7, &["default/ghost", "\"nonexistent-plugin\" was not found", "install it"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -724,7 +708,7 @@ fn stdin_that_is_not_json_is_a_decode_failure() {
     let out = shim_with_default_socket(&w, &env, "cniVersion: 1.0.0");
 
     assert_cni_error(&out, 6, &["not valid JSON"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -739,7 +723,7 @@ fn missing_cni_containerid_is_invalid_environment() {
     let out = shim_env(&w, &env, &w.plexus_config("1.0.0"));
 
     assert_cni_error(&out, 4, &["CNI_CONTAINERID is required"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -753,7 +737,7 @@ fn unsupported_cni_version_is_incompatible_version_listing_the_supported_ones() 
     let out = shim_env(&w, &env, &w.plexus_config("9.9.9"));
 
     assert_cni_error(&out, 1, &["\"9.9.9\" is not supported", "use one of", "1.1.0"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -765,7 +749,7 @@ fn pod_missing_from_the_catalog_is_try_again_later() {
     let out = w.add("c1", &pod, (NS, "unknown-pod"));
 
     assert_cni_error(&out, 11, &["pod default/unknown-pod is not known", "retry"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -779,7 +763,7 @@ fn network_of_a_namespace_not_allowed_fails_with_code_7_mentioning_allow_namespa
     let out = w.add("c1", &pod, ("team-a", "p"));
 
     assert_cni_error(&out, 7, &["other/blue", "--allow-namespace"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -824,7 +808,7 @@ fn add_result_is_in_the_requested_cni_version_while_the_default_network_runs_at_
         assert_eq!(record["attachments"][0]["delegate"]["list"]["cniVersion"], "1.0.0");
         assert_eq!(record["attachments"][0]["result"]["cniVersion"], "1.0.0");
         w.cni_versioned("DEL", &cid, &pod, (NS, "p"), version).expect_ok();
-        assert_nothing_left(&w, &[&pod]);
+        w.assert_nothing_left(&[&pod]);
     }
 }
 
@@ -857,5 +841,5 @@ fn add_repeated_without_del_leaves_exactly_one_set_of_interfaces_and_addresses()
     w.cni("CHECK", "c1", &pod, (NS, "p")).expect_ok();
 
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }

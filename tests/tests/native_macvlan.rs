@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use plexus_tests::{CniOutput, Netns, World};
+use plexus_tests::{status_of, CniOutput, Netns, World};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
@@ -138,12 +138,7 @@ struct Side {
 }
 
 fn status_entry(w: &World) -> Value {
-    let status = w.network_status(NS, POD);
-    status
-        .as_array()
-        .and_then(|entries| entries.iter().find(|e| e["interface"] == "net1"))
-        .cloned()
-        .unwrap_or_else(|| panic!("no network-status entry for net1: {status:#}"))
+    status_of(&w.network_status(NS, POD), "net1").clone()
 }
 
 fn attach(native: bool, case: &Case) -> Side {
@@ -244,11 +239,6 @@ fn differences_between(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) 
     }
 }
 
-#[track_caller]
-fn assert_nothing_left(w: &World, pod: &Netns) {
-    assert_eq!(w.leftovers(&[pod]), Vec::<String>::new(), "left behind");
-}
-
 /// ADD on both sides, compare, DEL on both sides, nothing left.
 fn compare_with_reference(case: Case) {
     let native = attach(true, &case);
@@ -268,7 +258,7 @@ fn compare_with_reference(case: Case) {
     assert!(native.w.agent_log().contains("run natively: macvlan"), "{}", native.w.agent_log());
     for side in [&native, &reference] {
         side.w.del("c1", &side.pod, (NS, POD)).expect_ok();
-        assert_nothing_left(&side.w, &side.pod);
+        side.w.assert_nothing_left(&[&side.pod]);
         // DEL again: idempotent.
         side.w.del("c1", &side.pod, (NS, POD)).expect_ok();
     }
@@ -325,7 +315,7 @@ fn check_passes_after_add_and_fails_once_an_address_is_removed_by_hand() {
     );
 
     side.w.del("c1", &side.pod, (NS, POD)).expect_ok();
-    assert_nothing_left(&side.w, &side.pod);
+    side.w.assert_nothing_left(&[&side.pod]);
 }
 
 #[test]
@@ -336,7 +326,7 @@ fn check_fails_when_the_mode_was_changed_behind_its_back() {
     let check = side.w.cni("CHECK", "c1", &side.pod, (NS, POD));
     assert!(check.msg().contains("mode private does not match expected value: bridge"), "{}", check.stdout);
     side.w.del("c1", &side.pod, (NS, POD)).expect_ok();
-    assert_nothing_left(&side.w, &side.pod);
+    side.w.assert_nothing_left(&[&side.pod]);
 }
 
 #[track_caller]
@@ -356,7 +346,7 @@ fn a_master_that_does_not_exist_fails_clearly_and_leaves_nothing() {
     let out = w.add("c1", &pod, (NS, POD));
     // The reference's words first, then what to do about it.
     assert_fails_with(&out, 7, &["failed to lookup master \"nope0\": Link not found", "set \"master\""]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 
     // The reference fails too, with its code and without the advice, which also shows that
     // --exec-plugin took effect.
@@ -365,7 +355,7 @@ fn a_master_that_does_not_exist_fails_clearly_and_leaves_nothing() {
     let out = w.add("c1", &pod, (NS, POD));
     assert_fails_with(&out, 999, &["Link not found"]);
     assert!(!out.msg().contains("set \"master\""), "{}", out.stdout);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -375,7 +365,7 @@ fn an_mtu_above_the_masters_fails_with_code_7_and_leaves_nothing() {
     let pod = Netns::new("pxmv");
     let out = w.add("c1", &pod, (NS, POD));
     assert_fails_with(&out, 7, &["invalid MTU 9000", "master MTU(1500)"]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -389,7 +379,7 @@ fn an_interface_name_taken_in_the_pod_fails_and_leaves_the_other_interface_alone
     assert_fails_with(&out, 7, &["net1 already exists", "another interface name"]);
     assert!(pod.link_names().contains(&"net1".to_owned()), "the pod's own net1 must survive the undo");
     pod.ip(&["link", "del", "net1"]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -456,7 +446,7 @@ fn the_new_addresses_are_announced_to_the_neighbours() {
     }
 
     w.del("c1", &pod, (NS, POD)).expect_ok();
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -489,7 +479,7 @@ fn link_in_container_puts_the_macvlan_on_a_master_inside_the_pod() {
     w.del("c1", &pod, (NS, POD)).expect_ok();
     assert!(pod.link_names().contains(&"up1".to_owned()), "DEL must leave the master alone");
     pod.ip(&["link", "del", "up1"]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
@@ -504,5 +494,5 @@ fn a_layer_2_network_at_cni_0_2_0_fails_with_code_1_and_leaves_nothing() {
     let pod = Netns::new("pxmv");
     let out = w.add("c1", &pod, (NS, POD));
     assert_fails_with(&out, 1, &["use cniVersion 0.3.0 or later"]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }

@@ -216,8 +216,10 @@ impl PmWorld {
     }
 
     fn serve(&self, ns: &Netns, name: &str, port: u16) -> Proc {
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, python(), &self.script(), "serve", name, &port.to_string()])
+        let child = ns
+            .command(python())
+            .arg(self.script())
+            .args(["serve", name, &port.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
