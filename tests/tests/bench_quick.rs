@@ -19,7 +19,7 @@ fn num(v: &Value) -> Option<f64> {
 }
 
 #[test]
-fn bench_quick_cni_writes_complete_sane_results() {
+fn kernel_bench_quick_cni_writes_complete_sane_results() {
     let xtask = bin("xtask");
     let bin_dir = bin("plexus-agent").parent().expect("binary directory").to_owned();
     assert!(bin_dir.join("plexus").exists(), "the plexus shim is missing: run `cargo build --workspace`");

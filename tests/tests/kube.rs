@@ -748,7 +748,7 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
 /// exists and the caches are synced, metrics on its port, its CNI config left in place on
 /// SIGTERM.
 #[test]
-fn the_agent_process_runs_with_the_kubernetes_catalog() {
+fn kernel_the_agent_process_runs_with_the_kubernetes_catalog() {
     let server = server_with(true);
     server.apply(nad("ns1", "net-a", Some(BRIDGE)));
     server.apply(pod("ns1", "p", NODE, &[]));

@@ -155,7 +155,7 @@ fn state_record(w: &World, cid: &str) -> Value {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn add_check_del_of_a_pod_on_two_bridges_and_a_macvlan_attaches_everything_and_leaves_nothing() {
+fn kernel_add_check_del_of_a_pod_on_two_bridges_and_a_macvlan_attaches_everything_and_leaves_nothing() {
     let mut w = World::new();
     macvlan_master(&w, "up0");
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -236,7 +236,7 @@ fn add_check_del_of_a_pod_on_two_bridges_and_a_macvlan_attaches_everything_and_l
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn same_network_selected_twice_gives_two_interfaces_two_status_entries_and_two_addresses() {
+fn kernel_same_network_selected_twice_gives_two_interfaces_two_status_entries_and_two_addresses() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some("blue,blue"));
@@ -269,7 +269,7 @@ fn same_network_selected_twice_gives_two_interfaces_two_status_entries_and_two_a
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn failing_second_attachment_rolls_back_the_first_and_the_default_and_leaves_nothing() {
+fn kernel_failing_second_attachment_rolls_back_the_first_and_the_default_and_leaves_nothing() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_nad(NS, "bad", Some(&macvlan_config(&w, "bad", "nonexistent0", "10.20.0.0/24")));
@@ -296,7 +296,7 @@ fn failing_second_attachment_rolls_back_the_first_and_the_default_and_leaves_not
 }
 
 #[test]
-fn attachment_whose_plugin_fails_halfway_is_still_undone_by_the_rollback() {
+fn kernel_attachment_whose_plugin_fails_halfway_is_still_undone_by_the_rollback() {
     let mut w = World::new();
     // A /30 with the gateway taken holds one address: the second attachment's bridge ADD
     // creates its veth, then host-local runs out and the ADD fails with the veth in place.
@@ -317,7 +317,7 @@ fn attachment_whose_plugin_fails_halfway_is_still_undone_by_the_rollback() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn failing_delegate_del_does_not_stop_the_others_stays_recorded_and_the_next_del_finishes() {
+fn kernel_failing_delegate_del_does_not_stop_the_others_stays_recorded_and_the_next_del_finishes() {
     let mut w = World::new();
     let green_config = w.bridge_config("green", "br-green", "10.10.2.0/24", true);
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -367,7 +367,7 @@ fn failing_delegate_del_does_not_stop_the_others_stays_recorded_and_the_next_del
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn agent_killed_and_restarted_between_add_and_del_still_checks_and_deletes_everything() {
+fn kernel_agent_killed_and_restarted_between_add_and_del_still_checks_and_deletes_everything() {
     let mut w = World::new();
     macvlan_master(&w, "up0");
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -387,7 +387,7 @@ fn agent_killed_and_restarted_between_add_and_del_still_checks_and_deletes_every
 }
 
 #[test]
-fn del_after_the_pod_namespace_is_gone_still_releases_everything() {
+fn kernel_del_after_the_pod_namespace_is_gone_still_releases_everything() {
     let mut w = World::new();
     macvlan_master(&w, "up0");
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -425,7 +425,7 @@ fn del_after_the_pod_namespace_is_gone_still_releases_everything() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels_leave_nothing() {
+fn kernel_fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels_leave_nothing() {
     const PODS: usize = 50;
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -486,7 +486,7 @@ fn fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels_leave_
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
+fn kernel_status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some("blue"));
@@ -516,7 +516,7 @@ fn status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn gc_tears_down_every_attachment_not_listed_and_keeps_the_listed_one_working() {
+fn kernel_gc_tears_down_every_attachment_not_listed_and_keeps_the_listed_one_working() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     let pods: Vec<(String, String, Netns)> = (1..=3)
@@ -556,7 +556,7 @@ fn gc_tears_down_every_attachment_not_listed_and_keeps_the_listed_one_working() 
 }
 
 #[test]
-fn gc_with_a_config_older_than_1_1_0_is_refused_and_removes_nothing() {
+fn kernel_gc_with_a_config_older_than_1_1_0_is_refused_and_removes_nothing() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -582,7 +582,7 @@ fn gc_with_a_config_older_than_1_1_0_is_refused_and_removes_nothing() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn invalid_annotation_in_strict_mode_fails_the_add_with_code_7() {
+fn kernel_invalid_annotation_in_strict_mode_fails_the_add_with_code_7() {
     let mut w = World::new();
     w.agent_args.push("--strict-annotations".into());
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -601,7 +601,7 @@ fn invalid_annotation_in_strict_mode_fails_the_add_with_code_7() {
 }
 
 #[test]
-fn invalid_annotation_in_default_mode_attaches_the_default_network_only_and_records_an_event() {
+fn kernel_invalid_annotation_in_default_mode_attaches_the_default_network_only_and_records_an_event() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some(r#"[{"name": "blue""#));
@@ -621,7 +621,7 @@ fn invalid_annotation_in_default_mode_attaches_the_default_network_only_and_reco
 }
 
 #[test]
-fn selecting_a_network_without_nad_fails_with_code_7_naming_it() {
+fn kernel_selecting_a_network_without_nad_fails_with_code_7_naming_it() {
     let mut w = World::new();
     w.write_pod(NS, "p", Some("missing"));
     w.start_agent();
@@ -635,7 +635,7 @@ fn selecting_a_network_without_nad_fails_with_code_7_naming_it() {
 }
 
 #[test]
-fn requesting_ips_on_a_network_whose_plugins_lack_the_capability_fails_with_code_7() {
+fn kernel_requesting_ips_on_a_network_whose_plugins_lack_the_capability_fails_with_code_7() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some(r#"[{"name": "blue", "ips": ["10.10.1.50/24"]}]"#));
@@ -649,7 +649,7 @@ fn requesting_ips_on_a_network_whose_plugins_lack_the_capability_fails_with_code
 }
 
 #[test]
-fn invalid_cni_config_in_the_nad_fails_with_code_7_saying_what_is_wrong() {
+fn kernel_invalid_cni_config_in_the_nad_fails_with_code_7_saying_what_is_wrong() {
     let mut w = World::new();
     w.write_nad(NS, "broken", Some("{not json"));
     w.write_nad(NS, "typeless", Some(r#"{"cniVersion": "1.0.0", "name": "typeless"}"#));
@@ -668,7 +668,7 @@ fn invalid_cni_config_in_the_nad_fails_with_code_7_saying_what_is_wrong() {
 }
 
 #[test]
-fn agent_down_is_try_again_later_naming_the_socket() {
+fn kernel_agent_down_is_try_again_later_naming_the_socket() {
     let w = World::new();
     let pod = Netns::new("pxpod");
 
@@ -680,7 +680,7 @@ fn agent_down_is_try_again_later_naming_the_socket() {
 }
 
 #[test]
-fn nonexistent_plugin_type_fails_with_code_7_and_rolls_back_the_default_network() {
+fn kernel_nonexistent_plugin_type_fails_with_code_7_and_rolls_back_the_default_network() {
     let mut w = World::new();
     w.write_nad(
         NS,
@@ -698,7 +698,7 @@ fn nonexistent_plugin_type_fails_with_code_7_and_rolls_back_the_default_network(
 }
 
 #[test]
-fn stdin_that_is_not_json_is_a_decode_failure() {
+fn kernel_stdin_that_is_not_json_is_a_decode_failure() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -712,7 +712,7 @@ fn stdin_that_is_not_json_is_a_decode_failure() {
 }
 
 #[test]
-fn missing_cni_containerid_is_invalid_environment() {
+fn kernel_missing_cni_containerid_is_invalid_environment() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -727,7 +727,7 @@ fn missing_cni_containerid_is_invalid_environment() {
 }
 
 #[test]
-fn unsupported_cni_version_is_incompatible_version_listing_the_supported_ones() {
+fn kernel_unsupported_cni_version_is_incompatible_version_listing_the_supported_ones() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -741,7 +741,7 @@ fn unsupported_cni_version_is_incompatible_version_listing_the_supported_ones() 
 }
 
 #[test]
-fn pod_missing_from_the_catalog_is_try_again_later() {
+fn kernel_pod_missing_from_the_catalog_is_try_again_later() {
     let mut w = World::new();
     w.start_agent();
     let pod = Netns::new("pxpod");
@@ -753,7 +753,7 @@ fn pod_missing_from_the_catalog_is_try_again_later() {
 }
 
 #[test]
-fn network_of_a_namespace_not_allowed_fails_with_code_7_mentioning_allow_namespace() {
+fn kernel_network_of_a_namespace_not_allowed_fails_with_code_7_mentioning_allow_namespace() {
     let mut w = World::new();
     w.write_nad("other", "blue", Some(&blue(&w)));
     w.write_pod("team-a", "p", Some("other/blue"));
@@ -771,7 +771,7 @@ fn network_of_a_namespace_not_allowed_fails_with_code_7_mentioning_allow_namespa
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn add_result_is_in_the_requested_cni_version_while_the_default_network_runs_at_1_0_0() {
+fn kernel_add_result_is_in_the_requested_cni_version_while_the_default_network_runs_at_1_0_0() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -817,7 +817,7 @@ fn add_result_is_in_the_requested_cni_version_while_the_default_network_runs_at_
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn add_repeated_without_del_leaves_exactly_one_set_of_interfaces_and_addresses() {
+fn kernel_add_repeated_without_del_leaves_exactly_one_set_of_interfaces_and_addresses() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some("blue"));

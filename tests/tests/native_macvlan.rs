@@ -265,29 +265,29 @@ fn compare_with_reference(case: Case) {
 }
 
 #[test]
-fn bridge_mode_with_host_local_matches_the_reference() {
+fn kernel_bridge_mode_with_host_local_matches_the_reference() {
     compare_with_reference(Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::HostLocal });
 }
 
 #[test]
-fn private_mode_with_static_ipam_and_an_mtu_matches_the_reference() {
+fn kernel_private_mode_with_static_ipam_and_an_mtu_matches_the_reference() {
     let addressing = Addressing::Static { dual_stack: false };
     compare_with_reference(Case { mode: "private", mtu: Some(1400), mac: None, addressing });
 }
 
 #[test]
-fn vepa_mode_dual_stack_with_a_requested_mac_matches_the_reference() {
+fn kernel_vepa_mode_dual_stack_with_a_requested_mac_matches_the_reference() {
     let addressing = Addressing::Static { dual_stack: true };
     compare_with_reference(Case { mode: "vepa", mtu: None, mac: Some("0a:58:0a:28:00:05"), addressing });
 }
 
 #[test]
-fn passthru_mode_layer_2_only_matches_the_reference() {
+fn kernel_passthru_mode_layer_2_only_matches_the_reference() {
     compare_with_reference(Case { mode: "passthru", mtu: None, mac: None, addressing: Addressing::None });
 }
 
 #[test]
-fn bridge_mode_with_mtu_mac_and_host_local_matches_the_reference() {
+fn kernel_bridge_mode_with_mtu_mac_and_host_local_matches_the_reference() {
     let case = Case {
         mode: "bridge",
         mtu: Some(1280),
@@ -298,7 +298,7 @@ fn bridge_mode_with_mtu_mac_and_host_local_matches_the_reference() {
 }
 
 #[test]
-fn check_passes_after_add_and_fails_once_an_address_is_removed_by_hand() {
+fn kernel_check_passes_after_add_and_fails_once_an_address_is_removed_by_hand() {
     let case =
         Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::Static { dual_stack: false } };
     let side = attach(true, &case);
@@ -319,7 +319,7 @@ fn check_passes_after_add_and_fails_once_an_address_is_removed_by_hand() {
 }
 
 #[test]
-fn check_fails_when_the_mode_was_changed_behind_its_back() {
+fn kernel_check_fails_when_the_mode_was_changed_behind_its_back() {
     let case = Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::None };
     let side = attach(true, &case);
     side.pod.ip(&["link", "set", "net1", "type", "macvlan", "mode", "private"]);
@@ -339,7 +339,7 @@ fn assert_fails_with(out: &CniOutput, code: u64, needles: &[&str]) {
 }
 
 #[test]
-fn a_master_that_does_not_exist_fails_clearly_and_leaves_nothing() {
+fn kernel_a_master_that_does_not_exist_fails_clearly_and_leaves_nothing() {
     let case = Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::HostLocal };
     let w = world(true, &case, "nope0");
     let pod = Netns::new("pxmv");
@@ -359,7 +359,7 @@ fn a_master_that_does_not_exist_fails_clearly_and_leaves_nothing() {
 }
 
 #[test]
-fn an_mtu_above_the_masters_fails_with_code_7_and_leaves_nothing() {
+fn kernel_an_mtu_above_the_masters_fails_with_code_7_and_leaves_nothing() {
     let case = Case { mode: "bridge", mtu: Some(9000), mac: None, addressing: Addressing::HostLocal };
     let w = world(true, &case, "up0");
     let pod = Netns::new("pxmv");
@@ -369,7 +369,7 @@ fn an_mtu_above_the_masters_fails_with_code_7_and_leaves_nothing() {
 }
 
 #[test]
-fn an_interface_name_taken_in_the_pod_fails_and_leaves_the_other_interface_alone() {
+fn kernel_an_interface_name_taken_in_the_pod_fails_and_leaves_the_other_interface_alone() {
     let case = Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::HostLocal };
     let w = world(true, &case, "up0");
     let pod = Netns::new("pxmv");
@@ -383,7 +383,7 @@ fn an_interface_name_taken_in_the_pod_fails_and_leaves_the_other_interface_alone
 }
 
 #[test]
-fn del_after_the_pod_namespace_is_gone_still_releases_the_address() {
+fn kernel_del_after_the_pod_namespace_is_gone_still_releases_the_address() {
     let case = Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::HostLocal };
     let side = attach(true, &case);
     assert!(!side.w.ipam_allocations().is_empty());
@@ -414,7 +414,7 @@ fn node_sysctl(w: &World, key: &str, value: &str) {
 }
 
 #[test]
-fn the_new_addresses_are_announced_to_the_neighbours() {
+fn kernel_the_new_addresses_are_announced_to_the_neighbours() {
     let case = Case {
         mode: "bridge",
         mtu: None,
@@ -450,7 +450,7 @@ fn the_new_addresses_are_announced_to_the_neighbours() {
 }
 
 #[test]
-fn link_in_container_puts_the_macvlan_on_a_master_inside_the_pod() {
+fn kernel_link_in_container_puts_the_macvlan_on_a_master_inside_the_pod() {
     // The reference binary in use (v1.1.1) predates linkInContainer: native only.
     let mut w = World::new();
     let config = json!({"cniVersion": "1.0.0", "name": NAD, "plugins": [{
@@ -483,7 +483,7 @@ fn link_in_container_puts_the_macvlan_on_a_master_inside_the_pod() {
 }
 
 #[test]
-fn a_layer_2_network_at_cni_0_2_0_fails_with_code_1_and_leaves_nothing() {
+fn kernel_a_layer_2_network_at_cni_0_2_0_fails_with_code_1_and_leaves_nothing() {
     // 0.2.0 results are IP addresses only: a macvlan without IPAM has nothing to say in them.
     let mut w = World::new();
     master(&w, "up0");
