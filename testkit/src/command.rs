@@ -70,3 +70,22 @@ pub fn try_ip(args: impl Words) -> Result<String> {
 pub fn ip(args: impl Words) -> String {
     or_panic(try_ip(args))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_line_runs_as_a_string_or_as_words() {
+        assert_eq!(run("echo a b"), "a b\n");
+        assert_eq!(run(&["echo", "a b"]), "a b\n");
+    }
+
+    #[test]
+    fn a_failure_carries_what_the_command_printed() {
+        let failed = output(Command::new("sh").args(["-c", "echo nope >&2; exit 3"]));
+        assert!(matches!(&failed, Err(Error::Failed { stderr, .. }) if stderr == "nope"), "{failed:?}");
+        let missing = output(&mut Command::new("/nonexistent/program"));
+        assert!(matches!(missing, Err(Error::Spawn { .. })), "{missing:?}");
+    }
+}
