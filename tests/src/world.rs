@@ -3,13 +3,14 @@
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::fixture::{Bpffs, Netns};
+use plexus_testkit::{assert_nothing_left, files_in, host_local_allocations, Bpffs, Netns, Proc};
+
 use crate::REFERENCE_PLUGINS;
 
 /// The directory of the workspace's built binaries (`target/debug`), next to the test's.
@@ -60,26 +61,16 @@ impl CniOutput {
 
 /// A running `plexus-agent`, killed on drop.
 #[derive(Debug)]
-pub struct Agent {
-    child: Child,
-}
+pub struct Agent(Proc);
 
 impl Agent {
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.0 .0.id()
     }
 
     /// SIGKILL, as a crash would: no cleanup runs.
-    pub fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn kill(self) {
+        drop(self);
     }
 }
 
@@ -114,8 +105,8 @@ impl World {
     /// every pin, when the world goes: after the agent, before the directory. Returns its path.
     pub fn pin_on_own_bpffs(&mut self) -> PathBuf {
         let bpffs = Bpffs::mount(self.path("bpffs"));
-        self.agent_args.extend(["--bpf-pin-dir".into(), bpffs.path.display().to_string()]);
-        let path = bpffs.path.clone();
+        self.agent_args.extend(["--bpf-pin-dir".into(), bpffs.path().display().to_string()]);
+        let path = bpffs.path().to_owned();
         self.bpffs = Some(bpffs);
         path
     }
@@ -187,10 +178,8 @@ impl World {
             .append(true)
             .open(self.path("agent.log"))
             .expect("agent log");
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.node.name])
-            .arg(bin("plexus-agent"))
-            .arg("run")
+        let mut cmd = self.node.command(bin("plexus-agent"));
+        cmd.arg("run")
             .arg("--socket")
             .arg(self.socket())
             .arg("--state-dir")
@@ -214,7 +203,7 @@ impl World {
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log);
         let child = cmd.spawn().expect("starting plexus-agent");
-        self.agent = Some(Agent { child });
+        self.agent = Some(Agent(Proc(child)));
         let deadline = Instant::now() + Duration::from_secs(15);
         while UnixStream::connect(self.socket()).is_err() {
             assert!(Instant::now() < deadline, "agent did not start; log:\n{}", self.agent_log());
@@ -301,23 +290,16 @@ impl World {
 
     /// Attachment records on disk.
     pub fn state_files(&self) -> Vec<String> {
-        list_files(&self.path("state").join("attachments"))
+        files_in(&self.path("state").join("attachments"))
     }
 
     /// Addresses host-local still holds, per network ("net/10.88.0.2").
     pub fn ipam_allocations(&self) -> Vec<String> {
-        // host-local keeps one file per address in <dataDir>/<network name>/.
-        let mut out = Vec::new();
-        for data_dir in list_files(&self.path("ipam")) {
-            for net in list_files(&self.path("ipam").join(&data_dir)) {
-                for f in list_files(&self.path("ipam").join(&data_dir).join(&net)) {
-                    if f != "lock" && !f.starts_with("last_reserved_ip") {
-                        out.push(format!("{net}/{f}"));
-                    }
-                }
-            }
-        }
-        out
+        // Each network of the world has a dataDir of its own below ipam/.
+        files_in(&self.path("ipam"))
+            .into_iter()
+            .flat_map(|data_dir| host_local_allocations(&self.path("ipam").join(data_dir)))
+            .collect()
     }
 
     /// veth ends of pods on the node (a delegate that did not clean up leaves these).
@@ -347,6 +329,12 @@ impl World {
             );
         }
         out
+    }
+
+    /// Fails unless the pods' attachments left nothing behind (see [`World::leftovers`]).
+    #[track_caller]
+    pub fn assert_nothing_left(&self, pods: &[&Netns]) {
+        assert_nothing_left(self.leftovers(pods));
     }
 }
 
@@ -383,12 +371,4 @@ pub fn run_cni(cmd: &mut Command, stdin: &str) -> CniOutput {
         stdout: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
-}
-
-fn list_files(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    v.sort();
-    v
 }

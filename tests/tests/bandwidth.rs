@@ -83,8 +83,9 @@ impl BwWorld {
         self.w.add(&cid(name), &ns, (NS, name)).expect_ok();
         let addr = ns.addresses("net1").into_iter().next().expect("net1 address");
         let addr = addr.split('/').next().unwrap_or_default().to_owned();
-        let server = Command::new("ip")
-            .args(["netns", "exec", &ns.name, "iperf3", "-s", "-p", "5201"])
+        let server = ns
+            .command("iperf3")
+            .args(["-s", "-p", "5201"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -297,22 +298,22 @@ fn rates_hold(nad: fn(&World, &str) -> String, network: &str, client: (&str, &st
 }
 
 #[test]
-fn bridge_attachments_hold_their_rates_both_ways() {
+fn kernel_bridge_attachments_hold_their_rates_both_ways() {
     rates_hold(bridge_nad, "bwbr", ("bwcl0", "10.79.0.200/24"), None);
 }
 
 #[test]
-fn macvlan_attachments_hold_their_rates_both_ways() {
+fn kernel_macvlan_attachments_hold_their_rates_both_ways() {
     rates_hold(macvlan_nad, "bwmv", ("bwm0", "10.80.0.200/24"), None);
 }
 
 #[test]
-fn kubelets_huge_burst_does_not_break_the_rate() {
+fn kernel_kubelets_huge_burst_does_not_break_the_rate() {
     rates_hold(bridge_nad, "bwbr", ("bwcl0", "10.79.0.200/24"), Some(KUBELET_BURST));
 }
 
 #[test]
-fn limits_change_in_place_without_recreating_the_pod() {
+fn kernel_limits_change_in_place_without_recreating_the_pod() {
     let _serial = TRAFFIC.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut t = BwWorld::new();
     let client = t.client("bwcl0", "10.79.0.200/24");
@@ -350,7 +351,7 @@ fn limits_change_in_place_without_recreating_the_pod() {
 /// mapping and its limit both apply (iperf3 reaches the pod through hostIP:hostPort, at the
 /// limited rate), and DEL removes both.
 #[test]
-fn native_macvlan_serves_port_mappings_and_bandwidth_itself() {
+fn kernel_native_macvlan_serves_port_mappings_and_bandwidth_itself() {
     let _serial = TRAFFIC.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut t = BwWorld::new();
     let client = t.client("bwm0", "10.80.0.200/24");
@@ -411,7 +412,7 @@ fn native_macvlan_serves_port_mappings_and_bandwidth_itself() {
 /// except when the pod limits its ingress: then through the veth's transmit path, where the
 /// limit applies. Both chained plugins, one pod limited and one not.
 #[test]
-fn port_mapped_traffic_counts_against_the_ingress_limit() {
+fn kernel_port_mapped_traffic_counts_against_the_ingress_limit() {
     let _serial = TRAFFIC.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut t = BwWorld::new();
     let client = t.client("bwcl0", "10.79.0.200/24");

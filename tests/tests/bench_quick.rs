@@ -6,9 +6,11 @@
 //! because it runs target/debug/xtask; running cargo from inside `cargo test` would wait on
 //! the build lock the test run holds.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+use plexus_testkit::{files_in, owner};
 use plexus_tests::world::bin;
 use serde_json::Value;
 
@@ -17,7 +19,7 @@ fn num(v: &Value) -> Option<f64> {
 }
 
 #[test]
-fn bench_quick_cni_writes_complete_sane_results() {
+fn kernel_bench_quick_cni_writes_complete_sane_results() {
     let xtask = bin("xtask");
     let bin_dir = bin("plexus-agent").parent().expect("binary directory").to_owned();
     assert!(bin_dir.join("plexus").exists(), "the plexus shim is missing: run `cargo build --workspace`");
@@ -128,11 +130,11 @@ fn bench_quick_cni_writes_complete_sane_results() {
         assert!(svg.starts_with("<svg") && svg.contains("plexus"), "{chart} is not a chart");
     }
 
-    // Nothing of the run is left: namespaces, cgroups, mounts.
+    // Nothing of the run is left: namespaces (named by plexus-testkit), cgroups, mounts.
+    let netns: Vec<String> =
+        files_in(Path::new("/run/netns")).into_iter().filter(|n| owner(n) == Some(pid)).collect();
+    assert_eq!(netns, Vec::<String>::new(), "namespaces left behind");
     let ours = format!("pxb{pid}-");
-    let netns = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
-    let netns = String::from_utf8_lossy(&netns.stdout);
-    assert!(!netns.contains(&ours), "namespaces left behind:\n{netns}");
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     assert!(!mounts.contains(&format!("pxbench-{pid}-")), "mounts left behind");
     for root in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {

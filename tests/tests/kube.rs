@@ -26,6 +26,7 @@ use plexus_cni_shim::{Request, Response};
 use plexus_tests::test_apiserver::{
     nad, pod, rbac, RequestRecord, ServerOptions, TestApiServer, EVENTS, NADS, PODS,
 };
+use plexus_tests::Proc;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
@@ -733,16 +734,6 @@ fn declared_api_access_equals_the_deploy_cluster_role() {
     assert_eq!(granted, declared);
 }
 
-/// A child process killed when the test ends, also when it fails.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn http_get(addr: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
@@ -757,7 +748,7 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
 /// exists and the caches are synced, metrics on its port, its CNI config left in place on
 /// SIGTERM.
 #[test]
-fn the_agent_process_runs_with_the_kubernetes_catalog() {
+fn kernel_the_agent_process_runs_with_the_kubernetes_catalog() {
     let server = server_with(true);
     server.apply(nad("ns1", "net-a", Some(BRIDGE)));
     server.apply(pod("ns1", "p", NODE, &[]));
@@ -775,7 +766,7 @@ fn the_agent_process_runs_with_the_kubernetes_catalog() {
     // in it, keeps its socket hooks away from the machine's processes. It stays in the
     // machine's network namespace to reach the test API server on loopback.
     let cgroup = TestCgroup::new();
-    let mut agent = KillOnDrop(
+    let mut agent = Proc(
         std::process::Command::new("unshare")
             .args(["--mount", "--propagation", "private"])
             .arg(plexus_tests::world::bin("plexus-agent"))

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use plexus_tests::world::{bin, run_cni};
-use plexus_tests::{CniOutput, Netns, World, REFERENCE_PLUGINS};
+use plexus_tests::{status_of, CniOutput, Netns, World, REFERENCE_PLUGINS};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
@@ -74,11 +74,6 @@ fn assert_in_subnet(addr: &str, prefix: &str) {
     assert!(addr.starts_with(prefix) && addr.ends_with("/24"), "{addr} is not in {prefix}0/24");
 }
 
-#[track_caller]
-fn assert_nothing_left(w: &World, pods: &[&Netns]) {
-    assert_eq!(w.leftovers(pods), Vec::<String>::new(), "left behind");
-}
-
 /// A CNI error with `code` whose message holds every one of `needles` (what went wrong and
 /// what to do about it).
 #[track_caller]
@@ -91,17 +86,6 @@ fn assert_cni_error(out: &CniOutput, code: u64, needles: &[&str]) {
     for needle in needles {
         assert!(text.contains(needle), "error {code} does not mention {needle:?}: {text}");
     }
-}
-
-/// The status entry of one interface.
-#[track_caller]
-fn status_of<'a>(status: &'a Value, ifname: &str) -> &'a Value {
-    status
-        .as_array()
-        .expect("network-status is a list")
-        .iter()
-        .find(|e| e["interface"] == ifname)
-        .unwrap_or_else(|| panic!("no status entry for {ifname}: {status:#}"))
 }
 
 #[track_caller]
@@ -171,7 +155,7 @@ fn state_record(w: &World, cid: &str) -> Value {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn add_check_del_of_a_pod_on_two_bridges_and_a_macvlan_attaches_everything_and_leaves_nothing() {
+fn kernel_add_check_del_of_a_pod_on_two_bridges_and_a_macvlan_attaches_everything_and_leaves_nothing() {
     let mut w = World::new();
     macvlan_master(&w, "up0");
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -242,7 +226,7 @@ fn add_check_del_of_a_pod_on_two_bridges_and_a_macvlan_attaches_everything_and_l
 
     w.del("c1", &pod1, (NS, "p1")).expect_ok();
     w.del("c2", &pod2, (NS, "p2")).expect_ok();
-    assert_nothing_left(&w, &[&pod1, &pod2]);
+    w.assert_nothing_left(&[&pod1, &pod2]);
     // DEL is idempotent: nothing recorded, nothing to do, no error.
     w.del("c1", &pod1, (NS, "p1")).expect_ok();
 }
@@ -252,7 +236,7 @@ fn add_check_del_of_a_pod_on_two_bridges_and_a_macvlan_attaches_everything_and_l
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn same_network_selected_twice_gives_two_interfaces_two_status_entries_and_two_addresses() {
+fn kernel_same_network_selected_twice_gives_two_interfaces_two_status_entries_and_two_addresses() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some("blue,blue"));
@@ -277,7 +261,7 @@ fn same_network_selected_twice_gives_two_interfaces_two_status_entries_and_two_a
 
     w.cni("CHECK", "c1", &pod, (NS, "p")).expect_ok();
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -285,7 +269,7 @@ fn same_network_selected_twice_gives_two_interfaces_two_status_entries_and_two_a
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn failing_second_attachment_rolls_back_the_first_and_the_default_and_leaves_nothing() {
+fn kernel_failing_second_attachment_rolls_back_the_first_and_the_default_and_leaves_nothing() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_nad(NS, "bad", Some(&macvlan_config(&w, "bad", "nonexistent0", "10.20.0.0/24")));
@@ -308,11 +292,11 @@ fn failing_second_attachment_rolls_back_the_first_and_the_default_and_leaves_not
     assert_eq!(w.ipam_allocations(), Vec::<String>::new());
     assert_eq!(w.state_files(), Vec::<String>::new());
     assert_eq!(w.node_veths(), Vec::<String>::new());
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn attachment_whose_plugin_fails_halfway_is_still_undone_by_the_rollback() {
+fn kernel_attachment_whose_plugin_fails_halfway_is_still_undone_by_the_rollback() {
     let mut w = World::new();
     // A /30 with the gateway taken holds one address: the second attachment's bridge ADD
     // creates its veth, then host-local runs out and the ADD fails with the veth in place.
@@ -325,7 +309,7 @@ fn attachment_whose_plugin_fails_halfway_is_still_undone_by_the_rollback() {
 
     assert!(!out.ok(), "a /30 served two attachments: {}", out.stdout);
     assert!(out.msg().contains("attachment default/tiny"), "{}", out.msg());
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -333,7 +317,7 @@ fn attachment_whose_plugin_fails_halfway_is_still_undone_by_the_rollback() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn failing_delegate_del_does_not_stop_the_others_stays_recorded_and_the_next_del_finishes() {
+fn kernel_failing_delegate_del_does_not_stop_the_others_stays_recorded_and_the_next_del_finishes() {
     let mut w = World::new();
     let green_config = w.bridge_config("green", "br-green", "10.10.2.0/24", true);
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -375,7 +359,7 @@ fn failing_delegate_del_does_not_stop_the_others_stays_recorded_and_the_next_del
     std::fs::remove_file(&data_dir).unwrap();
     std::fs::rename(&aside, &data_dir).unwrap();
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -383,7 +367,7 @@ fn failing_delegate_del_does_not_stop_the_others_stays_recorded_and_the_next_del
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn agent_killed_and_restarted_between_add_and_del_still_checks_and_deletes_everything() {
+fn kernel_agent_killed_and_restarted_between_add_and_del_still_checks_and_deletes_everything() {
     let mut w = World::new();
     macvlan_master(&w, "up0");
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -399,11 +383,11 @@ fn agent_killed_and_restarted_between_add_and_del_still_checks_and_deletes_every
 
     w.cni("CHECK", "c1", &pod, (NS, "p")).expect_ok();
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn del_after_the_pod_namespace_is_gone_still_releases_everything() {
+fn kernel_del_after_the_pod_namespace_is_gone_still_releases_everything() {
     let mut w = World::new();
     macvlan_master(&w, "up0");
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -433,7 +417,7 @@ fn del_after_the_pod_namespace_is_gone_still_releases_everything() {
     while !w.node_veths().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert_nothing_left(&w, &[]);
+    w.assert_nothing_left(&[]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -441,7 +425,7 @@ fn del_after_the_pod_namespace_is_gone_still_releases_everything() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels_leave_nothing() {
+fn kernel_fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels_leave_nothing() {
     const PODS: usize = 50;
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -494,7 +478,7 @@ fn fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels_leave_
         out.expect_ok();
     }
     let netns: Vec<&Netns> = pods.iter().map(|(_, ns)| ns).collect();
-    assert_nothing_left(&w, &netns);
+    w.assert_nothing_left(&netns);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -502,7 +486,7 @@ fn fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels_leave_
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
+fn kernel_status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some("blue"));
@@ -520,7 +504,7 @@ fn status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
     let pod = Netns::new("pxpod");
     // A pod cannot start without the default network; the runtime should come back later.
     assert_cni_error(&w.add("c1", &pod, (NS, "p")), 11, &["default network is not ready"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 
     // The network coming back is seen without a restart.
     std::fs::write(&conf, saved).unwrap();
@@ -532,7 +516,7 @@ fn status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn gc_tears_down_every_attachment_not_listed_and_keeps_the_listed_one_working() {
+fn kernel_gc_tears_down_every_attachment_not_listed_and_keeps_the_listed_one_working() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     let pods: Vec<(String, String, Netns)> = (1..=3)
@@ -568,11 +552,11 @@ fn gc_tears_down_every_attachment_not_listed_and_keeps_the_listed_one_working() 
 
     w.del(kept_cid, kept, (NS, kept_name)).expect_ok();
     let all: Vec<&Netns> = pods.iter().map(|(_, _, ns)| ns).collect();
-    assert_nothing_left(&w, &all);
+    w.assert_nothing_left(&all);
 }
 
 #[test]
-fn gc_with_a_config_older_than_1_1_0_is_refused_and_removes_nothing() {
+fn kernel_gc_with_a_config_older_than_1_1_0_is_refused_and_removes_nothing() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -590,7 +574,7 @@ fn gc_with_a_config_older_than_1_1_0_is_refused_and_removes_nothing() {
     assert_eq!(sorted_links(&pod), ["eth0", "lo"]);
     assert_eq!(w.state_files(), ["c1@eth0.json"]);
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -598,7 +582,7 @@ fn gc_with_a_config_older_than_1_1_0_is_refused_and_removes_nothing() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn invalid_annotation_in_strict_mode_fails_the_add_with_code_7() {
+fn kernel_invalid_annotation_in_strict_mode_fails_the_add_with_code_7() {
     let mut w = World::new();
     w.agent_args.push("--strict-annotations".into());
     w.write_nad(NS, "blue", Some(&blue(&w)));
@@ -613,11 +597,11 @@ fn invalid_annotation_in_strict_mode_fails_the_add_with_code_7() {
         7,
         &["invalid k8s.v1.cni.cncf.io/networks annotation", "not valid JSON", "default/p"],
     );
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn invalid_annotation_in_default_mode_attaches_the_default_network_only_and_records_an_event() {
+fn kernel_invalid_annotation_in_default_mode_attaches_the_default_network_only_and_records_an_event() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some(r#"[{"name": "blue""#));
@@ -633,11 +617,11 @@ fn invalid_annotation_in_default_mode_attaches_the_default_network_only_and_reco
     let events = w.events(NS, "p");
     assert!(events.contains("InvalidNetworksAnnotation") && events.contains("not valid JSON"), "{events}");
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn selecting_a_network_without_nad_fails_with_code_7_naming_it() {
+fn kernel_selecting_a_network_without_nad_fails_with_code_7_naming_it() {
     let mut w = World::new();
     w.write_pod(NS, "p", Some("missing"));
     w.start_agent();
@@ -647,11 +631,11 @@ fn selecting_a_network_without_nad_fails_with_code_7_naming_it() {
 
     assert_cni_error(&out, 7, &["network default/missing does not exist", "create it"]);
     assert!(w.events(NS, "p").contains("NetworkRefused"), "{}", w.events(NS, "p"));
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn requesting_ips_on_a_network_whose_plugins_lack_the_capability_fails_with_code_7() {
+fn kernel_requesting_ips_on_a_network_whose_plugins_lack_the_capability_fails_with_code_7() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some(r#"[{"name": "blue", "ips": ["10.10.1.50/24"]}]"#));
@@ -661,11 +645,11 @@ fn requesting_ips_on_a_network_whose_plugins_lack_the_capability_fails_with_code
     let out = w.add("c1", &pod, (NS, "p"));
 
     assert_cni_error(&out, 7, &["default/blue", "\"ips\"", "\"capabilities\": {\"ips\": true}"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn invalid_cni_config_in_the_nad_fails_with_code_7_saying_what_is_wrong() {
+fn kernel_invalid_cni_config_in_the_nad_fails_with_code_7_saying_what_is_wrong() {
     let mut w = World::new();
     w.write_nad(NS, "broken", Some("{not json"));
     w.write_nad(NS, "typeless", Some(r#"{"cniVersion": "1.0.0", "name": "typeless"}"#));
@@ -680,11 +664,11 @@ fn invalid_cni_config_in_the_nad_fails_with_code_7_saying_what_is_wrong() {
 
     assert_cni_error(&broken, 7, &["default/broken", "spec.config is invalid", "not valid JSON"]);
     assert_cni_error(&typeless, 7, &["default/typeless", "no \"type\"", "say which plugin binary to run"]);
-    assert_nothing_left(&w, &[&pod1, &pod2]);
+    w.assert_nothing_left(&[&pod1, &pod2]);
 }
 
 #[test]
-fn agent_down_is_try_again_later_naming_the_socket() {
+fn kernel_agent_down_is_try_again_later_naming_the_socket() {
     let w = World::new();
     let pod = Netns::new("pxpod");
 
@@ -692,11 +676,11 @@ fn agent_down_is_try_again_later_naming_the_socket() {
 
     let socket = w.socket().display().to_string();
     assert_cni_error(&out, 11, &[&format!("not reachable at {socket}"), "start the plexus agent"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn nonexistent_plugin_type_fails_with_code_7_and_rolls_back_the_default_network() {
+fn kernel_nonexistent_plugin_type_fails_with_code_7_and_rolls_back_the_default_network() {
     let mut w = World::new();
     w.write_nad(
         NS,
@@ -710,11 +694,11 @@ fn nonexistent_plugin_type_fails_with_code_7_and_rolls_back_the_default_network(
     let out = w.add("c1", &pod, (NS, "p"));
 
     assert_cni_error(&out, 7, &["default/ghost", "\"nonexistent-plugin\" was not found", "install it"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn stdin_that_is_not_json_is_a_decode_failure() {
+fn kernel_stdin_that_is_not_json_is_a_decode_failure() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -724,11 +708,11 @@ fn stdin_that_is_not_json_is_a_decode_failure() {
     let out = shim_with_default_socket(&w, &env, "cniVersion: 1.0.0");
 
     assert_cni_error(&out, 6, &["not valid JSON"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn missing_cni_containerid_is_invalid_environment() {
+fn kernel_missing_cni_containerid_is_invalid_environment() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -739,11 +723,11 @@ fn missing_cni_containerid_is_invalid_environment() {
     let out = shim_env(&w, &env, &w.plexus_config("1.0.0"));
 
     assert_cni_error(&out, 4, &["CNI_CONTAINERID is required"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn unsupported_cni_version_is_incompatible_version_listing_the_supported_ones() {
+fn kernel_unsupported_cni_version_is_incompatible_version_listing_the_supported_ones() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -753,11 +737,11 @@ fn unsupported_cni_version_is_incompatible_version_listing_the_supported_ones() 
     let out = shim_env(&w, &env, &w.plexus_config("9.9.9"));
 
     assert_cni_error(&out, 1, &["\"9.9.9\" is not supported", "use one of", "1.1.0"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn pod_missing_from_the_catalog_is_try_again_later() {
+fn kernel_pod_missing_from_the_catalog_is_try_again_later() {
     let mut w = World::new();
     w.start_agent();
     let pod = Netns::new("pxpod");
@@ -765,11 +749,11 @@ fn pod_missing_from_the_catalog_is_try_again_later() {
     let out = w.add("c1", &pod, (NS, "unknown-pod"));
 
     assert_cni_error(&out, 11, &["pod default/unknown-pod is not known", "retry"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn network_of_a_namespace_not_allowed_fails_with_code_7_mentioning_allow_namespace() {
+fn kernel_network_of_a_namespace_not_allowed_fails_with_code_7_mentioning_allow_namespace() {
     let mut w = World::new();
     w.write_nad("other", "blue", Some(&blue(&w)));
     w.write_pod("team-a", "p", Some("other/blue"));
@@ -779,7 +763,7 @@ fn network_of_a_namespace_not_allowed_fails_with_code_7_mentioning_allow_namespa
     let out = w.add("c1", &pod, ("team-a", "p"));
 
     assert_cni_error(&out, 7, &["other/blue", "--allow-namespace"]);
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -787,7 +771,7 @@ fn network_of_a_namespace_not_allowed_fails_with_code_7_mentioning_allow_namespa
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn add_result_is_in_the_requested_cni_version_while_the_default_network_runs_at_1_0_0() {
+fn kernel_add_result_is_in_the_requested_cni_version_while_the_default_network_runs_at_1_0_0() {
     let mut w = World::new();
     w.write_pod(NS, "p", None);
     w.start_agent();
@@ -824,7 +808,7 @@ fn add_result_is_in_the_requested_cni_version_while_the_default_network_runs_at_
         assert_eq!(record["attachments"][0]["delegate"]["list"]["cniVersion"], "1.0.0");
         assert_eq!(record["attachments"][0]["result"]["cniVersion"], "1.0.0");
         w.cni_versioned("DEL", &cid, &pod, (NS, "p"), version).expect_ok();
-        assert_nothing_left(&w, &[&pod]);
+        w.assert_nothing_left(&[&pod]);
     }
 }
 
@@ -833,7 +817,7 @@ fn add_result_is_in_the_requested_cni_version_while_the_default_network_runs_at_
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn add_repeated_without_del_leaves_exactly_one_set_of_interfaces_and_addresses() {
+fn kernel_add_repeated_without_del_leaves_exactly_one_set_of_interfaces_and_addresses() {
     let mut w = World::new();
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some("blue"));
@@ -857,5 +841,5 @@ fn add_repeated_without_del_leaves_exactly_one_set_of_interfaces_and_addresses()
     w.cni("CHECK", "c1", &pod, (NS, "p")).expect_ok();
 
     w.del("c1", &pod, (NS, "p")).expect_ok();
-    assert_nothing_left(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use plexus_tests::{CniOutput, Netns, World};
+use plexus_tests::{status_of, CniOutput, Netns, World};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
@@ -138,12 +138,7 @@ struct Side {
 }
 
 fn status_entry(w: &World) -> Value {
-    let status = w.network_status(NS, POD);
-    status
-        .as_array()
-        .and_then(|entries| entries.iter().find(|e| e["interface"] == "net1"))
-        .cloned()
-        .unwrap_or_else(|| panic!("no network-status entry for net1: {status:#}"))
+    status_of(&w.network_status(NS, POD), "net1").clone()
 }
 
 fn attach(native: bool, case: &Case) -> Side {
@@ -244,11 +239,6 @@ fn differences_between(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) 
     }
 }
 
-#[track_caller]
-fn assert_nothing_left(w: &World, pod: &Netns) {
-    assert_eq!(w.leftovers(&[pod]), Vec::<String>::new(), "left behind");
-}
-
 /// ADD on both sides, compare, DEL on both sides, nothing left.
 fn compare_with_reference(case: Case) {
     let native = attach(true, &case);
@@ -268,36 +258,36 @@ fn compare_with_reference(case: Case) {
     assert!(native.w.agent_log().contains("run natively: macvlan"), "{}", native.w.agent_log());
     for side in [&native, &reference] {
         side.w.del("c1", &side.pod, (NS, POD)).expect_ok();
-        assert_nothing_left(&side.w, &side.pod);
+        side.w.assert_nothing_left(&[&side.pod]);
         // DEL again: idempotent.
         side.w.del("c1", &side.pod, (NS, POD)).expect_ok();
     }
 }
 
 #[test]
-fn bridge_mode_with_host_local_matches_the_reference() {
+fn kernel_bridge_mode_with_host_local_matches_the_reference() {
     compare_with_reference(Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::HostLocal });
 }
 
 #[test]
-fn private_mode_with_static_ipam_and_an_mtu_matches_the_reference() {
+fn kernel_private_mode_with_static_ipam_and_an_mtu_matches_the_reference() {
     let addressing = Addressing::Static { dual_stack: false };
     compare_with_reference(Case { mode: "private", mtu: Some(1400), mac: None, addressing });
 }
 
 #[test]
-fn vepa_mode_dual_stack_with_a_requested_mac_matches_the_reference() {
+fn kernel_vepa_mode_dual_stack_with_a_requested_mac_matches_the_reference() {
     let addressing = Addressing::Static { dual_stack: true };
     compare_with_reference(Case { mode: "vepa", mtu: None, mac: Some("0a:58:0a:28:00:05"), addressing });
 }
 
 #[test]
-fn passthru_mode_layer_2_only_matches_the_reference() {
+fn kernel_passthru_mode_layer_2_only_matches_the_reference() {
     compare_with_reference(Case { mode: "passthru", mtu: None, mac: None, addressing: Addressing::None });
 }
 
 #[test]
-fn bridge_mode_with_mtu_mac_and_host_local_matches_the_reference() {
+fn kernel_bridge_mode_with_mtu_mac_and_host_local_matches_the_reference() {
     let case = Case {
         mode: "bridge",
         mtu: Some(1280),
@@ -308,7 +298,7 @@ fn bridge_mode_with_mtu_mac_and_host_local_matches_the_reference() {
 }
 
 #[test]
-fn check_passes_after_add_and_fails_once_an_address_is_removed_by_hand() {
+fn kernel_check_passes_after_add_and_fails_once_an_address_is_removed_by_hand() {
     let case =
         Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::Static { dual_stack: false } };
     let side = attach(true, &case);
@@ -325,18 +315,18 @@ fn check_passes_after_add_and_fails_once_an_address_is_removed_by_hand() {
     );
 
     side.w.del("c1", &side.pod, (NS, POD)).expect_ok();
-    assert_nothing_left(&side.w, &side.pod);
+    side.w.assert_nothing_left(&[&side.pod]);
 }
 
 #[test]
-fn check_fails_when_the_mode_was_changed_behind_its_back() {
+fn kernel_check_fails_when_the_mode_was_changed_behind_its_back() {
     let case = Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::None };
     let side = attach(true, &case);
     side.pod.ip(&["link", "set", "net1", "type", "macvlan", "mode", "private"]);
     let check = side.w.cni("CHECK", "c1", &side.pod, (NS, POD));
     assert!(check.msg().contains("mode private does not match expected value: bridge"), "{}", check.stdout);
     side.w.del("c1", &side.pod, (NS, POD)).expect_ok();
-    assert_nothing_left(&side.w, &side.pod);
+    side.w.assert_nothing_left(&[&side.pod]);
 }
 
 #[track_caller]
@@ -349,14 +339,14 @@ fn assert_fails_with(out: &CniOutput, code: u64, needles: &[&str]) {
 }
 
 #[test]
-fn a_master_that_does_not_exist_fails_clearly_and_leaves_nothing() {
+fn kernel_a_master_that_does_not_exist_fails_clearly_and_leaves_nothing() {
     let case = Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::HostLocal };
     let w = world(true, &case, "nope0");
     let pod = Netns::new("pxmv");
     let out = w.add("c1", &pod, (NS, POD));
     // The reference's words first, then what to do about it.
     assert_fails_with(&out, 7, &["failed to lookup master \"nope0\": Link not found", "set \"master\""]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 
     // The reference fails too, with its code and without the advice, which also shows that
     // --exec-plugin took effect.
@@ -365,21 +355,21 @@ fn a_master_that_does_not_exist_fails_clearly_and_leaves_nothing() {
     let out = w.add("c1", &pod, (NS, POD));
     assert_fails_with(&out, 999, &["Link not found"]);
     assert!(!out.msg().contains("set \"master\""), "{}", out.stdout);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn an_mtu_above_the_masters_fails_with_code_7_and_leaves_nothing() {
+fn kernel_an_mtu_above_the_masters_fails_with_code_7_and_leaves_nothing() {
     let case = Case { mode: "bridge", mtu: Some(9000), mac: None, addressing: Addressing::HostLocal };
     let w = world(true, &case, "up0");
     let pod = Netns::new("pxmv");
     let out = w.add("c1", &pod, (NS, POD));
     assert_fails_with(&out, 7, &["invalid MTU 9000", "master MTU(1500)"]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn an_interface_name_taken_in_the_pod_fails_and_leaves_the_other_interface_alone() {
+fn kernel_an_interface_name_taken_in_the_pod_fails_and_leaves_the_other_interface_alone() {
     let case = Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::HostLocal };
     let w = world(true, &case, "up0");
     let pod = Netns::new("pxmv");
@@ -389,11 +379,11 @@ fn an_interface_name_taken_in_the_pod_fails_and_leaves_the_other_interface_alone
     assert_fails_with(&out, 7, &["net1 already exists", "another interface name"]);
     assert!(pod.link_names().contains(&"net1".to_owned()), "the pod's own net1 must survive the undo");
     pod.ip(&["link", "del", "net1"]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn del_after_the_pod_namespace_is_gone_still_releases_the_address() {
+fn kernel_del_after_the_pod_namespace_is_gone_still_releases_the_address() {
     let case = Case { mode: "bridge", mtu: None, mac: None, addressing: Addressing::HostLocal };
     let side = attach(true, &case);
     assert!(!side.w.ipam_allocations().is_empty());
@@ -424,7 +414,7 @@ fn node_sysctl(w: &World, key: &str, value: &str) {
 }
 
 #[test]
-fn the_new_addresses_are_announced_to_the_neighbours() {
+fn kernel_the_new_addresses_are_announced_to_the_neighbours() {
     let case = Case {
         mode: "bridge",
         mtu: None,
@@ -456,11 +446,11 @@ fn the_new_addresses_are_announced_to_the_neighbours() {
     }
 
     w.del("c1", &pod, (NS, POD)).expect_ok();
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn link_in_container_puts_the_macvlan_on_a_master_inside_the_pod() {
+fn kernel_link_in_container_puts_the_macvlan_on_a_master_inside_the_pod() {
     // The reference binary in use (v1.1.1) predates linkInContainer: native only.
     let mut w = World::new();
     let config = json!({"cniVersion": "1.0.0", "name": NAD, "plugins": [{
@@ -489,11 +479,11 @@ fn link_in_container_puts_the_macvlan_on_a_master_inside_the_pod() {
     w.del("c1", &pod, (NS, POD)).expect_ok();
     assert!(pod.link_names().contains(&"up1".to_owned()), "DEL must leave the master alone");
     pod.ip(&["link", "del", "up1"]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn a_layer_2_network_at_cni_0_2_0_fails_with_code_1_and_leaves_nothing() {
+fn kernel_a_layer_2_network_at_cni_0_2_0_fails_with_code_1_and_leaves_nothing() {
     // 0.2.0 results are IP addresses only: a macvlan without IPAM has nothing to say in them.
     let mut w = World::new();
     master(&w, "up0");
@@ -504,5 +494,5 @@ fn a_layer_2_network_at_cni_0_2_0_fails_with_code_1_and_leaves_nothing() {
     let pod = Netns::new("pxmv");
     let out = w.add("c1", &pod, (NS, POD));
     assert_fails_with(&out, 1, &["use cniVersion 0.3.0 or later"]);
-    assert_nothing_left(&w, &pod);
+    w.assert_nothing_left(&[&pod]);
 }

@@ -216,8 +216,10 @@ impl PmWorld {
     }
 
     fn serve(&self, ns: &Netns, name: &str, port: u16) -> Proc {
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, python(), &self.script(), "serve", name, &port.to_string()])
+        let child = ns
+            .command(python())
+            .arg(self.script())
+            .args(["serve", name, &port.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -394,7 +396,7 @@ fn assert_reaches(t: &PmWorld, from: &str, hosts: &[&str], tcp_port: u16, udp_po
 }
 
 #[test]
-fn bridge_tcp_udp_ipv4_ipv6_several_mappings_and_del_removes_everything() {
+fn kernel_bridge_tcp_udp_ipv4_ipv6_several_mappings_and_del_removes_everything() {
     let mut t = PmWorld::new();
     t.w.write_nad(NS, "pmbr", Some(&bridge_nad(&t.w, "pmbr")));
     t.w.start_agent();
@@ -465,7 +467,7 @@ fn restart_and_expect_only_socket_hooks(t: &mut PmWorld) {
 }
 
 #[test]
-fn bridge_node_local_clients_hairpin_and_pod_to_pod() {
+fn kernel_bridge_node_local_clients_hairpin_and_pod_to_pod() {
     let mut t = PmWorld::new();
     t.w.write_nad(NS, "pmbr", Some(&bridge_nad(&t.w, "pmbr")));
     t.w.start_agent();
@@ -489,7 +491,7 @@ fn bridge_node_local_clients_hairpin_and_pod_to_pod() {
 }
 
 #[test]
-fn macvlan_with_the_host_ip_on_the_master() {
+fn kernel_macvlan_with_the_host_ip_on_the_master() {
     let mut t = PmWorld::new();
     t.w.write_nad(NS, "pmmv", Some(&macvlan_nad(&t.w, "pmmv")));
     let client = t.client("pmm0", &["10.78.0.200/24", "fd00:78::c8/64"]);
@@ -509,7 +511,7 @@ fn macvlan_with_the_host_ip_on_the_master() {
 }
 
 #[test]
-fn macvlan_with_a_host_side_macvlan_serves_node_and_hairpin() {
+fn kernel_macvlan_with_a_host_side_macvlan_serves_node_and_hairpin() {
     let mut t = PmWorld::new();
     t.w.write_nad(NS, "pmmv", Some(&macvlan_nad(&t.w, "pmmv")));
     let client = t.client("pmm0", &["10.78.0.200/24", "fd00:78::c8/64"]);
@@ -530,7 +532,7 @@ fn macvlan_with_a_host_side_macvlan_serves_node_and_hairpin() {
 }
 
 #[test]
-fn conflicts_name_the_pod_holding_the_port_and_a_network_without_host_address_fails() {
+fn kernel_conflicts_name_the_pod_holding_the_port_and_a_network_without_host_address_fails() {
     let mut t = PmWorld::new();
     t.w.write_nad(NS, "pmbr", Some(&bridge_nad(&t.w, "pmbr")));
     t.w.write_nad(NS, "pmmv", Some(&macvlan_nad(&t.w, "pmmv")));
@@ -565,7 +567,7 @@ fn conflicts_name_the_pod_holding_the_port_and_a_network_without_host_address_fa
 }
 
 #[test]
-fn agent_restart_keeps_a_running_stream_and_reconciles_the_maps() {
+fn kernel_agent_restart_keeps_a_running_stream_and_reconciles_the_maps() {
     let mut t = PmWorld::new();
     t.w.write_nad(NS, "pmbr", Some(&bridge_nad(&t.w, "pmbr")));
     t.w.start_agent();

@@ -3,10 +3,11 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use plexus_testkit::{Bpffs, Netns, Proc};
 use serde_json::Value;
 
 use crate::util::{is_root, output, root};
@@ -18,31 +19,23 @@ const PODS: &[&str] = &["pod-a", "pod-b", "pod-c"];
 /// Everything the demo created; dropping it removes all of it, also after a failure.
 struct Demo {
     base: PathBuf,
-    agent: Option<Child>,
-    namespaces: Vec<String>,
+    agent: Option<Proc>,
+    namespaces: Vec<Netns>,
     /// Servers running in pods.
-    children: Vec<Child>,
+    children: Vec<Proc>,
     /// The bpffs the agent pins its eBPF objects on (unmounted last: that releases them).
-    bpffs: Option<PathBuf>,
+    bpffs: Option<Bpffs>,
 }
 
 impl Drop for Demo {
     fn drop(&mut self) {
-        if let Some(mut a) = self.agent.take() {
-            let _ = a.kill();
-            let _ = a.wait();
+        self.agent.take();
+        self.children.clear();
+        while self.namespaces.pop().is_some() {}
+        self.bpffs.take();
+        if let Err(e) = std::fs::remove_dir_all(&self.base) {
+            eprintln!("could not remove {}: {e}", self.base.display());
         }
-        for mut c in self.children.drain(..) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for ns in self.namespaces.drain(..).rev() {
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        }
-        if let Some(bpffs) = self.bpffs.take() {
-            let _ = Command::new("umount").arg("-l").arg(&bpffs).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.base);
     }
 }
 
@@ -69,10 +62,7 @@ pub fn run() -> anyhow::Result<()> {
 
     // The agent runs under `ip netns exec`, which hides /sys/fs/bpf: its eBPF objects are
     // pinned on a bpffs of the demo's own.
-    let bpffs = demo.base.join("bpffs");
-    std::fs::create_dir_all(&bpffs).context("creating the demo's bpffs directory")?;
-    output(Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&bpffs))?;
-    demo.bpffs = Some(bpffs);
+    demo.bpffs = Some(Bpffs::try_mount(demo.base.join("bpffs"))?);
     step("node", "a network namespace stands in for the node; the agent runs in it");
     add_netns(&mut demo, NODE)?;
     start_agent(&mut demo, &bin)?;
@@ -190,6 +180,9 @@ fn step(name: &str, what: &str) {
 }
 
 fn clean_previous_run() {
+    // A killed run left its bpffs mounted (a run that ended unmounted it: then this fails,
+    // which is fine); the directory cannot go while it is.
+    let _ = Command::new("umount").arg("-l").arg(format!("{BASE}/bpffs")).stderr(Stdio::null()).status();
     let _ = std::fs::remove_dir_all(BASE);
     if let Ok(list) = output(Command::new("ip").args(["netns", "list"])) {
         for ns in
@@ -201,9 +194,7 @@ fn clean_previous_run() {
 }
 
 fn add_netns(demo: &mut Demo, name: &str) -> anyhow::Result<()> {
-    output(Command::new("ip").args(["netns", "add", name]))?;
-    demo.namespaces.push(name.to_owned());
-    output(Command::new("ip").args(["-n", name, "link", "set", "lo", "up"]))?;
+    demo.namespaces.push(Netns::try_named(name)?);
     Ok(())
 }
 
@@ -228,7 +219,7 @@ fn start_agent(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         .stderr(log)
         .spawn()
         .context("starting plexus-agent")?;
-    demo.agent = Some(child);
+    demo.agent = Some(Proc(child));
     wait_for(&base.join("plexus.sock"), Duration::from_secs(10))
 }
 
@@ -312,7 +303,7 @@ fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         .spawn()
         .context("starting a server in pod-a")?;
     let stdout = server.stdout.take().context("server stdout")?;
-    demo.children.push(server);
+    demo.children.push(Proc(server));
     let mut ready = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready)?;
 
@@ -396,7 +387,7 @@ fn bandwidth(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         .stderr(Stdio::null())
         .spawn()
         .context("starting iperf3 in pod-b (cargo xtask setup installs it)")?;
-    demo.children.push(server);
+    demo.children.push(Proc(server));
     for (direction, reverse) in [("to pod-b (ingress)", false), ("from pod-b (egress)", true)] {
         let measured = iperf_rate("pxdemo-client", &addr, reverse)?;
         println!(

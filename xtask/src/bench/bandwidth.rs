@@ -18,12 +18,13 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use plexus_testkit::Proc;
 use serde_json::{json, Value};
 
 use super::report::Figure;
 use super::runner::{probe, Driver, PlexusDriver, Pod, ReferenceDriver, Runtime, Selection};
 use super::stats::{load, percentile};
-use super::topology::{bridge_network, Agent, Lab, Proc};
+use super::topology::{bridge_network, Agent, Lab};
 use super::traffic::{iperf, iperf_server, ping};
 use super::{check_interrupt, Bench, Side};
 

@@ -216,7 +216,7 @@ fn shim_roundtrip(b: &Bench, rt: &Runtime, sides: &Sides) -> anyhow::Result<Figu
     ]);
     let plexus = PlexusDriver { agent: &sides.plexus, shim: b.bins.shim.clone() };
     let pod = Pod::new("roundtrip", Vec::new())?;
-    let netns = pod.netns.path();
+    let netns = pod.netns.path_str();
     let version_env = [("CNI_COMMAND", "VERSION".to_owned()), ("CNI_PATH", PLUGIN_DIR.to_owned())];
     let before = load();
     for r in 1..=b.set.repeat {

@@ -22,9 +22,10 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
+use plexus_testkit::{host_local_allocations, Netns, Proc};
 use serde_json::{json, Map, Value};
 
-use super::topology::{self, Agent, Netns, Proc};
+use super::topology::{self, Agent};
 use super::Side;
 
 pub const PLUGIN_DIR: &str = "/usr/lib/cni";
@@ -315,7 +316,12 @@ pub struct Pod {
 
 impl Pod {
     pub fn new(name: &str, selections: Vec<Selection>) -> anyhow::Result<Pod> {
-        Ok(Pod { name: name.to_owned(), cid: format!("cid-{name}"), netns: Netns::pod()?, selections })
+        Ok(Pod {
+            name: name.to_owned(),
+            cid: format!("cid-{name}"),
+            netns: topology::netns("pod")?,
+            selections,
+        })
     }
 
     fn cni_args(&self) -> String {
@@ -327,7 +333,7 @@ impl Pod {
 
     /// The pod's address on its `k`-th secondary network (`net<k>`).
     pub fn secondary_ip(&self, k: usize) -> anyhow::Result<String> {
-        self.netns.ipv4(&format!("net{k}"))
+        topology::ipv4(&self.netns, &format!("net{k}"))
     }
 }
 
@@ -358,7 +364,7 @@ impl PlexusDriver<'_> {
     }
 
     fn pod_call(&self, rt: &Runtime, command: &str, pod: &Pod) -> anyhow::Result<()> {
-        let (netns, args) = (pod.netns.path(), pod.cni_args());
+        let (netns, args) = (pod.netns.path_str(), pod.cni_args());
         let call = Call { command, container_id: &pod.cid, netns: &netns, ifname: "eth0", args: &args };
         let out = self.shim(rt, &call)?;
         if out.code != 0 {
@@ -402,9 +408,7 @@ impl Driver for PlexusDriver<'_> {
     fn leftover_files(&self) -> Vec<String> {
         let mut out: Vec<String> =
             self.agent.state_files().into_iter().map(|f| format!("state record {f}")).collect();
-        out.extend(
-            topology::ipam_allocations(&self.agent.ipam_dir()).into_iter().map(|a| format!("IPAM {a}")),
-        );
+        out.extend(host_local_allocations(&self.agent.ipam_dir()).into_iter().map(|a| format!("IPAM {a}")));
         out
     }
 }
@@ -462,7 +466,7 @@ impl ReferenceDriver {
 
 impl Driver for ReferenceDriver {
     fn add(&self, rt: &Runtime, pod: &Pod) -> anyhow::Result<()> {
-        let (netns, args) = (pod.netns.path(), pod.cni_args());
+        let (netns, args) = (pod.netns.path_str(), pod.cni_args());
         let attachments = self.attachments(pod)?;
         let mut results: Vec<Value> = Vec::new();
         let mut timings = Vec::new();
@@ -495,7 +499,7 @@ impl Driver for ReferenceDriver {
     }
 
     fn del(&self, rt: &Runtime, pod: &Pod) -> anyhow::Result<()> {
-        let (netns, args) = (pod.netns.path(), pod.cni_args());
+        let (netns, args) = (pod.netns.path_str(), pod.cni_args());
         let cached = self.results.lock().map_err(|_| anyhow!("result cache poisoned"))?.remove(&pod.cid);
         if let Ok(mut t) = self.add_timings.lock() {
             t.remove(&pod.cid);
@@ -515,7 +519,7 @@ impl Driver for ReferenceDriver {
     }
 
     fn leftover_files(&self) -> Vec<String> {
-        topology::ipam_allocations(&self.ipam_dir).into_iter().map(|a| format!("IPAM {a}")).collect()
+        host_local_allocations(&self.ipam_dir).into_iter().map(|a| format!("IPAM {a}")).collect()
     }
 }
 

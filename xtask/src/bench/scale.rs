@@ -68,7 +68,7 @@ pub fn pods(side: Side, tag: &str, n: u32, m: u32) -> anyhow::Result<Vec<Pod>> {
 pub fn pod_links(pods: &[Pod]) -> Vec<String> {
     pods.iter()
         .flat_map(|p| {
-            p.netns.links().into_iter().filter(|l| l != "lo").map(move |l| format!("{l} in {}", p.name))
+            p.netns.link_names().into_iter().filter(|l| l != "lo").map(move |l| format!("{l} in {}", p.name))
         })
         .collect()
 }

@@ -9,19 +9,19 @@
 //!                      pxdef0 (bridge 10.88.0.1/16, default network) ─veth── eth0
 //! ```
 //!
-//! Names carry this process's id (`pxb<pid>-...`), so concurrent runs never collide and a
-//! later run can remove what a killed one left (see [`sweep_stale`]).
+//! Namespaces are named by plexus-testkit (`pxb-<role>-<pid>-<n>`), cgroups `pxb<pid>-<role>`:
+//! names carry this process's id, so concurrent runs never collide and a later run can remove
+//! what a killed one left (see [`sweep_stale`]).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
+use plexus_testkit::{files_in, Bpffs, Entered, Netns, Proc};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
@@ -39,8 +39,17 @@ const CLIENT_PORT: &str = "pxcl0";
 /// Node interfaces that are the bench's, not leftovers of a pod.
 const INFRA_LINKS: &[&str] = &["lo", MASTER, CLIENT_PORT, PM_BRIDGE, DEFAULT_BRIDGE];
 
+/// What the bench's namespaces are named after (then their role, this process's id and a
+/// counter).
+const NETNS_PREFIX: &str = "pxb-";
+
 fn prefix() -> String {
     format!("pxb{}", std::process::id())
+}
+
+/// A namespace of the bench for `role` (`node`, `cl`, `pod`), `lo` up, deleted on drop.
+pub fn netns(role: &str) -> anyhow::Result<Netns> {
+    Ok(Netns::try_new(&format!("{NETNS_PREFIX}{role}"))?)
 }
 
 /// The copy of this binary that runs the helpers (`bench-net`) inside namespaces.
@@ -56,79 +65,26 @@ pub fn helper_exe() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// `ip ARGS`, failing with its stderr.
-pub fn ip(args: &[&str]) -> anyhow::Result<String> {
-    output(Command::new("ip").args(args))
+/// Writes /proc/sys from inside the namespace (no procps needed).
+pub fn sysctl(ns: &Netns, key: &str, value: &str) -> anyhow::Result<()> {
+    let path = format!("/proc/sys/{}", key.replace('.', "/"));
+    output(ns.command("sh").args(["-c", r#"echo "$1" > "$0""#, &path, value])).map(drop)
 }
 
-/// A named network namespace, deleted on drop.
-#[derive(Debug)]
-pub struct Netns {
-    pub name: String,
+/// A TCP port on 127.0.0.1 that nothing in the namespace listens on right now.
+pub fn free_local_port(ns: &Netns) -> anyhow::Result<u16> {
+    in_netns(&ns.path_str(), || Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port()))
+        .with_context(|| format!("finding a free port in {}", ns.name))
 }
 
-impl Netns {
-    /// `pxb<pid>-<role>`.
-    pub fn new(role: &str) -> anyhow::Result<Netns> {
-        let name = format!("{}-{role}", prefix());
-        ip(&["netns", "add", &name])?;
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    /// A pod's namespace, numbered across the whole run.
-    pub fn pod() -> anyhow::Result<Netns> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        Netns::new(&format!("p{}", NEXT.fetch_add(1, Ordering::SeqCst)))
-    }
-
-    pub fn path(&self) -> String {
-        format!("/run/netns/{}", self.name)
-    }
-
-    pub fn ip(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut full = vec!["-n", self.name.as_str()];
-        full.extend_from_slice(args);
-        ip(&full)
-    }
-
-    /// A command run inside the namespace (`ip netns exec`, which also gives it the
-    /// namespace's view of /sys).
-    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name]).arg(program);
-        c
-    }
-
-    /// Writes /proc/sys from inside the namespace (no procps needed).
-    pub fn sysctl(&self, key: &str, value: &str) -> anyhow::Result<()> {
-        let path = format!("/proc/sys/{}", key.replace('.', "/"));
-        output(self.command("sh").args(["-c", r#"echo "$1" > "$0""#, &path, value])).map(drop)
-    }
-
-    /// Interface names in the namespace.
-    pub fn links(&self) -> Vec<String> {
-        let text = self.ip(&["-j", "link", "show"]).unwrap_or_default();
-        let v: Vec<Value> = serde_json::from_str(&text).unwrap_or_default();
-        v.iter().filter_map(|l| l["ifname"].as_str().map(str::to_owned)).collect()
-    }
-
-    /// A TCP port on 127.0.0.1 that nothing in the namespace listens on right now.
-    pub fn free_local_port(&self) -> anyhow::Result<u16> {
-        in_netns(&self.path(), || Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port()))
-            .with_context(|| format!("finding a free port in {}", self.name))
-    }
-
-    /// The first IPv4 address of an interface.
-    pub fn ipv4(&self, ifname: &str) -> anyhow::Result<String> {
-        let text = self.ip(&["-j", "-4", "addr", "show", "dev", ifname])?;
-        let v: Vec<Value> = serde_json::from_str(&text).context("ip -j addr")?;
-        v.iter()
-            .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
-            .find_map(|a| a["local"].as_str().map(str::to_owned))
-            .with_context(|| format!("{ifname} in {} has no IPv4 address", self.name))
-    }
+/// The first IPv4 address of an interface.
+pub fn ipv4(ns: &Netns, ifname: &str) -> anyhow::Result<String> {
+    let text = ns.try_ip(&["-j", "-4", "addr", "show", "dev", ifname])?;
+    let v: Vec<Value> = serde_json::from_str(&text).context("ip -j addr")?;
+    v.iter()
+        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
+        .find_map(|a| a["local"].as_str().map(str::to_owned))
+        .with_context(|| format!("{ifname} in {} has no IPv4 address", ns.name))
 }
 
 /// Runs `f` on a thread of its own that joined the network namespace at `netns` (a path):
@@ -139,11 +95,7 @@ pub fn in_netns<T: Send + 'static>(
 ) -> anyhow::Result<T> {
     let path = netns.to_owned();
     let joined = std::thread::spawn(move || -> anyhow::Result<T> {
-        let ns = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-        // SAFETY: setns(2) of this short-lived thread only, with a namespace fd it holds.
-        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("joining {path}"));
-        }
+        let _inside = Entered::new(Path::new(&path))?;
         Ok(f()?)
     })
     .join();
@@ -164,44 +116,6 @@ pub fn http_get_in(netns: &str, addr: SocketAddr, path: &str) -> anyhow::Result<
         bail!("GET {path} from {addr}: {status}");
     }
     Ok(body.to_owned())
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
-    }
-}
-
-/// A process killed on drop (servers, agents, helpers).
-#[derive(Debug)]
-pub struct Proc(pub Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A bpffs for one agent's pins, unmounted on drop (which releases everything pinned there).
-/// `ip netns exec`, which runs the agent, hides /sys/fs/bpf, so the agent gets its own.
-#[derive(Debug)]
-pub struct Bpffs {
-    path: PathBuf,
-}
-
-impl Bpffs {
-    pub fn mount(path: PathBuf) -> anyhow::Result<Bpffs> {
-        std::fs::create_dir_all(&path)?;
-        output(Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&path))?;
-        Ok(Bpffs { path })
-    }
-}
-
-impl Drop for Bpffs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-    }
 }
 
 /// A cgroup v2 group for the processes of one measured side: its `cpu.stat` `usage_usec`
@@ -275,24 +189,24 @@ impl Lab {
         // /proc/self/exe still reads when the file was replaced since this process started.
         std::fs::copy("/proc/self/exe", &exe).context("copying this binary for the helpers")?;
         let _ = HELPER_EXE.set(exe);
-        let lab = Lab { node: Netns::new("node")?, client: Netns::new("cl")?, dir, logs: out.join("logs") };
+        let lab = Lab { node: netns("node")?, client: netns("cl")?, dir, logs: out.join("logs") };
         let (node, client) = (&lab.node, &lab.client);
-        node.sysctl("net.ipv4.ip_forward", "1")?;
+        sysctl(node, "net.ipv4.ip_forward", "1")?;
         // The client opens tens of thousands of short connections (crr_rate).
-        client.sysctl("net.ipv4.ip_local_port_range", "1024 65000")?;
-        client.sysctl("net.ipv4.tcp_tw_reuse", "1")?;
+        sysctl(client, "net.ipv4.ip_local_port_range", "1024 65000")?;
+        sysctl(client, "net.ipv4.tcp_tw_reuse", "1")?;
 
         // The macvlan network: the client is on the master's wire.
-        node.ip(&["link", "add", MASTER, "type", "veth", "peer", "name", "mv0", "netns", &client.name])?;
-        node.ip(&["link", "set", MASTER, "up"])?;
-        client.ip(&["link", "set", "mv0", "up"])?;
+        node.try_ip(&["link", "add", MASTER, "type", "veth", "peer", "name", "mv0", "netns", &client.name])?;
+        node.try_ip(&["link", "set", MASTER, "up"])?;
+        client.try_ip(&["link", "set", "mv0", "up"])?;
 
         // The portmap/bandwidth bridge with the client attached; the bridge plugin adopts an
         // existing bridge and its gateway address.
-        node.ip(&["link", "add", PM_BRIDGE, "type", "bridge"])?;
-        node.ip(&["addr", "add", &format!("{PM_GATEWAY}/16"), "dev", PM_BRIDGE])?;
-        node.ip(&["link", "set", PM_BRIDGE, "up"])?;
-        node.ip(&[
+        node.try_ip(&["link", "add", PM_BRIDGE, "type", "bridge"])?;
+        node.try_ip(&["addr", "add", &format!("{PM_GATEWAY}/16"), "dev", PM_BRIDGE])?;
+        node.try_ip(&["link", "set", PM_BRIDGE, "up"])?;
+        node.try_ip(&[
             "link",
             "add",
             CLIENT_PORT,
@@ -304,9 +218,9 @@ impl Lab {
             "netns",
             &client.name,
         ])?;
-        node.ip(&["link", "set", CLIENT_PORT, "master", PM_BRIDGE, "up"])?;
-        client.ip(&["addr", "add", &format!("{CLIENT_ADDR}/16"), "dev", "eth1"])?;
-        client.ip(&["link", "set", "eth1", "up"])?;
+        node.try_ip(&["link", "set", CLIENT_PORT, "master", PM_BRIDGE, "up"])?;
+        client.try_ip(&["addr", "add", &format!("{CLIENT_ADDR}/16"), "dev", "eth1"])?;
+        client.try_ip(&["link", "set", "eth1", "up"])?;
         Ok(lab)
     }
 
@@ -317,7 +231,7 @@ impl Lab {
 
     /// veths in the node that belong to no infrastructure: pods' host ends left behind.
     pub fn node_veths(&self) -> Vec<String> {
-        self.node.links().into_iter().filter(|l| !INFRA_LINKS.contains(&l.as_str())).collect()
+        self.node.link_names().into_iter().filter(|l| !INFRA_LINKS.contains(&l.as_str())).collect()
     }
 
     /// Lets bridged traffic through iptables (`br_netfilter`) or not. The reference portmap
@@ -325,7 +239,7 @@ impl Lab {
     /// does conntrack undo the DNAT on them. plexus and the baselines do without, so each side
     /// runs with the node setting it needs.
     pub fn bridge_netfilter(&self, on: bool) -> anyhow::Result<()> {
-        self.node.sysctl("net.bridge.bridge-nf-call-iptables", if on { "1" } else { "0" })
+        sysctl(&self.node, "net.bridge.bridge-nf-call-iptables", if on { "1" } else { "0" })
     }
 }
 
@@ -385,27 +299,6 @@ pub fn bridge_network(
     json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins})
 }
 
-/// Addresses host-local still holds under `ipam_dir` (one file per address per network).
-pub fn ipam_allocations(ipam_dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for net in list_dir(ipam_dir) {
-        for f in list_dir(&ipam_dir.join(&net)) {
-            if f != "lock" && !f.starts_with("last_reserved_ip") {
-                out.push(format!("{net}/{f}"));
-            }
-        }
-    }
-    out
-}
-
-pub fn list_dir(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// A running `plexus-agent` in the node, with its own config tree, state and bpffs. Fields
 /// drop in order: the process dies before its bpffs is unmounted.
 pub struct Agent {
@@ -437,7 +330,7 @@ impl Agent {
         side: Side,
         extra: &[&str],
     ) -> anyhow::Result<Agent> {
-        let port = lab.node.free_local_port()?;
+        let port = free_local_port(&lab.node)?;
         Agent::launch(lab, bins, name, side, extra, Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port))))
     }
 
@@ -457,7 +350,7 @@ impl Agent {
             root.join("default/10-bench.conflist"),
             default_network(side, &root.join("ipam")).to_string(),
         )?;
-        let bpffs = Bpffs::mount(root.join("bpffs"))?;
+        let bpffs = Bpffs::try_mount(root.join("bpffs"))?;
         let log = lab.logs.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let socket = root.join("plexus.sock");
@@ -495,7 +388,7 @@ impl Agent {
             socket,
             log,
             metrics,
-            netns_path: lab.node.path(),
+            netns_path: lab.node.path_str(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while UnixStream::connect(&agent.socket).is_err() {
@@ -542,7 +435,7 @@ impl Agent {
 
     /// Attachment records on disk.
     pub fn state_files(&self) -> Vec<String> {
-        list_dir(&self.root.join("state/attachments"))
+        files_in(&self.root.join("state/attachments"))
     }
 
     pub fn write_nad(&self, name: &str, config: &Value) -> anyhow::Result<()> {
@@ -587,15 +480,11 @@ pub fn sweep_stale() {
             && digits != std::process::id().to_string()
             && !Path::new(&format!("/proc/{digits}")).exists()
     };
-    if let Ok(list) = output(Command::new("ip").args(["netns", "list"])) {
-        for ns in list.lines().filter_map(|l| l.split_whitespace().next()) {
-            if ns.strip_prefix("pxb").is_some_and(|rest| dead(rest) && rest.contains('-')) {
-                let _ = Command::new("ip").args(["netns", "del", ns]).status();
-            }
-        }
+    for failed in Netns::sweep_stale(NETNS_PREFIX) {
+        eprintln!("could not remove a stale namespace {failed}");
     }
     if let Some(root) = cgroup2_root() {
-        for g in list_dir(&root) {
+        for g in files_in(&root) {
             if g.strip_prefix("pxb").is_some_and(|rest| dead(rest) && rest.contains('-')) {
                 let _ = std::fs::remove_dir(root.join(g));
             }
@@ -609,7 +498,7 @@ pub fn sweep_stale() {
         }
     }
     let tmp = std::env::temp_dir();
-    for d in list_dir(&tmp) {
+    for d in files_in(&tmp) {
         if d.strip_prefix("pxbench-").is_some_and(dead) {
             let _ = std::fs::remove_dir_all(tmp.join(d));
         }

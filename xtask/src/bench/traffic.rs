@@ -15,10 +15,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use plexus_testkit::{Netns, Proc};
 use serde_json::{json, Value};
 
 use super::stats::{mean, percentile};
-use super::topology::{helper_exe, Cgroup, Netns, Proc};
+use super::topology::{helper_exe, Cgroup};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum NetCommand {
