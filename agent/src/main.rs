@@ -19,8 +19,8 @@ use plexus_agent::install::Installed;
 use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
 use plexus_agent::options::{
-    AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, PortmapCommand,
-    PortmapListOptions,
+    AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, ListOptions,
+    PortmapCommand,
 };
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
@@ -161,9 +161,11 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
 }
 
 /// `plexus-agent bandwidth list`.
-fn bandwidth_list(o: &PortmapListOptions) -> anyhow::Result<()> {
-    let rows = bandwidth_rows::limits(&o.bpf_pin_dir, &o.state_dir)
-        .with_context(|| format!("reading the bandwidth limits pinned under {}", o.bpf_pin_dir.display()))?;
+fn bandwidth_list(o: &ListOptions) -> anyhow::Result<()> {
+    let dirs = &o.dirs;
+    let rows = bandwidth_rows::limits(&dirs.bpf_pin_dir, &dirs.state_dir).with_context(|| {
+        format!("reading the bandwidth limits pinned under {}", dirs.bpf_pin_dir.display())
+    })?;
     if o.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -191,9 +193,10 @@ fn bandwidth_set(o: &BandwidthSetOptions) -> anyhow::Result<()> {
 }
 
 /// `plexus-agent portmap list`.
-fn portmap_list(o: &PortmapListOptions) -> anyhow::Result<()> {
-    let rows = portmap_list_rows::mappings(&o.bpf_pin_dir, Some(&o.state_dir))
-        .with_context(|| format!("reading the port mappings pinned under {}", o.bpf_pin_dir.display()))?;
+fn portmap_list(o: &ListOptions) -> anyhow::Result<()> {
+    let dirs = &o.dirs;
+    let rows = portmap_list_rows::mappings(&dirs.bpf_pin_dir, Some(&dirs.state_dir))
+        .with_context(|| format!("reading the port mappings pinned under {}", dirs.bpf_pin_dir.display()))?;
     if o.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {

@@ -31,7 +31,7 @@ pub enum CliCommand {
 pub enum BandwidthCommand {
     /// The installed limits, with the programs' passed/dropped/marked counters (from the pinned
     /// BPF maps and the agent's records; works while the agent is down).
-    List(PortmapListOptions),
+    List(ListOptions),
     /// Changes the limits of an attachment in place, without re-creating the pod: the new
     /// rate and burst apply to the next packet (with a fresh bucket).
     Set(BandwidthSetOptions),
@@ -40,7 +40,7 @@ pub enum BandwidthCommand {
 #[derive(Debug, Clone, Args)]
 pub struct BandwidthSetOptions {
     #[command(flatten)]
-    pub dirs: PortmapListOptions,
+    pub dirs: DataplaneDirs,
     /// The attachment's container ID (CNI_CONTAINERID).
     #[arg(long)]
     pub container_id: String,
@@ -65,11 +65,12 @@ pub struct BandwidthSetOptions {
 pub enum PortmapCommand {
     /// The active mappings, from the pinned BPF maps, with the programs' packet and byte
     /// counters (works while the agent is down: the maps are pinned).
-    List(PortmapListOptions),
+    List(ListOptions),
 }
 
+/// Where the agent keeps what the dataplane subcommands read and change.
 #[derive(Debug, Clone, Args)]
-pub struct PortmapListOptions {
+pub struct DataplaneDirs {
     /// The agent's --bpf-pin-dir.
     #[arg(long, env = "PLEXUS_BPF_PIN_DIR", default_value = crate::dataplane::pin::DEFAULT_PIN_DIR)]
     pub bpf_pin_dir: PathBuf,
@@ -77,6 +78,13 @@ pub struct PortmapListOptions {
     /// The agent's --state-dir (its records name the pod of each entry).
     #[arg(long, env = "PLEXUS_STATE_DIR", default_value = "/var/lib/plexus")]
     pub state_dir: PathBuf,
+}
+
+/// `portmap list` and `bandwidth list`.
+#[derive(Debug, Clone, Args)]
+pub struct ListOptions {
+    #[command(flatten)]
+    pub dirs: DataplaneDirs,
 
     /// JSON instead of a table.
     #[arg(long)]
@@ -222,5 +230,44 @@ impl AgentOptions {
 
     pub fn delegate_timeout(&self) -> Duration {
         Duration::from_secs(self.delegate_timeout_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<CliCommand, clap::Error> {
+        Cli::try_parse_from(std::iter::once("plexus-agent").chain(args.iter().copied())).map(|c| c.command)
+    }
+
+    #[test]
+    fn list_subcommands_take_the_directories_and_json() {
+        let dirs = ["--bpf-pin-dir", "/pins", "--state-dir", "/state", "--json"];
+        for command in [["portmap", "list"], ["bandwidth", "list"]] {
+            let parsed = parse(&[&command[..], &dirs[..]].concat()).unwrap();
+            let o = match parsed {
+                CliCommand::Portmap(PortmapCommand::List(o))
+                | CliCommand::Bandwidth(BandwidthCommand::List(o)) => o,
+                other => panic!("{command:?} parsed as {other:?}"),
+            };
+            assert_eq!(
+                (o.dirs.bpf_pin_dir.as_path(), o.dirs.state_dir.as_path()),
+                ("/pins".as_ref(), "/state".as_ref())
+            );
+            assert!(o.json);
+        }
+    }
+
+    #[test]
+    fn bandwidth_set_takes_the_directories_but_not_json() {
+        let set = ["bandwidth", "set", "--container-id", "c", "--ifname", "net1", "--egress-rate", "1000"];
+        let parsed =
+            parse(&[&set[..], &["--bpf-pin-dir", "/pins", "--state-dir", "/state"]].concat()).unwrap();
+        let CliCommand::Bandwidth(BandwidthCommand::Set(o)) = parsed else { panic!("{parsed:?}") };
+        assert_eq!(o.dirs.bpf_pin_dir, PathBuf::from("/pins"));
+        assert_eq!(o.egress_rate, Some(1000));
+        let err = parse(&[&set[..], &["--json"]].concat()).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{err}");
     }
 }

@@ -4,6 +4,7 @@ pub mod attachment;
 pub mod command;
 pub mod config;
 pub mod error;
+pub mod json;
 pub mod result;
 
 pub use attachment::AttachmentKey;

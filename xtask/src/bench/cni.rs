@@ -9,100 +9,20 @@
 //!   against one exec of a reference plugin answering VERSION, and `/bin/true`.
 //! - agent RSS (VmRSS): idle, with `rss_pods` x 4 attachments alive, and after they are gone.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::bail;
 use serde_json::{json, Value};
 
-use super::report::{Figure, NOT_BUILT};
-use super::runner::{Call, Driver, PlexusDriver, Pod, ReferenceDriver, Runtime, Selection, PLUGIN_DIR};
-use super::scale::{bulk, pods, Op};
+use super::macvlan_sides::{bulk, macvlan_selections, pods, Op, Sides, BASELINE, PLEXUS};
+use super::report::Figure;
+use super::runner::{Call, Driver, PlexusDriver, Pod, Runtime, PLUGIN_DIR};
 use super::stats::{load, mean};
-use super::topology::{macvlan_network, Agent, Lab};
+use super::topology::Lab;
 use super::{check_interrupt, Bench, Side};
 
-const PLEXUS: &str = "plexus shim + agent: default network (bridge) exec'd, macvlan + host-local native";
-const REFERENCE: &str = "reference bridge, macvlan, host-local exec'd per configlist by a libcni-like runner";
-const BASELINE: &str =
-    "plexus shim + agent with --exec-plugin macvlan (the reference binaries exec'd by the agent)";
 const NO_DAEMON: &str = "the reference plugins run no daemon";
-
-/// The pods' secondary networks: `bench-mv1` .. `bench-mv<m>`.
-pub fn macvlan_selections(m: u32) -> Vec<Selection> {
-    (1..=m).map(|k| Selection::plain(&format!("bench-mv{k}"))).collect()
-}
-
-/// The three sides of the cni and scale sections: plexus (native macvlan), the reference
-/// plugins, and plexus exec'ing the reference macvlan (when the agent can).
-pub struct Sides {
-    pub plexus: Agent,
-    pub baseline: Result<Agent, String>,
-    reference_ipam: PathBuf,
-}
-
-impl Sides {
-    pub fn start(b: &Bench, lab: &Lab, tag: &str) -> anyhow::Result<Sides> {
-        let plexus = Agent::start(lab, &b.bins, &format!("{tag}-plexus"), Side::Plexus, &[])?;
-        let baseline = if b.bins.exec_plugin_option {
-            Ok(Agent::start(
-                lab,
-                &b.bins,
-                &format!("{tag}-plexus-exec"),
-                Side::Baseline,
-                &["--exec-plugin", "macvlan"],
-            )?)
-        } else {
-            Err("the agent has no --exec-plugin option yet".to_owned())
-        };
-        let reference_ipam = lab.path(&format!("{tag}-reference/ipam"));
-        std::fs::create_dir_all(&reference_ipam)?;
-        Ok(Sides { plexus, baseline, reference_ipam })
-    }
-
-    pub fn what(&self) -> [Result<&'static str, &'static str>; 3] {
-        [Ok(PLEXUS), Ok(REFERENCE), Ok(BASELINE)]
-    }
-
-    pub fn mark_missing(&self, figs: &mut [Figure]) {
-        if let Err(why) = &self.baseline {
-            for f in figs {
-                f.set_missing(Side::Baseline, NOT_BUILT, why.clone());
-            }
-        }
-    }
-
-    /// A driver per side, each knowing the four macvlan networks.
-    pub fn drivers(&self, b: &Bench) -> anyhow::Result<Vec<(Side, Box<dyn Driver + '_>)>> {
-        let mut out: Vec<(Side, Box<dyn Driver + '_>)> = Vec::new();
-        let plexus = PlexusDriver { agent: &self.plexus, shim: b.bins.shim.clone() };
-        for k in 1..=4 {
-            plexus.add_network(&macvlan_network(k, Side::Plexus, &self.plexus.ipam_dir()))?;
-        }
-        out.push((Side::Plexus, Box::new(plexus)));
-        let mut reference = ReferenceDriver::new(Side::Reference, self.reference_ipam.clone())?;
-        for k in 1..=4 {
-            reference.add_network(&macvlan_network(k, Side::Reference, &self.reference_ipam))?;
-        }
-        out.push((Side::Reference, Box::new(reference)));
-        if let Ok(agent) = &self.baseline {
-            let baseline = PlexusDriver { agent, shim: b.bins.shim.clone() };
-            for k in 1..=4 {
-                baseline.add_network(&macvlan_network(k, Side::Baseline, &agent.ipam_dir()))?;
-            }
-            out.push((Side::Baseline, Box::new(baseline)));
-        }
-        Ok(out)
-    }
-
-    fn agent(&self, side: Side) -> Option<&Agent> {
-        match side {
-            Side::Plexus => Some(&self.plexus),
-            Side::Baseline => self.baseline.as_ref().ok(),
-            Side::Reference => None,
-        }
-    }
-}
 
 /// Pod names unique across the run.
 fn pod_name(side: Side, tag: &str) -> String {

@@ -16,6 +16,7 @@
 
 mod bandwidth;
 mod cni;
+mod macvlan_sides;
 mod plot;
 mod portmap;
 mod prom;

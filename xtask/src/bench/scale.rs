@@ -2,67 +2,14 @@
 //! time (as a runtime starting many pods does), per side: total times, failures, and what
 //! was left behind (interfaces in the pods, host veths, IPAM allocations, state records).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
-
 use serde_json::json;
 
-use super::cni::{macvlan_selections, Sides};
+use super::macvlan_sides::{bulk, pods, Op, Sides};
 use super::report::Figure;
-use super::runner::{Driver, Pod, Runtime};
+use super::runner::{Pod, Runtime};
 use super::stats::load;
 use super::topology::Lab;
-use super::{check_interrupt, Bench, Side};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Add,
-    Del,
-}
-
-pub struct Bulk {
-    pub secs: f64,
-    pub failures: Vec<String>,
-}
-
-/// Adds or deletes every pod, one worker per runtime helper.
-pub fn bulk(op: Op, driver: &dyn Driver, runtimes: &[Runtime], pods: &[Pod]) -> Bulk {
-    let next = AtomicUsize::new(0);
-    let failures = Mutex::new(Vec::new());
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for rt in runtimes {
-            let (next, failures) = (&next, &failures);
-            s.spawn(move || {
-                while let Some(pod) = pods.get(next.fetch_add(1, Ordering::SeqCst)) {
-                    if check_interrupt().is_err() {
-                        break;
-                    }
-                    let outcome = match op {
-                        Op::Add => {
-                            let r = driver.prepare(pod).and_then(|()| driver.add(rt, pod));
-                            driver.finish(pod);
-                            r
-                        }
-                        Op::Del => driver.del(rt, pod),
-                    };
-                    if let Err(e) = outcome {
-                        if let Ok(mut f) = failures.lock() {
-                            f.push(format!("{e:#}"));
-                        }
-                    }
-                }
-            });
-        }
-    });
-    Bulk { secs: start.elapsed().as_secs_f64(), failures: failures.into_inner().unwrap_or_default() }
-}
-
-/// `n` pods with `m` macvlan attachments each, namespaces created.
-pub fn pods(side: Side, tag: &str, n: u32, m: u32) -> anyhow::Result<Vec<Pod>> {
-    (0..n).map(|i| Pod::new(&format!("{tag}-{}-{i}", side.name()), macvlan_selections(m))).collect()
-}
+use super::{check_interrupt, Bench};
 
 /// Interfaces other than `lo` still in the pods' namespaces.
 pub fn pod_links(pods: &[Pod]) -> Vec<String> {

@@ -13,12 +13,13 @@
 //!   reference).
 //!
 //! Types are checked the way Go's JSON decoding does (null reads as unset, a wrong type is an
-//! error); unknown keys are ignored. Values (mode, MAC, MTU range) are checked separately, in
+//! error; [`crate::cni::json`] reads them); unknown keys are ignored. Values (mode, MAC, MTU range) are checked separately, in
 //! [`MacvlanConf::settings`], so that DEL never fails on a value it does not need.
 
 use netlink_packet_route::link::MacVlanMode;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use crate::cni::json::{FieldError, JsonObject};
 use crate::cni::result::Dns;
 use crate::native::link::Mac;
 
@@ -52,31 +53,24 @@ pub struct Settings {
 
 impl MacvlanConf {
     pub fn parse(config: &Value) -> Result<MacvlanConf, String> {
-        let Value::Object(top) = config else {
-            return Err("the macvlan config must be a JSON object".into());
-        };
-        let runtime = object(top, "runtimeConfig")?;
-        let ipam = object(top, "ipam")?;
+        Self::read(config).map_err(|e| e.to_string())
+    }
+
+    fn read(config: &Value) -> Result<MacvlanConf, FieldError> {
+        let top = JsonObject::root(config, "(the macvlan config itself)")?;
+        let runtime = top.object("runtimeConfig")?;
+        let ipam = top.object("ipam")?;
         Ok(MacvlanConf {
-            cni_version: string(top, "cniVersion")?.unwrap_or_else(|| "0.1.0".into()),
-            name: string(top, "name")?.unwrap_or_default(),
-            master: string(top, "master")?,
-            mode: string(top, "mode")?.unwrap_or_default(),
-            mtu: integer(top, "mtu")?.unwrap_or(0),
-            mac: string(top, "mac")?,
-            runtime_mac: match runtime {
-                Some(runtime) => string(runtime, "mac").map_err(|e| format!("runtimeConfig: {e}"))?,
-                None => None,
-            },
-            link_in_container: boolean(top, "linkInContainer")?.unwrap_or(false),
-            ipam_type: match ipam {
-                Some(ipam) => string(ipam, "type").map_err(|e| format!("ipam: {e}"))?,
-                None => None,
-            },
-            dns: match object(top, "dns")? {
-                Some(dns) => parse_dns(dns).map_err(|e| format!("dns: {e}"))?,
-                None => Dns::default(),
-            },
+            cni_version: top.opt_string("cniVersion")?.unwrap_or_else(|| "0.1.0".into()),
+            name: top.opt_string("name")?.unwrap_or_default(),
+            master: top.opt_string("master")?,
+            mode: top.opt_string("mode")?.unwrap_or_default(),
+            mtu: top.integer("mtu")?.unwrap_or(0),
+            mac: top.opt_string("mac")?,
+            runtime_mac: runtime.map(|r| r.opt_string("mac")).transpose()?.flatten(),
+            link_in_container: top.boolean("linkInContainer")?.unwrap_or(false),
+            ipam_type: ipam.map(|i| i.opt_string("type")).transpose()?.flatten(),
+            dns: Dns::read_field(&top, "dns")?,
         })
     }
 
@@ -169,74 +163,6 @@ pub fn mac_from_cni_args(args: &str) -> Result<Option<String>, String> {
     Ok(mac.filter(|m| !m.is_empty()))
 }
 
-fn describe(value: &Value) -> String {
-    match value {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Array(_) => "a list".into(),
-        Value::Object(_) => "an object".into(),
-    }
-}
-
-fn string(object: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
-    match object.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        // Go cannot tell "" from absent either.
-        Some(Value::String(s)) if s.is_empty() => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(format!("{key:?} must be a string, got {}", describe(other))),
-    }
-}
-
-fn integer(object: &Map<String, Value>, key: &str) -> Result<Option<i64>, String> {
-    match object.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) if n.as_i64().is_some() => Ok(n.as_i64()),
-        Some(other) => Err(format!("{key:?} must be an integer, got {}", describe(other))),
-    }
-}
-
-fn boolean(object: &Map<String, Value>, key: &str) -> Result<Option<bool>, String> {
-    match object.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => Err(format!("{key:?} must be true or false, got {}", describe(other))),
-    }
-}
-
-fn object<'a>(object: &'a Map<String, Value>, key: &str) -> Result<Option<&'a Map<String, Value>>, String> {
-    match object.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(inner)) => Ok(Some(inner)),
-        Some(other) => Err(format!("{key:?} must be an object, got {}", describe(other))),
-    }
-}
-
-fn strings(object: &Map<String, Value>, key: &str) -> Result<Vec<String>, String> {
-    match object.get(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|item| match item {
-                Value::String(s) => Ok(s.clone()),
-                other => Err(format!("{key:?} must list strings, got {}", describe(other))),
-            })
-            .collect(),
-        Some(other) => Err(format!("{key:?} must be a list of strings, got {}", describe(other))),
-    }
-}
-
-fn parse_dns(dns: &Map<String, Value>) -> Result<Dns, String> {
-    Ok(Dns {
-        nameservers: strings(dns, "nameservers")?,
-        domain: string(dns, "domain")?,
-        search: strings(dns, "search")?,
-        options: strings(dns, "options")?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,15 +250,16 @@ mod tests {
     #[test]
     fn wrong_types_name_the_key_and_what_was_found() {
         let cases = [
-            (json!({"master": 5}), "\"master\" must be a string, got the number 5"),
-            (json!({"mtu": "1500"}), "\"mtu\" must be an integer, got the string \"1500\""),
-            (json!({"mtu": 1500.5}), "\"mtu\" must be an integer"),
-            (json!({"linkInContainer": "yes"}), "\"linkInContainer\" must be true or false"),
-            (json!({"ipam": []}), "\"ipam\" must be an object, got a list"),
-            (json!({"ipam": {"type": 1}}), "ipam: \"type\" must be a string"),
-            (json!({"runtimeConfig": {"mac": 1}}), "runtimeConfig: \"mac\" must be a string"),
-            (json!({"dns": {"nameservers": "10.0.0.1"}}), "dns: \"nameservers\" must be a list of strings"),
-            (json!([1]), "must be a JSON object"),
+            (json!({"master": 5}), "master: expected a string, got the number 5"),
+            (json!({"mtu": "1500"}), "mtu: expected an integer, got the string \"1500\""),
+            (json!({"mtu": 1500.5}), "mtu: expected an integer"),
+            (json!({"linkInContainer": "yes"}), "linkInContainer: expected true or false"),
+            (json!({"ipam": []}), "ipam: expected an object, got an array"),
+            (json!({"ipam": {"type": 1}}), "ipam.type: expected a string"),
+            (json!({"runtimeConfig": {"mac": 1}}), "runtimeConfig.mac: expected a string"),
+            (json!({"dns": {"nameservers": "10.0.0.1"}}), "dns.nameservers: expected an array"),
+            (json!({"dns": {"search": ["a", 1]}}), "dns.search[1]: expected a string, got the number 1"),
+            (json!([1]), "(the macvlan config itself): expected an object, got an array"),
         ];
         for (config, want) in cases {
             let err = MacvlanConf::parse(&config).unwrap_err();

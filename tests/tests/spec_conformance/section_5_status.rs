@@ -1,0 +1,197 @@
+//! Section 5. Network attachment status annotation.
+
+use plexus_agent::cni::result::CniResult;
+use plexus_agent::spec::status::{network_status, StatusInput};
+use plexus_agent::spec::NETWORK_STATUS_ANNOTATION;
+use plexus_tests::{Netns, World};
+use serde_json::{json, Value};
+
+use super::support::{assert_clean, bridge_list, bridge_text, mac_of, pod_links, statuses, POD};
+
+/// The DNS settings of the "blue" network, which the bridge plugin returns in its result.
+fn blue_dns() -> Value {
+    json!({"nameservers": ["10.10.1.53"], "domain": "blue.example", "search": ["blue.example", "example"]})
+}
+
+/// A pod with the default network and two selected ones, for the status tests.
+struct StatusPod {
+    w: World,
+    pod: Netns,
+    st: Vec<Value>,
+}
+
+impl StatusPod {
+    fn new(annotation: &str) -> Self {
+        let mut w = World::new();
+        let mut blue = bridge_list(&w, "blue", "br-blue", "10.10.1.0/24", &[]);
+        blue["plugins"][0]["dns"] = blue_dns();
+        w.write_nad("default", "blue", Some(&blue.to_string()));
+        w.write_nad("default", "red", Some(&bridge_text(&w, "red", "br-red", "10.10.2.0/24", &[])));
+        w.write_pod("default", "p", Some(annotation));
+        w.start_agent();
+        let pod = Netns::new("pxpod");
+        w.add("c1", &pod, POD).expect_ok();
+        let st = statuses(&w, "default", "p");
+        StatusPod { w, pod, st }
+    }
+
+    fn finish(self) {
+        self.w.del("c1", &self.pod, POD).expect_ok();
+        assert_clean(&self.w, &[&self.pod]);
+    }
+}
+
+#[test]
+fn spec_5_status_annotation_is_a_json_list_of_maps() {
+    assert_eq!(NETWORK_STATUS_ANNOTATION, "k8s.v1.cni.cncf.io/network-status");
+    let p = StatusPod::new("blue,red");
+    let path = p.w.path("state").join("pods/default/p.network-status.json");
+    let value: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let list = value.as_array().expect("a JSON list");
+    assert_eq!(list.len(), 3, "one map per attachment: {value}");
+    assert!(list.iter().all(Value::is_object), "{value}");
+    p.finish();
+}
+
+/// The bridge plugin's result lists the bridge and the host veth before the pod's
+/// interface: the status describes the pod's. The pure function, given a result with two
+/// sandbox interfaces, takes the first.
+#[test]
+fn spec_5_1_1_status_from_first_sandbox_interface() {
+    let p = StatusPod::new("blue");
+    let blue = &p.st[1];
+    assert_eq!(blue["interface"], "net1");
+    assert_eq!(blue["mac"], mac_of(&p.pod, "net1"));
+    assert_eq!(blue["ips"], json!(p.pod.addresses("net1")));
+    p.finish();
+
+    let result = CniResult::parse(
+        &json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [
+                {"name": "br-x", "mac": "02:00:00:00:00:01"},
+                {"name": "veth0", "mac": "02:00:00:00:00:02"},
+                {"name": "net1", "mac": "02:00:00:00:00:03", "sandbox": "/run/netns/p"},
+                {"name": "net9", "mac": "02:00:00:00:00:04", "sandbox": "/run/netns/p"}
+            ],
+            "ips": [
+                {"address": "10.0.0.1/24", "interface": 0},
+                {"address": "10.0.0.5/24", "interface": 2},
+                {"address": "10.9.0.5/24", "interface": 3}
+            ]
+        }),
+        "1.0.0",
+    )
+    .unwrap();
+    let st = network_status(StatusInput {
+        name: "default/x",
+        ifname: "net5",
+        result: Some(&result),
+        is_default: false,
+        default_route: None,
+    });
+    assert_eq!(
+        (st.interface.as_deref(), st.mac.as_deref(), st.ips.as_slice()),
+        (Some("net1"), Some("02:00:00:00:00:03"), ["10.0.0.5/24".to_owned()].as_slice())
+    );
+}
+
+#[test]
+fn spec_5_2_default_network_entry() {
+    let p = StatusPod::new("blue");
+    let defaults: Vec<&Value> = p.st.iter().filter(|s| s["default"] == true).collect();
+    assert_eq!(defaults.len(), 1, "{:?}", p.st);
+    assert_eq!(defaults[0]["name"], "cluster");
+    assert_eq!(defaults[0]["interface"], "eth0");
+    assert_eq!(defaults[0]["ips"], json!(p.pod.addresses("eth0")));
+    p.finish();
+}
+
+/// Every status key is one the spec defines, or a reverse domain name.
+#[test]
+fn spec_5_3_status_keys_are_standard() {
+    let p = StatusPod::new(r#"[{"name": "blue", "default-route": ["10.10.1.1"]}, {"name": "red"}]"#);
+    let defined = ["name", "interface", "ips", "mac", "default", "dns", "default-route"];
+    for s in &p.st {
+        for key in s.as_object().unwrap().keys() {
+            assert!(defined.contains(&key.as_str()) || key.contains('.'), "key {key:?} in {s}");
+        }
+        if let Some(dns) = s.get("dns") {
+            for key in dns.as_object().unwrap().keys() {
+                assert!(
+                    ["nameservers", "domain", "search"].contains(&key.as_str()) || key.contains('.'),
+                    "{dns}"
+                );
+            }
+        }
+    }
+    p.finish();
+}
+
+#[test]
+fn spec_5_3_1_status_name() {
+    let p = StatusPod::new("blue,default/red");
+    let names: Vec<&Value> = p.st.iter().map(|s| &s["name"]).collect();
+    assert_eq!(names, [&json!("cluster"), &json!("default/blue"), &json!("default/red")]);
+    p.finish();
+}
+
+#[test]
+fn spec_5_3_2_status_interface_is_in_the_pod() {
+    let p = StatusPod::new(r#"[{"name": "blue", "interface": "data0"}, {"name": "red"}]"#);
+    let links = pod_links(&p.pod);
+    let ifnames: Vec<&str> = p.st.iter().map(|s| s["interface"].as_str().unwrap()).collect();
+    assert_eq!(ifnames, ["eth0", "data0", "net1"]);
+    assert!(ifnames.iter().all(|i| links.contains(&i.to_string())), "{ifnames:?} vs {links:?}");
+    p.finish();
+}
+
+#[test]
+fn spec_5_3_3_status_ips_are_pod_addresses() {
+    let p = StatusPod::new("blue,red");
+    for s in &p.st {
+        let ifname = s["interface"].as_str().unwrap();
+        assert_eq!(s["ips"], json!(p.pod.addresses(ifname)), "{s}");
+    }
+    // Not the bridge's (gateway) address the bridge plugin also reports.
+    assert!(!p.st[1]["ips"].to_string().contains("10.10.1.1/"), "{}", p.st[1]);
+    p.finish();
+}
+
+#[test]
+fn spec_5_3_4_status_mac_is_the_interface_address() {
+    let p = StatusPod::new("blue,red");
+    for s in &p.st {
+        let ifname = s["interface"].as_str().expect("\"mac\" present needs \"interface\"");
+        assert_eq!(s["mac"], mac_of(&p.pod, ifname), "{s}");
+    }
+    p.finish();
+}
+
+#[test]
+fn spec_5_3_5_exactly_one_default_entry() {
+    let p = StatusPod::new("blue,red,blue");
+    assert_eq!(p.st.len(), 4);
+    assert!(p.st.iter().all(|s| s["default"].is_boolean()), "'default' is required: {:?}", p.st);
+    assert_eq!(p.st.iter().filter(|s| s["default"] == true).count(), 1);
+    p.finish();
+}
+
+/// The bridge plugin returns the config's "dns" in its result; the status carries it.
+#[test]
+fn spec_5_3_6_status_dns_from_result() {
+    let p = StatusPod::new("blue,red");
+    assert_eq!(p.st[1]["dns"], blue_dns());
+    assert!(p.st[2].get("dns").is_none(), "no DNS in the result, none in the status: {}", p.st[2]);
+    p.finish();
+}
+
+#[test]
+fn spec_5_3_6_4_status_default_route() {
+    let p = StatusPod::new(r#"[{"name": "blue", "default-route": ["10.10.1.1"]}, {"name": "red"}]"#);
+    assert_eq!(p.st[1]["default-route"], json!(["10.10.1.1"]));
+    assert!(p.st[2].get("default-route").is_none(), "{}", p.st[2]);
+    assert!(p.st[0].get("default-route").is_none(), "the default network's is cleared: {}", p.st[0]);
+    assert_eq!(p.pod.default_routes(), ["net1 10.10.1.1"]);
+    p.finish();
+}

@@ -1,0 +1,144 @@
+//! The workload the cni and scale sections share: the three sides (plexus with its native
+//! macvlan, the reference plugins, plexus exec'ing the reference macvlan), pods with macvlan +
+//! host-local secondary networks, and adding or deleting many pods at once.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use super::report::{Figure, NOT_BUILT};
+use super::runner::{Driver, PlexusDriver, Pod, ReferenceDriver, Runtime, Selection};
+use super::topology::{macvlan_network, Agent, Lab};
+use super::{check_interrupt, Bench, Side};
+
+pub const PLEXUS: &str = "plexus shim + agent: default network (bridge) exec'd, macvlan + host-local native";
+const REFERENCE: &str = "reference bridge, macvlan, host-local exec'd per configlist by a libcni-like runner";
+pub const BASELINE: &str =
+    "plexus shim + agent with --exec-plugin macvlan (the reference binaries exec'd by the agent)";
+
+/// The pods' secondary networks: `bench-mv1` .. `bench-mv<m>`.
+pub fn macvlan_selections(m: u32) -> Vec<Selection> {
+    (1..=m).map(|k| Selection::plain(&format!("bench-mv{k}"))).collect()
+}
+
+/// The three sides of the cni and scale sections: plexus (native macvlan), the reference
+/// plugins, and plexus exec'ing the reference macvlan (when the agent can).
+pub struct Sides {
+    pub plexus: Agent,
+    pub baseline: Result<Agent, String>,
+    reference_ipam: PathBuf,
+}
+
+impl Sides {
+    pub fn start(b: &Bench, lab: &Lab, tag: &str) -> anyhow::Result<Sides> {
+        let plexus = Agent::start(lab, &b.bins, &format!("{tag}-plexus"), Side::Plexus, &[])?;
+        let baseline = if b.bins.exec_plugin_option {
+            Ok(Agent::start(
+                lab,
+                &b.bins,
+                &format!("{tag}-plexus-exec"),
+                Side::Baseline,
+                &["--exec-plugin", "macvlan"],
+            )?)
+        } else {
+            Err("the agent has no --exec-plugin option yet".to_owned())
+        };
+        let reference_ipam = lab.path(&format!("{tag}-reference/ipam"));
+        std::fs::create_dir_all(&reference_ipam)?;
+        Ok(Sides { plexus, baseline, reference_ipam })
+    }
+
+    pub fn what(&self) -> [Result<&'static str, &'static str>; 3] {
+        [Ok(PLEXUS), Ok(REFERENCE), Ok(BASELINE)]
+    }
+
+    pub fn mark_missing(&self, figs: &mut [Figure]) {
+        if let Err(why) = &self.baseline {
+            for f in figs {
+                f.set_missing(Side::Baseline, NOT_BUILT, why.clone());
+            }
+        }
+    }
+
+    /// A driver per side, each knowing the four macvlan networks.
+    pub fn drivers(&self, b: &Bench) -> anyhow::Result<Vec<(Side, Box<dyn Driver + '_>)>> {
+        let mut out: Vec<(Side, Box<dyn Driver + '_>)> = Vec::new();
+        let plexus = PlexusDriver { agent: &self.plexus, shim: b.bins.shim.clone() };
+        for k in 1..=4 {
+            plexus.add_network(&macvlan_network(k, Side::Plexus, &self.plexus.ipam_dir()))?;
+        }
+        out.push((Side::Plexus, Box::new(plexus)));
+        let mut reference = ReferenceDriver::new(Side::Reference, self.reference_ipam.clone())?;
+        for k in 1..=4 {
+            reference.add_network(&macvlan_network(k, Side::Reference, &self.reference_ipam))?;
+        }
+        out.push((Side::Reference, Box::new(reference)));
+        if let Ok(agent) = &self.baseline {
+            let baseline = PlexusDriver { agent, shim: b.bins.shim.clone() };
+            for k in 1..=4 {
+                baseline.add_network(&macvlan_network(k, Side::Baseline, &agent.ipam_dir()))?;
+            }
+            out.push((Side::Baseline, Box::new(baseline)));
+        }
+        Ok(out)
+    }
+
+    /// The agent of `side`, if that side runs one.
+    pub fn agent(&self, side: Side) -> Option<&Agent> {
+        match side {
+            Side::Plexus => Some(&self.plexus),
+            Side::Baseline => self.baseline.as_ref().ok(),
+            Side::Reference => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Add,
+    Del,
+}
+
+pub struct Bulk {
+    pub secs: f64,
+    pub failures: Vec<String>,
+}
+
+/// Adds or deletes every pod, one worker per runtime helper.
+pub fn bulk(op: Op, driver: &dyn Driver, runtimes: &[Runtime], pods: &[Pod]) -> Bulk {
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for rt in runtimes {
+            let (next, failures) = (&next, &failures);
+            s.spawn(move || {
+                while let Some(pod) = pods.get(next.fetch_add(1, Ordering::SeqCst)) {
+                    if check_interrupt().is_err() {
+                        break;
+                    }
+                    let outcome = match op {
+                        Op::Add => {
+                            let r = driver.prepare(pod).and_then(|()| driver.add(rt, pod));
+                            driver.finish(pod);
+                            r
+                        }
+                        Op::Del => driver.del(rt, pod),
+                    };
+                    if let Err(e) = outcome {
+                        if let Ok(mut f) = failures.lock() {
+                            f.push(format!("{e:#}"));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Bulk { secs: start.elapsed().as_secs_f64(), failures: failures.into_inner().unwrap_or_default() }
+}
+
+/// `n` pods with `m` macvlan attachments each, namespaces created.
+pub fn pods(side: Side, tag: &str, n: u32, m: u32) -> anyhow::Result<Vec<Pod>> {
+    (0..n).map(|i| Pod::new(&format!("{tag}-{}-{i}", side.name()), macvlan_selections(m))).collect()
+}
