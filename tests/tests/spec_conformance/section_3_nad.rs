@@ -4,12 +4,11 @@ use plexus_agent::catalog::manifest::parse_objects;
 use plexus_agent::cni::config::NetworkConfigList;
 use plexus_agent::spec::resolve::resolve_network_config;
 use plexus_agent::spec::selection::parse_selection;
-use plexus_tests::{Netns, Recorder, World};
+use plexus_tests::{status_of, Netns, Recorder, World};
 use serde_json::{json, Value};
 
 use super::support::{
-    address_in, assert_add_refused, assert_annotations_ignored, assert_clean, bridge_list, bridge_text,
-    status_of, statuses, write_manifest, POD,
+    address_in, assert_add_refused, assert_annotations_ignored, bridge_list, bridge_text, write_manifest, POD,
 };
 
 /// The spec's own YAML examples 3.2.1 to 3.2.4 are read as NADs; spec.config is a string.
@@ -89,7 +88,7 @@ metadata:
 /// A NAD whose spec holds no valid key attaches and detaches the network the
 /// implementation knows by the NAD's name (an on-disk config of that name).
 #[test]
-fn spec_3_2_no_spec_keys_attaches_network_known_by_name() {
+fn kernel_spec_3_2_no_spec_keys_attaches_network_known_by_name() {
     let mut w = World::new();
     write_manifest(
         &w,
@@ -105,14 +104,14 @@ fn spec_3_2_no_spec_keys_attaches_network_known_by_name() {
     w.add("c1", &pod, POD).expect_ok();
     address_in(&pod, "net1", "10.10.4.");
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// Names are DNS-1123 label units joined by dots; 63 characters per unit is only a
 /// recommendation, so a longer unit is still a valid name. Invalid names make the
 /// annotation invalid (and ignored).
 #[test]
-fn spec_3_3_nad_names_are_dns1123_label_units() {
+fn kernel_spec_3_3_nad_names_are_dns1123_label_units() {
     let long_unit = "a".repeat(64);
     for ok in
         ["attachment-name", "example-namespace/attachment-name", "a", "0net", "sriov.vendor-a", &long_unit]
@@ -128,7 +127,7 @@ fn spec_3_3_nad_names_are_dns1123_label_units() {
     w.add("c1", &pod, POD).expect_ok();
     address_in(&pod, "net1", "10.10.5.");
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
     drop(w);
     let reason = "not a valid NetworkAttachmentDefinition name";
     assert_annotations_ignored(&[
@@ -143,7 +142,7 @@ fn spec_3_3_nad_names_are_dns1123_label_units() {
 
 /// Rule 1: spec.config is used, even when an on-disk config carries the same name.
 #[test]
-fn spec_3_4_1_rule_1_spec_config_first() {
+fn kernel_spec_3_4_1_rule_1_spec_config_first() {
     let mut w = World::new();
     w.write_nad("default", "blue", Some(&bridge_text(&w, "blue", "br-spec", "10.10.1.0/24", &[])));
     w.write_netconf("blue.conflist", &bridge_text(&w, "blue", "br-disk", "10.10.9.0/24", &[]));
@@ -158,7 +157,7 @@ fn spec_3_4_1_rule_1_spec_config_first() {
         "{node_links:?}"
     );
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// A single (non-list) bridge config named `name`, as a `.conf` file holds it.
@@ -172,7 +171,7 @@ fn single_config(w: &World, name: &str, bridge: &str, subnet: &str) -> Value {
 /// Rule 2: without spec.config, the on-disk configlist named after the NAD, even though a
 /// single config of that name sorts first.
 #[test]
-fn spec_3_4_1_rule_2_on_disk_configlist() {
+fn kernel_spec_3_4_1_rule_2_on_disk_configlist() {
     let mut w = World::new();
     w.write_nad("default", "blue", None);
     let single = single_config(&w, "blue", "br-conf", "10.10.3.0/24");
@@ -184,12 +183,12 @@ fn spec_3_4_1_rule_2_on_disk_configlist() {
     w.add("c1", &pod, POD).expect_ok();
     address_in(&pod, "net1", "10.10.2.");
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// Rule 3: without spec.config or a configlist, the on-disk single config of that name.
 #[test]
-fn spec_3_4_1_rule_3_on_disk_config() {
+fn kernel_spec_3_4_1_rule_3_on_disk_config() {
     let mut w = World::new();
     w.write_nad("default", "blue", None);
     let single = single_config(&w, "blue", "br-conf", "10.10.3.0/24");
@@ -201,13 +200,13 @@ fn spec_3_4_1_rule_3_on_disk_config() {
     w.add("c1", &pod, POD).expect_ok();
     address_in(&pod, "net1", "10.10.3.");
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// Rule 4: no spec.config and no on-disk config of that name: the request fails, and
 /// nothing (not even the default network) stays attached.
 #[test]
-fn spec_3_4_1_rule_4_no_config_fails() {
+fn kernel_spec_3_4_1_rule_4_no_config_fails() {
     let mut w = World::new();
     w.write_nad("default", "ghost", None);
     w.write_netconf("other.conflist", &bridge_text(&w, "other", "br-other", "10.10.9.0/24", &[]));
@@ -224,7 +223,7 @@ fn spec_3_4_1_rule_4_no_config_fails() {
 /// A config without 'name' reaches the delegate with the NAD's name, for a single "thick"
 /// plugin config (the spec's 3.4.2.1 example verbatim) and for a configlist.
 #[test]
-fn spec_3_4_2_name_injected_from_nad() {
+fn kernel_spec_3_4_2_name_injected_from_nad() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -246,7 +245,7 @@ fn spec_3_4_2_name_injected_from_nad() {
     address_in(&pod, "net2", "10.10.1.");
     w.del("c1", &pod, POD).expect_ok();
     assert!(rec.calls().iter().filter(|c| c.command == "DEL").all(|c| c.config["name"].is_string()));
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// Every NAD must have a name: a manifest without one is refused with the reason.
@@ -264,7 +263,7 @@ fn spec_3_4_3_nad_must_have_a_name() {
 /// Matching names are only recommended: a spec.config named differently still attaches,
 /// and the status reports the NAD.
 #[test]
-fn spec_3_4_3_config_name_may_differ_from_nad_name() {
+fn kernel_spec_3_4_3_config_name_may_differ_from_nad_name() {
     let mut w = World::new();
     w.write_nad("default", "blue", Some(&bridge_text(&w, "blue-cni", "br-blue", "10.10.1.0/24", &[])));
     w.write_pod("default", "p", Some("blue"));
@@ -272,7 +271,7 @@ fn spec_3_4_3_config_name_may_differ_from_nad_name() {
     let pod = Netns::new("pxpod");
     w.add("c1", &pod, POD).expect_ok();
     address_in(&pod, "net1", "10.10.1.");
-    assert_eq!(status_of(&statuses(&w, "default", "p"), "net1")["name"], "default/blue");
+    assert_eq!(status_of(&w.network_status("default", "p"), "net1")["name"], "default/blue");
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }

@@ -4,17 +4,17 @@ use plexus_agent::cni::config::NetworkConfigList;
 use plexus_agent::spec::delegate_conf::secondary_delegate;
 use plexus_agent::spec::selection::parse_selection;
 use plexus_agent::spec::NETWORKS_ANNOTATION;
-use plexus_tests::{Netns, Recorder, World};
+use plexus_tests::{status_of, Netns, Recorder, World};
 use serde_json::{json, Value};
 
 use super::support::{
-    address_in, all_caps_network, assert_add_refused, assert_annotations_ignored, assert_clean, bridge_list,
-    bridge_text, mac_of, pod_links, status_of, statuses, write_manifest, POD,
+    address_in, all_caps_network, assert_add_refused, assert_annotations_ignored, bridge_list, bridge_text,
+    mac_of, pod_links, statuses, write_manifest, POD,
 };
 
 /// Only the annotation named k8s.v1.cni.cncf.io/networks selects networks.
 #[test]
-fn spec_4_1_annotation_name() {
+fn kernel_spec_4_1_annotation_name() {
     assert_eq!(NETWORKS_ANNOTATION, "k8s.v1.cni.cncf.io/networks");
     let mut w = World::new();
     w.write_nad("default", "blue", Some(&bridge_text(&w, "blue", "br-blue", "10.10.1.0/24", &[])));
@@ -34,12 +34,12 @@ fn spec_4_1_annotation_name() {
     assert_eq!(pod_links(&b), ["eth0", "net1"]);
     w.del("c1", &a, ("default", "other")).expect_ok();
     w.del("c2", &b, POD).expect_ok();
-    assert_clean(&w, &[&a, &b]);
+    w.assert_nothing_left(&[&a, &b]);
 }
 
 /// `name` references the pod's namespace, `namespace/name` another one.
 #[test]
-fn spec_4_1_1_comma_delimited_format() {
+fn kernel_spec_4_1_1_comma_delimited_format() {
     let mut w = World::new();
     w.agent_args.push("--allow-namespace=other-ns".into());
     w.write_nad("my-ns", "net-a", Some(&bridge_text(&w, "net-a", "br-a", "10.10.1.0/24", &[])));
@@ -60,12 +60,12 @@ fn spec_4_1_1_comma_delimited_format() {
         [json!("cluster"), json!("my-ns/net-a"), json!("my-ns/net-b"), json!("other-ns/net-c")]
     );
     w.del("c1", &pod, ("my-ns", "my-pod")).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// The JSON list format, with "namespace" given, empty (the pod's) and absent.
 #[test]
-fn spec_4_1_2_json_list_format() {
+fn kernel_spec_4_1_2_json_list_format() {
     let mut w = World::new();
     w.agent_args.push("--allow-namespace=other-ns".into());
     w.write_nad("my-ns", "net-a", Some(&bridge_text(&w, "net-a", "br-a", "10.10.1.0/24", &[])));
@@ -89,12 +89,12 @@ fn spec_4_1_2_json_list_format() {
         [json!("cluster"), json!("my-ns/net-a"), json!("other-ns/net-c"), json!("my-ns/net-a")]
     );
     w.del("c1", &pod, ("my-ns", "my-pod")).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// Keys other implementations write (reverse domain names) do not invalidate the annotation.
 #[test]
-fn spec_4_1_2_1_reverse_domain_keys_accepted() {
+fn kernel_spec_4_1_2_1_reverse_domain_keys_accepted() {
     let annotation =
         r#"[{"name": "blue", "org.example.plexus-test/key": {"x": 1}, "com.example.flag": true}]"#;
     assert_eq!(parse_selection(annotation).unwrap()[0].name, "blue");
@@ -106,11 +106,11 @@ fn spec_4_1_2_1_reverse_domain_keys_accepted() {
     w.add("c1", &pod, POD).expect_ok();
     address_in(&pod, "net1", "10.10.1.");
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn spec_4_1_2_1_1_name_is_required() {
+fn kernel_spec_4_1_2_1_1_name_is_required() {
     assert_annotations_ignored(&[
         (r#"[{"namespace": "default"}]"#, "has no \"name\""),
         (r#"[{"name": "net-b"}, {"interface": "net9"}]"#, "has no \"name\""),
@@ -120,7 +120,7 @@ fn spec_4_1_2_1_1_name_is_required() {
 }
 
 #[test]
-fn spec_4_1_2_1_3_invalid_ips_ignore_annotation() {
+fn kernel_spec_4_1_2_1_3_invalid_ips_ignore_annotation() {
     for ok in [r#"["10.2.2.42/24", "2001:db8::5/64"]"#, r#"["10.2.2.42"]"#, r#"["2001:db8::5"]"#] {
         let text = format!(r#"[{{"name": "net-b", "ips": {ok}}}]"#);
         assert!(parse_selection(&text).is_ok(), "{text}");
@@ -140,7 +140,7 @@ fn spec_4_1_2_1_3_invalid_ips_ignore_annotation() {
 /// The static IPAM plugin, declaring the "ips" capability, assigns exactly the requested
 /// addresses: they can only have come from runtimeConfig.
 #[test]
-fn spec_4_1_2_1_3_2_ips_passed_in_runtime_config() {
+fn kernel_spec_4_1_2_1_3_2_ips_passed_in_runtime_config() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -162,11 +162,11 @@ fn spec_4_1_2_1_3_2_ips_passed_in_runtime_config() {
     let add = &rec.calls_of("rec")[0];
     assert_eq!(add.config["runtimeConfig"], json!({"ips": ["10.2.2.42/24", "10.2.3.7/24"]}));
     let mut st_ips: Vec<Value> =
-        status_of(&statuses(&w, "default", "p"), "net1")["ips"].as_array().unwrap().clone();
+        status_of(&w.network_status("default", "p"), "net1")["ips"].as_array().unwrap().clone();
     st_ips.sort_by_key(|v| v.to_string());
     assert_eq!(st_ips, [json!("10.2.2.42/24"), json!("10.2.3.7/24")]);
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// One test body for the four "no plugin has the capability: the request must fail".
@@ -188,12 +188,12 @@ fn assert_capability_required(annotation: &str, key: &str) {
 }
 
 #[test]
-fn spec_4_1_2_1_3_2_ips_without_capability_fails() {
+fn kernel_spec_4_1_2_1_3_2_ips_without_capability_fails() {
     assert_capability_required(r#"[{"name": "net-b", "ips": ["10.10.2.42/24"]}]"#, "ips");
 }
 
 #[test]
-fn spec_4_1_2_1_4_invalid_mac_ignores_annotation() {
+fn kernel_spec_4_1_2_1_4_invalid_mac_ignores_annotation() {
     for ok in [
         "02:23:45:67:89:01",
         "02-23-45-67-89-0A",
@@ -214,7 +214,7 @@ fn spec_4_1_2_1_4_invalid_mac_ignores_annotation() {
 
 /// tuning, declaring the "mac" capability, sets the requested address on the interface.
 #[test]
-fn spec_4_1_2_1_4_2_mac_passed_in_runtime_config() {
+fn kernel_spec_4_1_2_1_4_2_mac_passed_in_runtime_config() {
     let mut w = World::new();
     let tuning = json!({"type": "tuning", "capabilities": {"mac": true}});
     w.write_nad("default", "net-b", Some(&bridge_text(&w, "net-b", "br-b", "10.10.2.0/24", &[tuning])));
@@ -225,16 +225,16 @@ fn spec_4_1_2_1_4_2_mac_passed_in_runtime_config() {
     assert_eq!(mac_of(&pod, "net1"), "02:23:45:67:89:01");
     assert_ne!(mac_of(&pod, "eth0"), "02:23:45:67:89:01", "the default network is not affected");
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn spec_4_1_2_1_4_2_mac_without_capability_fails() {
+fn kernel_spec_4_1_2_1_4_2_mac_without_capability_fails() {
     assert_capability_required(r#"[{"name": "net-b", "mac": "02:23:45:67:89:01"}]"#, "mac");
 }
 
 #[test]
-fn spec_4_1_2_1_5_invalid_interface_ignores_annotation() {
+fn kernel_spec_4_1_2_1_5_invalid_interface_ignores_annotation() {
     let reason = "not a valid Linux interface name";
     assert_annotations_ignored(&[
         (r#"[{"name": "net-b", "interface": "this-name-is-too-long"}]"#, reason),
@@ -249,7 +249,7 @@ fn spec_4_1_2_1_5_invalid_interface_ignores_annotation() {
 
 /// A name a previous attachment (selected or the default network) uses fails the request.
 #[test]
-fn spec_4_1_2_1_5_interface_in_use_fails() {
+fn kernel_spec_4_1_2_1_5_interface_in_use_fails() {
     let mut w = World::new();
     w.write_nad("default", "net-a", Some(&bridge_text(&w, "net-a", "br-a", "10.10.1.0/24", &[])));
     w.write_nad("default", "net-b", Some(&bridge_text(&w, "net-b", "br-b", "10.10.2.0/24", &[])));
@@ -269,7 +269,7 @@ fn spec_4_1_2_1_5_interface_in_use_fails() {
 
 /// The delegate runs with CNI_IFNAME set to the requested name, for ADD and DEL alike.
 #[test]
-fn spec_4_1_2_1_5_1_interface_sets_cni_ifname() {
+fn kernel_spec_4_1_2_1_5_1_interface_sets_cni_ifname() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -284,20 +284,20 @@ fn spec_4_1_2_1_5_1_interface_sets_cni_ifname() {
     w.add("c1", &pod, POD).expect_ok();
     assert_eq!(pod_links(&pod), ["data0", "eth0"]);
     address_in(&pod, "data0", "10.10.2.");
-    assert_eq!(status_of(&statuses(&w, "default", "p"), "data0")["name"], "default/net-b");
+    assert_eq!(status_of(&w.network_status("default", "p"), "data0")["name"], "default/net-b");
     w.del("c1", &pod, POD).expect_ok();
     let calls = rec.calls_of("b");
     assert_eq!(
         calls.iter().map(|c| (c.command.as_str(), c.ifname.as_str())).collect::<Vec<_>>(),
         [("ADD", "data0"), ("DEL", "data0")]
     );
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// "cni-args" reach the plugins as CONVENTIONS' args.cni, winning over the config's own
 /// args.cni keys, which are otherwise kept.
 #[test]
-fn spec_4_1_2_1_6_2_cni_args_override_config_args() {
+fn kernel_spec_4_1_2_1_6_2_cni_args_override_config_args() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -322,11 +322,11 @@ fn spec_4_1_2_1_6_2_cni_args_override_config_args() {
     );
     w.del("c1", &a, POD).expect_ok();
     w.del("c2", &b, ("default", "q")).expect_ok();
-    assert_clean(&w, &[&a, &b]);
+    w.assert_nothing_left(&[&a, &b]);
 }
 
 #[test]
-fn spec_4_1_2_1_7_invalid_port_mappings_ignore_annotation() {
+fn kernel_spec_4_1_2_1_7_invalid_port_mappings_ignore_annotation() {
     let pm = |m: &str| format!(r#"[{{"name": "net-b", "portMappings": {m}}}]"#);
     let cases = [
         (pm("[]"), "at least one mapping"),
@@ -375,7 +375,7 @@ fn spec_4_1_2_1_7_port_mapping_values() {
 /// The reference portmap plugin, declaring the capability, installs the requested DNAT;
 /// a recorder declaring it too sees the CONVENTIONS form.
 #[test]
-fn spec_4_1_2_1_7_2_port_mappings_passed_in_runtime_config() {
+fn kernel_spec_4_1_2_1_7_2_port_mappings_passed_in_runtime_config() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -411,11 +411,11 @@ fn spec_4_1_2_1_7_2_port_mappings_passed_in_runtime_config() {
     w.del("c1", &pod, POD).expect_ok();
     let (_, nat) = w.node.exec(&["iptables-save", "-t", "nat"]);
     assert!(!nat.contains("--dport 8080"), "DEL removes the mapping:\n{nat}");
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn spec_4_1_2_1_7_2_port_mappings_without_capability_fails() {
+fn kernel_spec_4_1_2_1_7_2_port_mappings_without_capability_fails() {
     assert_capability_required(
         r#"[{"name": "net-b", "portMappings": [{"hostPort": 8080, "containerPort": 80}]}]"#,
         "portMappings",
@@ -423,7 +423,7 @@ fn spec_4_1_2_1_7_2_port_mappings_without_capability_fails() {
 }
 
 #[test]
-fn spec_4_1_2_1_8_invalid_bandwidth_ignores_annotation() {
+fn kernel_spec_4_1_2_1_8_invalid_bandwidth_ignores_annotation() {
     let bw = |b: &str| format!(r#"[{{"name": "net-b", "bandwidth": {b}}}]"#);
     let cases = [
         (bw("{}"), "at least one of"),
@@ -443,7 +443,7 @@ fn spec_4_1_2_1_8_invalid_bandwidth_ignores_annotation() {
 
 /// The reference bandwidth plugin, declaring the capability, shapes the pod's traffic.
 #[test]
-fn spec_4_1_2_1_8_2_bandwidth_passed_in_runtime_config() {
+fn kernel_spec_4_1_2_1_8_2_bandwidth_passed_in_runtime_config() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -473,16 +473,16 @@ fn spec_4_1_2_1_8_2_bandwidth_passed_in_runtime_config() {
     w.del("c1", &pod, POD).expect_ok();
     let (_, qdiscs) = w.node.exec(&["tc", "qdisc", "show"]);
     assert!(!qdiscs.contains("tbf"), "DEL removes the shaping:\n{qdiscs}");
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
-fn spec_4_1_2_1_8_2_bandwidth_without_capability_fails() {
+fn kernel_spec_4_1_2_1_8_2_bandwidth_without_capability_fails() {
     assert_capability_required(r#"[{"name": "net-b", "bandwidth": {"egressRate": 1000000}}]"#, "bandwidth");
 }
 
 #[test]
-fn spec_4_1_2_1_9_default_route_on_two_networks_ignores_annotation() {
+fn kernel_spec_4_1_2_1_9_default_route_on_two_networks_ignores_annotation() {
     assert!(parse_selection(r#"[{"name": "net-b", "default-route": []}]"#).is_ok(), "the list may be empty");
     assert_annotations_ignored(&[
         (
@@ -502,7 +502,7 @@ fn spec_4_1_2_1_9_default_route_on_two_networks_ignores_annotation() {
 /// The default network installs a default route; "default-route" on a selected network
 /// moves it there (and clears the default network's).
 #[test]
-fn spec_4_1_2_1_9_default_route_moves_to_selected_network() {
+fn kernel_spec_4_1_2_1_9_default_route_moves_to_selected_network() {
     let mut w = World::new();
     let mut default = bridge_list(&w, "cluster", "cni0", "10.88.0.0/24", &[]);
     default["plugins"][0]["ipam"]["routes"] = json!([{"dst": "0.0.0.0/0"}]);
@@ -519,13 +519,13 @@ fn spec_4_1_2_1_9_default_route_moves_to_selected_network() {
     assert!(b.ping("10.10.2.1"), "the gateway is reachable");
     w.del("c1", &a, ("default", "plain")).expect_ok();
     w.del("c2", &b, POD).expect_ok();
-    assert_clean(&w, &[&a, &b]);
+    w.assert_nothing_left(&[&a, &b]);
 }
 
 /// plexus's option: with --strict-annotations an invalid annotation fails the ADD with
 /// the reason, instead of being ignored.
 #[test]
-fn spec_4_1_2_invalid_annotation_fails_in_strict_mode() {
+fn kernel_spec_4_1_2_invalid_annotation_fails_in_strict_mode() {
     let mut w = World::new();
     w.agent_args.push("--strict-annotations".into());
     w.write_nad("default", "net-b", Some(&all_caps_network(&w, "net-b")));
@@ -538,7 +538,7 @@ fn spec_4_1_2_invalid_annotation_fails_in_strict_mode() {
 
 /// "net-a,net-a": two attachments, each its own delegate operation and status entry.
 #[test]
-fn spec_4_2_same_network_twice_is_two_attachments() {
+fn kernel_spec_4_2_same_network_twice_is_two_attachments() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -561,13 +561,13 @@ fn spec_4_2_same_network_twice_is_two_attachments() {
     assert_eq!(entries[0]["ips"], json!([one]));
     assert_eq!(entries[1]["ips"], json!([two]));
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// ADD and DEL of each attachment run with the same [container ID, network name,
 /// CNI_IFNAME], also when the DEL comes from a restarted agent.
 #[test]
-fn spec_4_2_1_operations_use_the_same_tuple() {
+fn kernel_spec_4_2_1_operations_use_the_same_tuple() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -597,12 +597,12 @@ fn spec_4_2_1_operations_use_the_same_tuple() {
     assert_eq!(adds.len(), 2);
     assert_eq!(adds[0].1, "net-a");
     assert_eq!(adds, tuples("DEL"));
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// Generated names never collide with each other or with requested ones.
 #[test]
-fn spec_4_2_1_generated_ifnames_are_unique() {
+fn kernel_spec_4_2_1_generated_ifnames_are_unique() {
     let mut w = World::new();
     w.write_nad("default", "net-a", Some(&bridge_text(&w, "net-a", "br-a", "10.10.1.0/24", &[])));
     w.write_pod(
@@ -621,5 +621,5 @@ fn spec_4_2_1_generated_ifnames_are_unique() {
     let ifnames: Vec<&str> = st.iter().skip(1).map(|s| s["interface"].as_str().unwrap()).collect();
     assert_eq!(ifnames, ["net2", "net1", "net4", "net3"]);
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }

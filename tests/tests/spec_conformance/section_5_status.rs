@@ -6,7 +6,7 @@ use plexus_agent::spec::NETWORK_STATUS_ANNOTATION;
 use plexus_tests::{Netns, World};
 use serde_json::{json, Value};
 
-use super::support::{assert_clean, bridge_list, bridge_text, mac_of, pod_links, statuses, POD};
+use super::support::{bridge_list, bridge_text, mac_of, pod_links, statuses, POD};
 
 /// The DNS settings of the "blue" network, which the bridge plugin returns in its result.
 fn blue_dns() -> Value {
@@ -37,12 +37,12 @@ impl StatusPod {
 
     fn finish(self) {
         self.w.del("c1", &self.pod, POD).expect_ok();
-        assert_clean(&self.w, &[&self.pod]);
+        self.w.assert_nothing_left(&[&self.pod]);
     }
 }
 
 #[test]
-fn spec_5_status_annotation_is_a_json_list_of_maps() {
+fn kernel_spec_5_status_annotation_is_a_json_list_of_maps() {
     assert_eq!(NETWORK_STATUS_ANNOTATION, "k8s.v1.cni.cncf.io/network-status");
     let p = StatusPod::new("blue,red");
     let path = p.w.path("state").join("pods/default/p.network-status.json");
@@ -57,7 +57,7 @@ fn spec_5_status_annotation_is_a_json_list_of_maps() {
 /// interface: the status describes the pod's. The pure function, given a result with two
 /// sandbox interfaces, takes the first.
 #[test]
-fn spec_5_1_1_status_from_first_sandbox_interface() {
+fn kernel_spec_5_1_1_status_from_first_sandbox_interface() {
     let p = StatusPod::new("blue");
     let blue = &p.st[1];
     assert_eq!(blue["interface"], "net1");
@@ -97,7 +97,7 @@ fn spec_5_1_1_status_from_first_sandbox_interface() {
 }
 
 #[test]
-fn spec_5_2_default_network_entry() {
+fn kernel_spec_5_2_default_network_entry() {
     let p = StatusPod::new("blue");
     let defaults: Vec<&Value> = p.st.iter().filter(|s| s["default"] == true).collect();
     assert_eq!(defaults.len(), 1, "{:?}", p.st);
@@ -109,7 +109,7 @@ fn spec_5_2_default_network_entry() {
 
 /// Every status key is one the spec defines, or a reverse domain name.
 #[test]
-fn spec_5_3_status_keys_are_standard() {
+fn kernel_spec_5_3_status_keys_are_standard() {
     let p = StatusPod::new(r#"[{"name": "blue", "default-route": ["10.10.1.1"]}, {"name": "red"}]"#);
     let defined = ["name", "interface", "ips", "mac", "default", "dns", "default-route"];
     for s in &p.st {
@@ -129,7 +129,7 @@ fn spec_5_3_status_keys_are_standard() {
 }
 
 #[test]
-fn spec_5_3_1_status_name() {
+fn kernel_spec_5_3_1_status_name() {
     let p = StatusPod::new("blue,default/red");
     let names: Vec<&Value> = p.st.iter().map(|s| &s["name"]).collect();
     assert_eq!(names, [&json!("cluster"), &json!("default/blue"), &json!("default/red")]);
@@ -137,7 +137,7 @@ fn spec_5_3_1_status_name() {
 }
 
 #[test]
-fn spec_5_3_2_status_interface_is_in_the_pod() {
+fn kernel_spec_5_3_2_status_interface_is_in_the_pod() {
     let p = StatusPod::new(r#"[{"name": "blue", "interface": "data0"}, {"name": "red"}]"#);
     let links = pod_links(&p.pod);
     let ifnames: Vec<&str> = p.st.iter().map(|s| s["interface"].as_str().unwrap()).collect();
@@ -147,7 +147,7 @@ fn spec_5_3_2_status_interface_is_in_the_pod() {
 }
 
 #[test]
-fn spec_5_3_3_status_ips_are_pod_addresses() {
+fn kernel_spec_5_3_3_status_ips_are_pod_addresses() {
     let p = StatusPod::new("blue,red");
     for s in &p.st {
         let ifname = s["interface"].as_str().unwrap();
@@ -159,7 +159,7 @@ fn spec_5_3_3_status_ips_are_pod_addresses() {
 }
 
 #[test]
-fn spec_5_3_4_status_mac_is_the_interface_address() {
+fn kernel_spec_5_3_4_status_mac_is_the_interface_address() {
     let p = StatusPod::new("blue,red");
     for s in &p.st {
         let ifname = s["interface"].as_str().expect("\"mac\" present needs \"interface\"");
@@ -169,7 +169,7 @@ fn spec_5_3_4_status_mac_is_the_interface_address() {
 }
 
 #[test]
-fn spec_5_3_5_exactly_one_default_entry() {
+fn kernel_spec_5_3_5_exactly_one_default_entry() {
     let p = StatusPod::new("blue,red,blue");
     assert_eq!(p.st.len(), 4);
     assert!(p.st.iter().all(|s| s["default"].is_boolean()), "'default' is required: {:?}", p.st);
@@ -179,7 +179,7 @@ fn spec_5_3_5_exactly_one_default_entry() {
 
 /// The bridge plugin returns the config's "dns" in its result; the status carries it.
 #[test]
-fn spec_5_3_6_status_dns_from_result() {
+fn kernel_spec_5_3_6_status_dns_from_result() {
     let p = StatusPod::new("blue,red");
     assert_eq!(p.st[1]["dns"], blue_dns());
     assert!(p.st[2].get("dns").is_none(), "no DNS in the result, none in the status: {}", p.st[2]);
@@ -187,7 +187,7 @@ fn spec_5_3_6_status_dns_from_result() {
 }
 
 #[test]
-fn spec_5_3_6_4_status_default_route() {
+fn kernel_spec_5_3_6_4_status_default_route() {
     let p = StatusPod::new(r#"[{"name": "blue", "default-route": ["10.10.1.1"]}, {"name": "red"}]"#);
     assert_eq!(p.st[1]["default-route"], json!(["10.10.1.1"]));
     assert!(p.st[2].get("default-route").is_none(), "{}", p.st[2]);

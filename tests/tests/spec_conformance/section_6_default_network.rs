@@ -6,13 +6,13 @@ use plexus_tests::{Netns, Recorder, World};
 use serde_json::Value;
 
 use super::support::{
-    address_in, assert_add_refused, assert_clean, bridge_text, pod_links, set_default_network, wait_for, POD,
+    address_in, assert_add_refused, bridge_text, pod_links, set_default_network, wait_for, POD,
 };
 
 /// With or without an annotation (even an invalid one), and without pod arguments at all,
 /// the pod gets the default network, whose result is what the runtime receives.
 #[test]
-fn spec_6_every_pod_gets_the_default_network() {
+fn kernel_spec_6_every_pod_gets_the_default_network() {
     let mut w = World::new();
     w.write_nad("default", "blue", Some(&bridge_text(&w, "blue", "br-blue", "10.10.1.0/24", &[])));
     w.write_pod("default", "plain", None);
@@ -55,13 +55,13 @@ fn spec_6_every_pod_gets_the_default_network() {
     );
     out.expect_ok();
     let all: Vec<&Netns> = pods.iter().map(|p| &p.2).chain([&bare]).collect();
-    assert_clean(&w, &all);
+    w.assert_nothing_left(&all);
 }
 
 /// plexus's own config appears in the runtime's directory only once the default network's
 /// config exists.
 #[test]
-fn spec_6_1_config_written_once_default_network_ready() {
+fn kernel_spec_6_1_config_written_once_default_network_ready() {
     let mut w = World::new();
     std::fs::remove_file(w.path("default").join("10-cluster.conflist")).unwrap();
     w.start_agent();
@@ -79,13 +79,13 @@ fn spec_6_1_config_written_once_default_network_ready() {
     w.add("c1", &pod, POD).expect_ok();
     address_in(&pod, "eth0", "10.88.0.");
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// Without a default network, ADD answers "try again later" (11) and leaves nothing; once
 /// the default network exists, the same ADD succeeds.
 #[test]
-fn spec_6_1_2_add_blocked_until_default_network_ready() {
+fn kernel_spec_6_1_2_add_blocked_until_default_network_ready() {
     let mut w = World::new();
     std::fs::remove_file(w.path("default").join("10-cluster.conflist")).unwrap();
     w.write_nad("default", "blue", Some(&bridge_text(&w, "blue", "br-blue", "10.10.1.0/24", &[])));
@@ -99,12 +99,12 @@ fn spec_6_1_2_add_blocked_until_default_network_ready() {
     w.add("c1", &pod, POD).expect_ok();
     assert_eq!(pod_links(&pod), ["eth0", "net1"]);
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// The default network's delegates finish before the first selected network's start.
 #[test]
-fn spec_6_2_default_network_attached_first() {
+fn kernel_spec_6_2_default_network_attached_first() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -128,5 +128,5 @@ fn spec_6_2_default_network_attached_first() {
     assert_eq!(adds.iter().map(|c| c.tag.as_str()).collect::<Vec<_>>(), ["default", "red", "blue"]);
     assert!(adds[0].end_ns <= adds[1].start_ns, "default still running when {} started", adds[1].tag);
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }

@@ -6,14 +6,14 @@ use plexus_tests::{Netns, Recorder, World};
 use serde_json::{json, Value};
 
 use super::support::{
-    address_in, assert_add_refused, assert_clean, bridge_list, bridge_text, cni_with_config, now_ns,
-    pod_links, set_default_network, wait_for, POD,
+    address_in, assert_add_refused, bridge_list, bridge_text, cni_with_config, now_ns, pod_links,
+    set_default_network, wait_for, POD,
 };
 
 /// Each plugin of a configlist gets the list's name and cniVersion, whatever its own
 /// object says.
 #[test]
-fn spec_7_1_name_and_cni_version_injected() {
+fn kernel_spec_7_1_name_and_cni_version_injected() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -38,13 +38,13 @@ fn spec_7_1_name_and_cni_version_injected() {
     }
     // The 0.4.0 bridge result arrived as prevResult, in the list's version.
     assert_eq!(calls[0].config["prevResult"]["cniVersion"], "0.4.0");
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// ADD runs the plugins in order, each with the previous result; DEL runs them in reverse
 /// with the cached result; the runtime gets the result in the version it asked for.
 #[test]
-fn spec_7_1_configlist_invoked_per_cni_spec() {
+fn kernel_spec_7_1_configlist_invoked_per_cni_spec() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -66,7 +66,7 @@ fn spec_7_1_configlist_invoked_per_cni_spec() {
     for del in &calls[2..] {
         assert_eq!(&del.config["prevResult"], bridge_result, "DEL gets the cached result");
     }
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 
     for version in ["0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
         let pod = Netns::new("pxpod");
@@ -77,7 +77,7 @@ fn spec_7_1_configlist_invoked_per_cni_spec() {
         assert_eq!(ip["address"], address_in(&pod, "eth0", "10.88.0.").as_str());
         assert_eq!(ip.get("version").is_some(), version < "1.0.0", "{version}: {out}");
         w.cni_versioned("DEL", &cid, &pod, POD, version).expect_ok();
-        assert_clean(&w, &[&pod]);
+        w.assert_nothing_left(&[&pod]);
     }
 }
 
@@ -104,7 +104,7 @@ fn failing_setup(rec: &Recorder) -> World {
 }
 
 #[test]
-fn spec_7_2_attachment_failure_fails_setup_and_skips_the_rest() {
+fn kernel_spec_7_2_attachment_failure_fails_setup_and_skips_the_rest() {
     let rec = Recorder::new();
     let w = failing_setup(&rec);
     let pod = Netns::new("pxpod");
@@ -116,13 +116,13 @@ fn spec_7_2_attachment_failure_fails_setup_and_skips_the_rest() {
     assert!(!w.node.link_names().contains(&"br-c".into()), "net-c's bridge was created");
     let events = w.events("default", "p");
     assert!(events.contains("AttachmentFailed") && events.contains("default/bad"), "{events}");
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// Everything attempted by the failed ADD (the default network, net-a, and the partly
 /// attached bad) is torn down; what was never attempted gets no DEL either.
 #[test]
-fn spec_7_2_attempted_attachments_are_torn_down() {
+fn kernel_spec_7_2_attempted_attachments_are_torn_down() {
     let rec = Recorder::new();
     let w = failing_setup(&rec);
     let pod = Netns::new("pxpod");
@@ -134,13 +134,13 @@ fn spec_7_2_attempted_attachments_are_torn_down() {
     assert_eq!(w.ipam_allocations(), Vec::<String>::new());
     // The runtime's DEL after the failed ADD has nothing left to do, and succeeds.
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// The default network fails (macvlan on a missing master): the ADD fails and no selected
 /// network is attempted.
 #[test]
-fn spec_7_2_default_network_failure_fails_setup() {
+fn kernel_spec_7_2_default_network_failure_fails_setup() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -164,7 +164,7 @@ fn spec_7_2_default_network_failure_fails_setup() {
     assert!(out.msg().contains("attachment cluster") && out.msg().contains("macvlan"), "{}", out.stdout);
     assert!(rec.calls().is_empty(), "a selected network was attempted: {:?}", rec.calls());
     assert!(!w.node.link_names().contains(&"br-blue".into()));
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// "net-a,bad,net-c" where bad's DEL fails while a flag file exists.
@@ -188,7 +188,7 @@ fn failing_teardown(rec: &Recorder) -> (World, Netns, std::path::PathBuf) {
 /// Teardown runs newest first (net-c, bad, net-a, default): bad's failure does not stop
 /// net-a and the default network from being detached.
 #[test]
-fn spec_7_2_teardown_continues_past_failure() {
+fn kernel_spec_7_2_teardown_continues_past_failure() {
     let rec = Recorder::new();
     let (w, pod, _flag) = failing_teardown(&rec);
     assert!(!w.del("c1", &pod, POD).ok());
@@ -205,7 +205,7 @@ fn spec_7_2_teardown_continues_past_failure() {
 /// The failed detachment is reported as an error naming it, its record is kept, and a
 /// later DEL finishes the job.
 #[test]
-fn spec_7_2_teardown_failure_is_reported() {
+fn kernel_spec_7_2_teardown_failure_is_reported() {
     let rec = Recorder::new();
     let (w, pod, flag) = failing_teardown(&rec);
     let out = w.del("c1", &pod, POD);
@@ -215,13 +215,13 @@ fn spec_7_2_teardown_failure_is_reported() {
     assert!(!w.state_files().is_empty(), "the failed attachment stays recorded for a retry");
     std::fs::remove_file(&flag).unwrap();
     w.del("c1", &pod, POD).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// ADD and DEL of one container never overlap, even when the DEL arrives mid-ADD; another
 /// container's ADD runs meanwhile.
 #[test]
-fn spec_7_3_operations_for_one_container_are_serialized() {
+fn kernel_spec_7_3_operations_for_one_container_are_serialized() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -261,13 +261,13 @@ fn spec_7_3_operations_for_one_container_are_serialized() {
     assert!(add2_sent < add1.end_ns && add1.overlaps(add2), "different containers may run in parallel");
     assert_eq!(pod_links(&a), Vec::<String>::new(), "the DEL came last and removed everything");
     w.del("c2", &b, ("default", "q")).expect_ok();
-    assert_clean(&w, &[&a, &b]);
+    w.assert_nothing_left(&[&a, &b]);
 }
 
 /// A pod may select its own namespace's networks and those of allowed namespaces
 /// ("default" unless configured); anything else fails the ADD, leaving nothing behind.
 #[test]
-fn spec_7_4_disallowed_network_fails() {
+fn kernel_spec_7_4_disallowed_network_fails() {
     let run = |allow: Option<&str>| {
         let mut w = World::new();
         if let Some(ns) = allow {
@@ -289,7 +289,7 @@ fn spec_7_4_disallowed_network_fails() {
     w.add("c2", &pod, ("team-a", "q")).expect_ok();
     assert_eq!(pod_links(&pod), ["eth0", "net1", "net2"], "own namespace and the default allow-list");
     w.del("c2", &pod, ("team-a", "q")).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
     drop(w);
 
     let w = run(Some("default,secret"));
@@ -297,14 +297,14 @@ fn spec_7_4_disallowed_network_fails() {
     w.add("c1", &pod, ("team-a", "p")).expect_ok();
     address_in(&pod, "net3", "10.10.6.");
     w.del("c1", &pod, ("team-a", "p")).expect_ok();
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }
 
 /// kubelet's runtimeConfig reaches the default network's plugins (those declaring the
 /// capability) and no plugin of a selected network, which only gets what its own
 /// selection asks for.
 #[test]
-fn spec_7_5_runtime_config_only_for_default_network() {
+fn kernel_spec_7_5_runtime_config_only_for_default_network() {
     let rec = Recorder::new();
     let mut w = World::new();
     w.agent_args.push(rec.agent_arg());
@@ -353,5 +353,5 @@ fn spec_7_5_runtime_config_only_for_default_network() {
             .count(),
         0
     );
-    assert_clean(&w, &[&pod]);
+    w.assert_nothing_left(&[&pod]);
 }

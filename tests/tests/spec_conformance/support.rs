@@ -1,5 +1,4 @@
 //! Helpers of the conformance tests: networks, pods, CNI calls and what to assert about them.
-//! `status_of` will be unified with the shared test kit's.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -55,10 +54,6 @@ pub fn statuses(w: &World, ns: &str, pod: &str) -> Vec<Value> {
     w.network_status(ns, pod).as_array().cloned().unwrap_or_else(|| panic!("network-status is not a list"))
 }
 
-pub fn status_of<'a>(st: &'a [Value], ifname: &str) -> &'a Value {
-    st.iter().find(|s| s["interface"] == ifname).unwrap_or_else(|| panic!("no status for {ifname}: {st:?}"))
-}
-
 /// A raw manifest into the NAD or pod directory (for shapes `write_nad`/`write_pod` cannot
 /// produce).
 pub fn write_manifest(w: &World, sub: &str, file: &str, v: &Value) {
@@ -91,11 +86,6 @@ pub fn cni_with_config(
     )
 }
 
-#[track_caller]
-pub fn assert_clean(w: &World, pods: &[&Netns]) {
-    assert_eq!(w.leftovers(pods), Vec::<String>::new(), "leftovers");
-}
-
 /// A failed ADD: non-zero exit, the CNI error `code`, a message containing `msg`, nothing
 /// attached in the pod and nothing left on the node.
 #[track_caller]
@@ -106,7 +96,7 @@ pub fn assert_add_refused(w: &World, out: &CniOutput, pod: &Netns, code: u64, ms
         assert!(out.msg().contains(m), "message {:?} should contain {m:?}", out.msg());
     }
     assert_eq!(pod_links(pod), Vec::<String>::new(), "nothing may stay attached");
-    assert_clean(w, &[pod]);
+    w.assert_nothing_left(&[pod]);
 }
 
 /// A network whose bridge declares every capability the annotation can ask for, so that
@@ -147,7 +137,7 @@ pub fn assert_annotations_ignored(cases: &[(&str, &str)]) {
         let events = w.events("default", &name);
         assert!(events.contains("InvalidNetworksAnnotation") && events.contains(reason), "{text}: {events}");
         w.del(&cid, &pod, ("default", &name)).expect_ok();
-        assert_clean(&w, &[&pod]);
+        w.assert_nothing_left(&[&pod]);
     }
 }
 
