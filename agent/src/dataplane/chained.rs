@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::records::Record;
 use super::service::{Feature, Service, ServiceError};
@@ -28,10 +28,7 @@ pub trait Chained: Feature<Entry: std::fmt::Display> {
     type Error: std::error::Error + CniCode + From<ServiceError> + From<PrevResultError> + Send + 'static;
 
     fn parse(config: &Value) -> Result<Self::Conf, Self::Error>;
-    /// The network (configlist name).
-    fn network(conf: &Self::Conf) -> &str;
-    fn cni_version(conf: &Self::Conf) -> &str;
-    fn prev_result(conf: &Self::Conf) -> Option<&Value>;
+    fn chain(conf: &Self::Conf) -> &ChainArgs;
     /// Whether the config asks for anything (mappings, limits).
     fn requested(conf: &Self::Conf) -> bool;
     /// The record an ADD installs for the attachment of `call`.
@@ -40,6 +37,27 @@ pub trait Chained: Feature<Entry: std::fmt::Display> {
         prev: &'a CniResult,
         call: &'a NativeCall<'a>,
     ) -> BoxFuture<'a, Result<Record<Self::Entry>, Self::Error>>;
+}
+
+/// What every chained plugin's config carries besides its own keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainArgs {
+    /// The network (configlist name).
+    pub network: String,
+    pub cni_version: String,
+    /// The previous plugin's result, which a chained plugin works on.
+    pub prev_result: Option<Value>,
+}
+
+impl ChainArgs {
+    pub fn read(config: &Map<String, Value>) -> ChainArgs {
+        let text = |key: &str| config.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        ChainArgs {
+            network: text("name"),
+            cni_version: text("cniVersion"),
+            prev_result: config.get("prevResult").filter(|v| !v.is_null()).cloned(),
+        }
+    }
 }
 
 /// The previous plugin's result, which a chained plugin works on.
@@ -67,7 +85,7 @@ impl<D: Chained> ChainedPlugin<D> {
 
     async fn add(&self, call: &NativeCall<'_>) -> Result<Option<Value>, D::Error> {
         let conf = D::parse(call.config)?;
-        let Some(prev) = D::prev_result(&conf).cloned() else {
+        let Some(prev) = D::chain(&conf).prev_result.clone() else {
             if !D::requested(&conf) {
                 return Ok(None);
             }
@@ -76,7 +94,7 @@ impl<D: Chained> ChainedPlugin<D> {
         if !D::requested(&conf) {
             return Ok(Some(prev));
         }
-        let parsed = CniResult::parse(&prev, D::cni_version(&conf))
+        let parsed = CniResult::parse(&prev, &D::chain(&conf).cni_version)
             .map_err(|source| PrevResultError::Unreadable { plugin: D::TYPE, source })?;
         let started = Instant::now();
         let record = D::plan(&conf, &parsed, call).await?;
@@ -104,7 +122,7 @@ impl<D: Chained> ChainedPlugin<D> {
     }
 
     async fn gc(&self, call: &NativeCall<'_>) -> Result<(), D::Error> {
-        let network = D::network(&D::parse(call.config)?).to_owned();
+        let network = D::chain(&D::parse(call.config)?).network.clone();
         let valid = valid_attachments(call.config);
         self.blocking(move |s| s.gc(&network, &valid)).await
     }

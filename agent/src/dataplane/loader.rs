@@ -1,5 +1,6 @@
-//! Loading the embedded BPF object and attaching its programs, so that attachments survive the
-//! agent: maps reuse their pins, and every attachment is a pinned BPF link.
+//! Loading an embedded BPF object (each feature describes its own, see [`Object`]) and attaching
+//! its programs, so that attachments survive the agent: maps reuse their pins, and every
+//! attachment is a pinned BPF link or a filter on the device.
 //!
 //! A restarted agent loads the object again. Its maps are the pinned ones (entries intact); its
 //! programs are new kernel objects, but the links pinned by the previous run keep running the

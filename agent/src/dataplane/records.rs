@@ -1,6 +1,7 @@
 //! Durable records of what the dataplane installed per attachment: one JSON file per
 //! attachment (container ID + pod interface) under `<state-dir>/<kind>/`. They are the truth the
-//! maps are reconciled with when the agent starts, and what DEL removes (no prevResult needed).
+//! maps are reconciled with when the agent starts, what DEL removes (no prevResult needed) and
+//! what CHECK verifies (`plexus-agent bandwidth set`, another process, rewrites them).
 //!
 //! Written atomically (a temporary file renamed over the old one) but not fsynced: what they
 //! describe lives in bpffs and on network devices, which a power loss or reboot wipes as well,

@@ -23,7 +23,7 @@ use super::store::Record;
 use super::BandwidthError;
 use crate::cni::result::CniResult;
 use crate::dataplane::attach::{Attach, AttachPoint};
-use crate::dataplane::chained::{pod_name, Chained, ChainedPlugin};
+use crate::dataplane::chained::{pod_name, ChainArgs, Chained, ChainedPlugin};
 use crate::dataplane::netdev;
 use crate::delegate::native::NativeCall;
 
@@ -41,16 +41,8 @@ impl Chained for Shaper {
         Ok(BandwidthConf::parse(config)?)
     }
 
-    fn network(conf: &BandwidthConf) -> &str {
-        &conf.network
-    }
-
-    fn cni_version(conf: &BandwidthConf) -> &str {
-        &conf.cni_version
-    }
-
-    fn prev_result(conf: &BandwidthConf) -> Option<&Value> {
-        conf.prev_result.as_ref()
+    fn chain(conf: &BandwidthConf) -> &ChainArgs {
+        &conf.chain
     }
 
     fn requested(conf: &BandwidthConf) -> bool {
@@ -66,7 +58,7 @@ impl Chained for Shaper {
         Box::pin(async move {
             let (node, default_route) = netdev::snapshot().await?;
             let first = call.list.and_then(|l| l.plugins.first());
-            let at = place(&conf.network, first, prev, &call.env.ifname, &node, default_route)?;
+            let at = place(&conf.chain.network, first, prev, &call.env.ifname, &node, default_route)?;
             let planned = entries(&at, &conf.limits, paces(at.device().0).await);
             let hooks: BTreeSet<AttachPoint> = planned
                 .iter()
@@ -81,7 +73,7 @@ impl Chained for Shaper {
             Ok(Record {
                 container_id: call.env.container_id.clone(),
                 ifname: call.env.ifname.clone(),
-                network: conf.network.clone(),
+                network: conf.chain.network.clone(),
                 pod: pod_name(&call.env.args),
                 entries: planned,
                 hooks: hooks.into_iter().collect(),

@@ -21,7 +21,7 @@ use super::store::Record;
 use super::topology::{pod_side, resolve, Attachment};
 use super::PortmapError;
 use crate::cni::result::CniResult;
-use crate::dataplane::chained::{pod_name, Chained, ChainedPlugin};
+use crate::dataplane::chained::{pod_name, ChainArgs, Chained, ChainedPlugin};
 use crate::dataplane::netdev;
 use crate::delegate::native::NativeCall;
 
@@ -39,16 +39,8 @@ impl Chained for Mapper {
         Ok(PortmapConf::parse(config)?)
     }
 
-    fn network(conf: &PortmapConf) -> &str {
-        &conf.network
-    }
-
-    fn cni_version(conf: &PortmapConf) -> &str {
-        &conf.cni_version
-    }
-
-    fn prev_result(conf: &PortmapConf) -> Option<&Value> {
-        conf.prev_result.as_ref()
+    fn chain(conf: &PortmapConf) -> &ChainArgs {
+        &conf.chain
     }
 
     fn requested(conf: &PortmapConf) -> bool {
@@ -66,18 +58,18 @@ impl Chained for Mapper {
             let pod = pod_side(prev, &env.ifname)?;
             let (node, default_route) = netdev::snapshot().await?;
             let attachment = Attachment {
-                network: &conf.network,
+                network: &conf.chain.network,
                 first_plugin: call.list.and_then(|l| l.plugins.first()),
                 prev,
                 ifname: &env.ifname,
                 host_interface: conf.host_interface.as_deref(),
             };
             let topology = resolve(&attachment, &node, default_route)?;
-            let entries = plan(&conf.network, &conf.mappings, &pod, &topology)?;
+            let entries = plan(&conf.chain.network, &conf.mappings, &pod, &topology)?;
             Ok(Record {
                 container_id: env.container_id.clone(),
                 ifname: env.ifname.clone(),
-                network: conf.network.clone(),
+                network: conf.chain.network.clone(),
                 pod: pod_name(&env.args),
                 hooks: topology.hooks_for(entries.iter().map(|e| e.host_ip)),
                 entries,
