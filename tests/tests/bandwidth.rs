@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use plexus_agent::dataplane::bandwidth::shaper::PIN_SUBDIR as BANDWIDTH_PIN_SUBDIR;
 use plexus_agent::dataplane::bandwidth::table::Table;
-use plexus_agent::dataplane::loader::BANDWIDTH_PIN_SUBDIR;
 use plexus_agent::dataplane::pin::PinDir;
 use plexus_tests::world::bin;
 use plexus_tests::{Netns, Proc, World};

@@ -614,7 +614,7 @@ fn kernel_agent_restart_keeps_a_running_stream_and_reconciles_the_maps() {
         }
     }
     for r in records.iter().filter(|r| r.pod.as_deref() == Some("default/web-b")) {
-        store.remove(&r.container_id, &r.ifname).expect("removing a record");
+        store.remove(&r.key()).expect("removing a record");
     }
     drop(tables);
     let hosts = |rows: Vec<Value>| -> Vec<String> {

@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
 use crate::cni::config::NetworkConfigList;
+use crate::cni::Command;
 use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::DelegateError;
 
@@ -60,12 +61,12 @@ fn own_list(config: &Value) -> NetworkConfigList {
 
 /// A capability step's call: the same environment, this plugin as the list.
 fn sub<'b>(
-    command: &'b str,
+    command: Command,
     config: &'b Value,
     call: &NativeCall<'b>,
     own: &'b NetworkConfigList,
 ) -> NativeCall<'b> {
-    NativeCall { command, config, env: call.env, list: Some(own) }
+    NativeCall { command: command.as_str(), config, env: call.env, list: Some(own) }
 }
 
 /// `config` with `prevResult` set.
@@ -84,22 +85,29 @@ impl NativePlugin for WithCapabilities {
             if steps.is_empty() {
                 return self.inner.invoke(call).await;
             }
+            // A verb the plugin does not know: the plugin alone refuses it.
+            let Ok(command) = Command::parse(call.command) else { return self.inner.invoke(call).await };
             let own = own_list(call.config);
-            match call.command {
-                "ADD" => {
+            match command {
+                Command::Add => {
                     let Some(mut result) = self.inner.invoke(call).await? else { return Ok(None) };
                     for (done, step) in steps.iter().enumerate() {
                         let config = chained(call.config, &result);
-                        match step.invoke(sub("ADD", &config, &call, &own)).await {
+                        match step.invoke(sub(Command::Add, &config, &call, &own)).await {
                             Ok(Some(r)) => result = r,
                             Ok(None) => {}
                             Err(e) => {
                                 for undo in steps[..done].iter().rev() {
-                                    if let Err(u) = undo.invoke(sub("DEL", call.config, &call, &own)).await {
+                                    if let Err(u) =
+                                        undo.invoke(sub(Command::Del, call.config, &call, &own)).await
+                                    {
                                         tracing::warn!("undoing a capability of a failed ADD: {u}");
                                     }
                                 }
-                                if let Err(u) = self.inner.invoke(NativeCall { command: "DEL", ..call }).await
+                                if let Err(u) = self
+                                    .inner
+                                    .invoke(NativeCall { command: Command::Del.as_str(), ..call })
+                                    .await
                                 {
                                     tracing::warn!("undoing a failed ADD: {u}");
                                 }
@@ -109,11 +117,11 @@ impl NativePlugin for WithCapabilities {
                     }
                     Ok(Some(result))
                 }
-                "DEL" => {
+                Command::Del => {
                     // Every step runs even when one fails, so a retry has as little left to do.
                     let mut first_error = None;
                     for step in steps.iter().rev() {
-                        if let Err(e) = step.invoke(sub("DEL", call.config, &call, &own)).await {
+                        if let Err(e) = step.invoke(sub(Command::Del, call.config, &call, &own)).await {
                             first_error.get_or_insert(e);
                         }
                     }
@@ -123,16 +131,16 @@ impl NativePlugin for WithCapabilities {
                         None => own_del,
                     }
                 }
-                "CHECK" => {
+                Command::Check => {
                     self.inner.invoke(call).await?;
                     for step in &steps {
-                        step.invoke(sub("CHECK", call.config, &call, &own)).await?;
+                        step.invoke(sub(Command::Check, call.config, &call, &own)).await?;
                     }
                     Ok(None)
                 }
                 // STATUS and GC: the plugin's own, then each capability's (GC drops the limits
                 // and mappings of attachments no longer valid).
-                command => {
+                Command::Status | Command::Gc | Command::Version => {
                     let answer = self.inner.invoke(call).await?;
                     for step in &steps {
                         step.invoke(sub(command, call.config, &call, &own)).await?;

@@ -1,5 +1,6 @@
-//! Loading the embedded BPF object and attaching its programs, so that attachments survive the
-//! agent: maps reuse their pins, and every attachment is a pinned BPF link.
+//! Loading an embedded BPF object (each feature describes its own, see [`Object`]) and attaching
+//! its programs, so that attachments survive the agent: maps reuse their pins, and every
+//! attachment is a pinned BPF link or a filter on the device.
 //!
 //! A restarted agent loads the object again. Its maps are the pinned ones (entries intact); its
 //! programs are new kernel objects, but the links pinned by the previous run keep running the
@@ -12,15 +13,16 @@ use std::collections::{BTreeSet, HashMap};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use aya::maps::ProgramArray;
-use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::links::{FdLink, LinkError, PinnedLink};
 use aya::programs::tc::{qdisc_add_clsact, NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle};
-use aya::programs::{CgroupAttachMode, CgroupSockAddr, LinkOrder, Program, SchedClassifier, TcAttachType};
-use aya::{Ebpf, EbpfLoader};
-use plexus_ebpf_common::{shape, MAPS, MAP_TAIL, TAIL_SCTP};
+use aya::programs::{CgroupAttachMode, CgroupSockAddr, LinkOrder, Program, ProgramError, SchedClassifier};
+use aya::{Ebpf, EbpfError, EbpfLoader};
 
-use super::pin::PinDir;
-use super::portmap::topology::AttachPoint;
+use super::attach::{Attach, AttachPoint, Hook};
+use super::errno::{chain, program_errno, tc_errno};
+use super::maps::TableError;
+use super::netdev::{self, NetdevError};
+use super::pin::{PinDir, PinError};
 
 /// One BPF object built from `ebpf/programs` by build.rs and embedded in the agent: what it
 /// holds and how its TC programs are attached. Objects are loaded independently, each with its
@@ -37,6 +39,9 @@ pub struct Object {
     /// The TC programs of the receive and transmit paths.
     pub tc_ingress: &'static str,
     pub tc_egress: &'static str,
+    /// The cgroup sock_addr programs (the attach type is in each program's section), attached
+    /// by [`Loaded::attach_sockets`].
+    pub sock_programs: &'static [&'static str],
     /// Whether its TC programs go first on a hook (port mappings, which rewrite what the
     /// others should see) or last (shaping, which should count what actually leaves).
     pub first: bool,
@@ -46,117 +51,12 @@ pub struct Object {
     pub filter_handle: TcHandle,
 }
 
-/// How a TC program is attached to a hook.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Attach {
-    /// A pinned TCX link: hooks many attachments share (a bridge, a macvlan master), attached
-    /// once and kept across restarts and upgrades by their pins.
-    #[default]
-    Tcx,
-    /// A cls_bpf filter (direct action, under clsact) at the object's fixed priority and
-    /// handle: the hooks of one pod's host-side veth, which come and go with the pod. Attaching
-    /// a filter is a netlink message (0.2 to 0.5 ms measured here); a TCX link waits for an RCU
-    /// grace period in the kernel (10 to 25 ms), most of an ADD. Filters live on the device, so
-    /// they outlive the agent without pins; a restarted agent replaces them in place.
-    Filter,
-}
-
-/// Port mappings: TC and cgroup socket programs.
-pub static PORTMAP: Object = Object {
-    bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-ebpf.o")),
-    maps: &MAPS,
-    // Which pods' veths limit their ingress: the port mapping programs then deliver through
-    // the veth's transmit path, where the limit applies.
-    shared_maps: &[(shape::MAP_LIMITS, BANDWIDTH_PIN_SUBDIR)],
-    programs: &[
-        TC_INGRESS,
-        TC_EGRESS,
-        TC_SCTP,
-        SOCK_PROGRAMS[0],
-        SOCK_PROGRAMS[1],
-        SOCK_PROGRAMS[2],
-        SOCK_PROGRAMS[3],
-        SOCK_PROGRAMS[4],
-        SOCK_PROGRAMS[5],
-        SOCK_PROGRAMS[6],
-        SOCK_PROGRAMS[7],
-    ],
-    tc_ingress: TC_INGRESS,
-    tc_egress: TC_EGRESS,
-    first: true,
-    filter_priority: 1,
-    filter_handle: TcHandle::new(0, 0x504d),
-};
-
-/// Bandwidth shaping: TC programs only.
-pub static BANDWIDTH: Object = Object {
-    bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-bandwidth.o")),
-    maps: &shape::MAPS,
-    shared_maps: &[],
-    programs: &[BW_INGRESS, BW_EGRESS],
-    tc_ingress: BW_INGRESS,
-    tc_egress: BW_EGRESS,
-    first: false,
-    filter_priority: 2,
-    filter_handle: TcHandle::new(0, 0x4257),
-};
-
-/// Where the shaping object pins, under the agent's pin directory.
-pub const BANDWIDTH_PIN_SUBDIR: &str = "bandwidth";
-
-/// Shaping program of an interface's receive path.
-pub const BW_INGRESS: &str = "bw_tc_in";
-/// Shaping program of an interface's transmit path.
-pub const BW_EGRESS: &str = "bw_tc_out";
-
-/// TC program run on an interface's receive path.
-pub const TC_INGRESS: &str = "pm_tc_in";
-/// TC program run on an interface's transmit path.
-pub const TC_EGRESS: &str = "pm_tc_out";
-/// SCTP checksum fixup, tail-called by the two above.
-pub const TC_SCTP: &str = "pm_sctp";
-/// The cgroup sock_addr programs (the attach type is in each program's section).
-pub const SOCK_PROGRAMS: [&str; 8] = [
-    "pm_connect4",
-    "pm_connect6",
-    "pm_sendmsg4",
-    "pm_sendmsg6",
-    "pm_recvmsg4",
-    "pm_recvmsg6",
-    "pm_peername4",
-    "pm_peername6",
-];
-
-/// Which path of an interface a TC program runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Hook {
-    Ingress,
-    Egress,
-}
-
-impl Hook {
-    fn program(self, object: &Object) -> &'static str {
-        match self {
-            Hook::Ingress => object.tc_ingress,
-            Hook::Egress => object.tc_egress,
-        }
-    }
-
-    fn attach_type(self) -> TcAttachType {
-        match self {
-            Hook::Ingress => TcAttachType::Ingress,
-            Hook::Egress => TcAttachType::Egress,
-        }
-    }
-
-    fn suffix(self) -> &'static str {
-        match self {
-            Hook::Ingress => "in",
-            Hook::Egress => "out",
+impl Object {
+    /// The TC program of a hook.
+    fn program(&self, hook: Hook) -> &'static str {
+        match hook {
+            Hook::Ingress => self.tc_ingress,
+            Hook::Egress => self.tc_egress,
         }
     }
 }
@@ -184,42 +84,99 @@ fn sock_link_name(program: &str) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("loading the BPF object: {0}")]
-    Object(String),
+    #[error("loading the BPF object: {}", chain(.0))]
+    Object(#[source] Box<EbpfError>),
     #[error("the BPF object has no program or map {0} (an agent built from mismatched sources)")]
     MissingProgram(&'static str),
-    #[error("BPF program {name}: {cause}")]
-    Program { name: String, cause: String },
-    #[error("BPF link {path}: {cause}")]
-    Link { path: PathBuf, cause: String },
-    #[error("pinning {path}: {cause}")]
-    Pin { path: PathBuf, cause: String },
-    #[error("{action} {path}: {source}")]
-    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("BPF program {name}: {}", chain(.source))]
+    Program {
+        name: &'static str,
+        #[source]
+        source: Box<ProgramError>,
+    },
+    #[error("BPF program {name}: {action} {ifname}: {}", chain(.source))]
+    Filter {
+        name: &'static str,
+        action: &'static str,
+        ifname: String,
+        #[source]
+        source: Box<ProgramError>,
+    },
+    #[error("BPF program {name}: {ifname}: {source}")]
+    FilterLookup {
+        name: &'static str,
+        ifname: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "BPF program {name}: attaching to {ifname}: {}; replacing a previous filter: {}",
+        chain(.created),
+        chain(.source)
+    )]
+    FilterReplace {
+        name: &'static str,
+        ifname: String,
+        created: Box<ProgramError>,
+        #[source]
+        source: Box<ProgramError>,
+    },
+    #[error("adding the clsact qdisc to {ifname}: {}", chain(.source))]
+    Clsact {
+        ifname: String,
+        #[source]
+        source: Box<aya::programs::tc::TcError>,
+    },
+    #[error("BPF link {}: {}", .path.display(), chain(.source))]
+    Link {
+        path: PathBuf,
+        #[source]
+        source: Box<LinkError>,
+    },
+    #[error("pinning {}: {}", .path.display(), chain(.source))]
+    Pin {
+        path: PathBuf,
+        #[source]
+        source: Box<aya::pin::PinError>,
+    },
+    #[error("{action} {}: {source}", .path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("attaching requires a pin directory (the link would die with the agent)")]
     NotPinned,
-    #[error("BPF map {name}: {cause}")]
-    Map { name: &'static str, cause: String },
+    #[error("BPF map {name}: {}", chain(.source))]
+    Map {
+        name: &'static str,
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    #[error(transparent)]
+    Netdev(#[from] NetdevError),
+    #[error(transparent)]
+    Pins(#[from] PinError),
 }
 
-/// An error with its causes: aya's syscall errors keep the errno in their source.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+/// Why an object could not be started: its pin directory, the load, or its maps.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    #[error(transparent)]
+    Pin(#[from] PinError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Table(#[from] TableError),
 }
 
-fn program_error(name: &str) -> impl FnOnce(aya::programs::ProgramError) -> LoadError + '_ {
-    move |e| LoadError::Program { name: name.to_owned(), cause: chain(&e) }
+fn program_error(name: &'static str) -> impl FnOnce(ProgramError) -> LoadError {
+    move |source| LoadError::Program { name, source: Box::new(source) }
 }
 
-fn link_error(path: &Path) -> impl Fn(aya::programs::links::LinkError) -> LoadError + '_ {
-    move |e| LoadError::Link { path: path.to_owned(), cause: chain(&e) }
+fn link_error(path: &Path) -> impl Fn(LinkError) -> LoadError + '_ {
+    move |source| LoadError::Link { path: path.to_owned(), source: Box::new(source) }
 }
 
 /// The loaded object: its maps (pinned ones when there is a pin directory) and programs.
@@ -241,13 +198,6 @@ impl std::fmt::Debug for Loaded {
 }
 
 impl Loaded {
-    /// Loads the port mapping object (see [`Loaded::load_object`]).
-    pub fn load(pins: Option<PinDir>) -> Result<Loaded, LoadError> {
-        let mut loaded = Loaded::load_object(&PORTMAP, pins)?;
-        install_tail_calls(&mut loaded.ebpf)?;
-        Ok(loaded)
-    }
-
     /// Loads an embedded object. With `pins`, maps are created at (or reused from) their pin
     /// paths and programs are pinned too; without, everything lives as long as the `Loaded`
     /// (tests).
@@ -276,7 +226,7 @@ impl Loaded {
         // and found by the other.
         static LOADING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let guard = LOADING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let loaded = loader.load(object.bytes).map_err(|e| LoadError::Object(chain(&e)));
+        let loaded = loader.load(object.bytes).map_err(|e| LoadError::Object(Box::new(e)));
         drop(guard);
         let mut ebpf = loaded?;
 
@@ -301,7 +251,7 @@ impl Loaded {
             if let Some(pins) = &pins {
                 let path = pins.prog(name);
                 remove_pin(&path)?;
-                program.pin(&path).map_err(|e| LoadError::Pin { cause: chain(&e), path })?;
+                program.pin(&path).map_err(|source| LoadError::Pin { source: Box::new(source), path })?;
             }
         }
         Ok(Loaded { object, ebpf, pins, tags, equivalent: own })
@@ -327,7 +277,7 @@ impl Loaded {
     /// already does).
     pub fn attach_tc(&mut self, ifindex: u32, ifname: &str, hook: Hook) -> Result<(), LoadError> {
         let path = self.pins_or_err()?.link(&tc_link_name(ifindex, hook));
-        let name = hook.program(self.object);
+        let name = self.object.program(hook);
         if self.pinned_link_is_current(&path, name)? {
             return Ok(());
         }
@@ -345,10 +295,15 @@ impl Loaded {
     /// ([`Attach::Filter`]): created, or, when one of ours is there already (a previous run's),
     /// replaced in place by this run's program (atomic in cls_bpf: no packet misses it).
     pub fn attach_filter(&mut self, ifname: &str, hook: Hook) -> Result<(), LoadError> {
-        let name = hook.program(self.object);
+        let name = self.object.program(hook);
         let (priority, handle) = (self.object.filter_priority, self.object.filter_handle);
         // clsact may already be there (ours, or someone else's): both are fine.
-        let _ = qdisc_add_clsact(ifname);
+        match qdisc_add_clsact(ifname) {
+            Err(e) if tc_errno(&e) != Some(libc::EEXIST) => {
+                return Err(LoadError::Clsact { ifname: ifname.to_owned(), source: Box::new(e) })
+            }
+            _ => {}
+        }
         let program: &mut SchedClassifier = self.typed(name)?;
         let options = NlOptions { priority, handle, classid: None };
         let id = match program.attach_with_options(
@@ -360,17 +315,16 @@ impl Loaded {
             Err(created) => {
                 let existing =
                     SchedClassifierLink::attached(ifname, hook.attach_type(), priority, handle, None)
-                        .map_err(|e| LoadError::Program {
-                            name: name.to_owned(),
-                            cause: format!("{ifname}: {e}"),
+                        .map_err(|source| LoadError::FilterLookup {
+                            name,
+                            ifname: ifname.to_owned(),
+                            source,
                         })?;
-                program.attach_to_link(existing).map_err(|replaced| LoadError::Program {
-                    name: name.to_owned(),
-                    cause: format!(
-                        "attaching to {ifname}: {}; replacing a previous filter: {}",
-                        chain(&created),
-                        chain(&replaced)
-                    ),
+                program.attach_to_link(existing).map_err(|source| LoadError::FilterReplace {
+                    name,
+                    ifname: ifname.to_owned(),
+                    created: Box::new(created),
+                    source: Box::new(source),
                 })?
             }
         };
@@ -384,16 +338,21 @@ impl Loaded {
     /// already is fine.
     pub fn detach_filter(&self, ifname: &str, hook: Hook) -> Result<(), LoadError> {
         let (priority, handle) = (self.object.filter_priority, self.object.filter_handle);
-        let Ok(link) = SchedClassifierLink::attached(ifname, hook.attach_type(), priority, handle, None)
-        else {
-            return Ok(());
+        let name = self.object.program(hook);
+        let link = match SchedClassifierLink::attached(ifname, hook.attach_type(), priority, handle, None) {
+            Ok(link) => link,
+            // The device is gone, and its filters with it.
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
+            Err(source) => return Err(LoadError::FilterLookup { name, ifname: ifname.to_owned(), source }),
         };
         match aya::programs::Link::detach(link) {
             Ok(()) => Ok(()),
             Err(e) if filter_gone(&e) => Ok(()),
-            Err(e) => Err(LoadError::Program {
-                name: hook.program(self.object).to_owned(),
-                cause: format!("detaching from {ifname}: {}", chain(&e)),
+            Err(source) => Err(LoadError::Filter {
+                name,
+                action: "detaching from",
+                ifname: ifname.to_owned(),
+                source: Box::new(source),
             }),
         }
     }
@@ -419,8 +378,12 @@ impl Loaded {
     pub fn runs_at(&self, p: &AttachPoint, links: &[(u32, Hook)]) -> Result<bool, LoadError> {
         match p.attach {
             Attach::Tcx => Ok(links.contains(&(p.ifindex, p.hook))),
-            Attach::Filter => filter_attached(self.object, p.ifindex, p.hook)
-                .map_err(|cause| LoadError::Program { name: p.hook.program(self.object).to_owned(), cause }),
+            Attach::Filter => Ok(netdev::bpf_filter_present(
+                p.ifindex,
+                p.hook,
+                self.object.filter_priority,
+                u32::from(self.object.filter_handle),
+            )?),
         }
     }
 
@@ -432,11 +395,7 @@ impl Loaded {
     /// The (interface index, hook) of every pinned TC link.
     pub fn tc_links(&self) -> Result<Vec<(u32, Hook)>, LoadError> {
         let pins = self.pins_or_err()?;
-        let names = pins.link_names().map_err(|e| LoadError::Io {
-            action: "listing",
-            path: pins.links(),
-            source: std::io::Error::other(e),
-        })?;
+        let names = pins.link_names()?;
         Ok(names.iter().filter_map(|n| parse_tc_link_name(n)).collect())
     }
 
@@ -444,7 +403,7 @@ impl Loaded {
     /// network namespace themselves).
     pub fn attach_sockets(&mut self, cgroup: &OwnedFd) -> Result<(), LoadError> {
         let pins = self.pins_or_err()?;
-        for name in SOCK_PROGRAMS {
+        for &name in self.object.sock_programs {
             let path = pins.link(&sock_link_name(name));
             if self.pinned_link_is_current(&path, name)? {
                 continue;
@@ -491,59 +450,10 @@ impl Loaded {
     }
 }
 
-/// Whether our filter of `hook` is on the interface, asked over netlink (blocking: callers
-/// run off the async workers).
-fn filter_attached(object: &Object, ifindex: u32, hook: Hook) -> Result<bool, String> {
-    use futures::TryStreamExt;
-    use netlink_packet_route::tc::{TcAttribute, TcMessage};
-    let index = i32::try_from(ifindex).map_err(|_| format!("interface index {ifindex} out of range"))?;
-    let query = async move {
-        let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
-        let driver = tokio::spawn(connection);
-        let request = handle.traffic_filter(index).get();
-        let request = match hook {
-            Hook::Ingress => request.ingress(),
-            Hook::Egress => request.egress(),
-        };
-        let filters: Result<Vec<TcMessage>, _> = request.execute().try_collect().await;
-        driver.abort();
-        filters.map_err(|e| format!("listing the filters of interface {ifindex}: {e}"))
-    };
-    let filters = match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => runtime.block_on(query),
-        Err(_) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("a runtime for netlink: {e}"))?
-            .block_on(query),
-    }?;
-    let handle = u32::from(object.filter_handle);
-    Ok(filters.iter().any(|f| {
-        u32::from(f.header.handle) == handle
-            && f.header.info >> 16 == u32::from(object.filter_priority)
-            && f.attributes.iter().any(|a| matches!(a, TcAttribute::Kind(k) if k == "bpf"))
-    }))
-}
-
-/// True when a filter detach failed only because the filter or its device is gone.
-fn filter_gone(e: &aya::programs::ProgramError) -> bool {
-    let text = chain(e);
-    ["No such file or directory", "No such device", "Invalid argument"].iter().any(|m| text.contains(m))
-}
-
-/// Puts the SCTP fixup program into the (pinned, shared) program array. Programs of an earlier
-/// run still attached tail-call the new one from now on: the control-buffer protocol between
-/// them is part of the object's ABI, like the map layouts.
-fn install_tail_calls(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    let fd = match ebpf.program(TC_SCTP) {
-        Some(Program::SchedClassifier(p)) => p.fd().map_err(program_error(TC_SCTP))?.try_clone(),
-        _ => return Err(LoadError::MissingProgram(TC_SCTP)),
-    }
-    .map_err(|source| LoadError::Io { action: "duplicating the fd of", path: TC_SCTP.into(), source })?;
-    let map = ebpf.map_mut(MAP_TAIL).ok_or(LoadError::MissingProgram(MAP_TAIL))?;
-    let mut tail: ProgramArray<&mut aya::maps::MapData> =
-        ProgramArray::try_from(map).map_err(|e| LoadError::Map { name: MAP_TAIL, cause: chain(&e) })?;
-    tail.set(TAIL_SCTP, &fd, 0).map_err(|e| LoadError::Map { name: MAP_TAIL, cause: chain(&e) })
+/// True when a filter detach failed only because the filter or its device is gone: ENOENT
+/// (no such filter), ENODEV (no such device), EINVAL (the device lost its clsact qdisc).
+fn filter_gone(e: &ProgramError) -> bool {
+    matches!(program_errno(e), Some(libc::ENOENT | libc::ENODEV | libc::EINVAL))
 }
 
 /// Pins `link` at `path`, replacing whatever is pinned there in one step: the new link is
@@ -554,7 +464,7 @@ fn pin_over(link: FdLink, path: &Path) -> Result<(), LoadError> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("link");
     let tmp = path.with_file_name(format!("{name}_new"));
     remove_pin(&tmp)?;
-    link.pin(&tmp).map_err(|e| LoadError::Pin { path: tmp.clone(), cause: chain(&e) })?;
+    link.pin(&tmp).map_err(|source| LoadError::Pin { path: tmp.clone(), source: Box::new(source) })?;
     std::fs::rename(&tmp, path).map_err(|source| LoadError::Io {
         action: "renaming a pin to",
         path: path.to_owned(),
@@ -562,7 +472,7 @@ fn pin_over(link: FdLink, path: &Path) -> Result<(), LoadError> {
     })
 }
 
-fn remove_pin(path: &Path) -> Result<(), LoadError> {
+pub fn remove_pin(path: &Path) -> Result<(), LoadError> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -1,27 +1,57 @@
-//! What the dataplane's map wrappers share: their errors, and removals that tolerate what is
-//! gone already.
+//! What the dataplane's map wrappers share: their errors, taking or opening their maps,
+//! per-CPU values, and removals that tolerate what is gone already.
 
 use std::path::PathBuf;
 
-use aya::maps::MapError;
+use aya::maps::{Map, MapData, MapError};
+use aya::Ebpf;
 
-use super::loader::chain;
+use super::errno::chain;
+use super::pin::PinDir;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
     #[error("the BPF object has no map {0}")]
     Missing(&'static str),
-    #[error("BPF map {map}: {action}: {cause}")]
-    Map { map: &'static str, action: String, cause: String },
-    #[error("opening the pinned map {path}: {cause} (is the agent running with this --bpf-pin-dir?)")]
-    Open { path: PathBuf, cause: String },
-    #[error("{0}")]
-    Cpus(String),
+    #[error("BPF map {map}: {action}: {}", chain(.source))]
+    Map {
+        map: &'static str,
+        action: String,
+        #[source]
+        source: MapError,
+    },
+    #[error(
+        "opening the pinned map {}: {} (is the agent running with this --bpf-pin-dir?)",
+        .path.display(),
+        chain(.source)
+    )]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: MapError,
+    },
+    #[error("counting the possible CPUs ({what}): {source}")]
+    Cpus {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 pub fn map_error(map: &'static str, action: impl Into<String>) -> impl FnOnce(MapError) -> TableError {
     let action = action.into();
-    move |e| TableError::Map { map, action, cause: chain(&e) }
+    move |source| TableError::Map { map, action, source }
+}
+
+/// Takes map `name` out of a freshly loaded object.
+pub fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, TableError> {
+    ebpf.take_map(name).ok_or(TableError::Missing(name))
+}
+
+/// Opens map `name` of a running agent through its pin.
+pub fn open_pinned_map(pins: &PinDir, name: &'static str) -> Result<Map, TableError> {
+    let path = pins.map(name);
+    MapData::from_pin(&path).and_then(Map::from_map_data).map_err(|source| TableError::Open { path, source })
 }
 
 /// A removal of a key that is not there is not a failure: DEL and reconcile are idempotent.
@@ -35,7 +65,14 @@ pub fn ignore_missing(r: Result<(), MapError>) -> Result<(), MapError> {
 
 /// The number of possible CPUs, for per-CPU values.
 pub fn cpus() -> Result<usize, TableError> {
-    aya::util::nr_cpus().map_err(|(what, e)| TableError::Cpus(format!("{what}: {e}")))
+    aya::util::nr_cpus().map_err(|(what, source)| TableError::Cpus { what, source })
+}
+
+/// `value` once per possible CPU, for a per-CPU map entry.
+pub fn per_cpu<T: aya::Pod>(value: T) -> Result<aya::maps::PerCpuValues<T>, TableError> {
+    let n = cpus()?;
+    aya::maps::PerCpuValues::try_from(vec![value; n])
+        .map_err(|source| TableError::Cpus { what: "the per-CPU values", source })
 }
 
 /// Rows as aligned columns for people (the listings of `plexus-agent portmap/bandwidth`).

@@ -1,21 +1,35 @@
 //! The eBPF dataplane: programs written in Rust (`ebpf/programs`, aya-ebpf), embedded in the
 //! agent and loaded with aya.
 //!
+//! The core, shared by the features:
 //! - [`pin`]: the bpffs directory holding maps, programs and links, so the dataplane outlives
 //!   the agent (restarts and upgrades do not interrupt traffic).
-//! - [`loader`]: loading the object, attaching programs as pinned links, replacing them on
-//!   upgrade without a gap.
+//! - [`attach`]: where a TC program runs (hook, interface, TCX link or filter);
+//!   [`loader`]: loading an object, attaching its programs as pinned links or filters,
+//!   replacing them on upgrade without a gap; [`maps`]: what the map wrappers share;
+//!   [`errno`]: reading aya's errors.
+//! - [`records`]: the durable record of each attachment; [`gate`]: the state loaded in the
+//!   background; [`service`]: the one lifecycle (start, ADD, DEL, CHECK, GC, STATUS);
+//!   [`chained`]: the one chained plugin type on it.
+//! - [`netdev`]: every rtnetlink question the dataplane asks; [`mac`]: MAC addresses as text.
+//!
+//! The features:
 //! - [`portmap`]: `portMappings` (NPWG 4.1.2.1.7) in TC and cgroup programs, and the
 //!   `plexus-portmap` plugin type that drives them.
 //! - [`bandwidth`]: `bandwidth` (NPWG 4.1.2.1.8) in TC programs of their own object, and the
 //!   `plexus-bandwidth` plugin type.
 //! - [`capabilities`]: native plugin types (macvlan) serving both capabilities themselves.
 
+pub mod attach;
 pub mod bandwidth;
 pub mod capabilities;
 pub mod chained;
+pub mod errno;
+pub mod gate;
 pub mod loader;
+pub mod mac;
 pub mod maps;
+pub mod netdev;
 pub mod pin;
 pub mod portmap;
 pub mod records;
@@ -26,10 +40,6 @@ mod tests;
 
 use std::path::PathBuf;
 
-use loader::{LoadError, Loaded};
-use pin::{PinDir, PinError};
-use portmap::table::{TableError, Tables};
-
 /// Where the dataplane keeps its objects.
 #[derive(Debug, Clone)]
 pub struct DataplaneOptions {
@@ -37,45 +47,4 @@ pub struct DataplaneOptions {
     pub pin_dir: PathBuf,
     /// cgroup v2 directory the socket hooks attach to (the root: they filter by namespace).
     pub cgroup_root: PathBuf,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DataplaneError {
-    #[error(transparent)]
-    Pin(#[from] PinError),
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    #[error(transparent)]
-    Table(#[from] TableError),
-}
-
-/// The loaded and pinned dataplane.
-#[derive(Debug)]
-pub struct Dataplane {
-    pub loaded: Loaded,
-    pub tables: Tables,
-}
-
-impl Dataplane {
-    /// Loads the object with its maps and programs pinned under `pin_dir`, and attaches the
-    /// socket hooks for the agent's network namespace.
-    pub fn start(opts: &DataplaneOptions) -> Result<Dataplane, DataplaneError> {
-        let pins = PinDir::prepare(&opts.pin_dir)?;
-        let mut loaded = Loaded::load(Some(pins))?;
-        let mut tables = Tables::take(loaded.ebpf_mut())?;
-        // The socket hooks only serve node-local clients: without them, mappings still work for
-        // everyone else, so their failure is logged, not fatal.
-        let sockets = pin::netns_cookie()
-            .and_then(|cookie| Ok((cookie, pin::open_cgroup_root(&opts.cgroup_root)?)))
-            .map_err(DataplaneError::from)
-            .and_then(|(cookie, cgroup)| {
-                tables.set_netns_cookie(cookie)?;
-                loaded.attach_sockets(&cgroup)?;
-                Ok(())
-            });
-        if let Err(e) = sockets {
-            tracing::warn!("port mappings will not translate the node's own connections (socket hooks): {e}");
-        }
-        Ok(Dataplane { loaded, tables })
-    }
 }

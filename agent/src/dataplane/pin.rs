@@ -164,10 +164,14 @@ pub fn open_cgroup_root(path: &Path) -> Result<OwnedFd, PinError> {
         .map_err(|source| PinError::Mount { fs: "cgroup2", path: tmp.clone(), source });
     let fd = mounted.and_then(|()| {
         let fd = open_dir(&tmp);
-        let _ = umount2(&tmp, MntFlags::MNT_DETACH);
+        if let Err(e) = umount2(&tmp, MntFlags::MNT_DETACH) {
+            tracing::warn!("unmounting the temporary cgroup2 mount {}: {e}", tmp.display());
+        }
         fd
     });
-    let _ = std::fs::remove_dir(&tmp);
+    if let Err(e) = std::fs::remove_dir(&tmp) {
+        tracing::warn!("removing the temporary directory {}: {e}", tmp.display());
+    }
     fd
 }
 

@@ -1,100 +1,433 @@
-//! What the port mapping and bandwidth services share: an object loaded in the background
-//! while the agent already serves CNI requests, the records of its attachments, and the wait
-//! of every operation for both.
+//! The one lifecycle of the dataplane's services (port mappings, bandwidth limits): an object
+//! loaded in the background and reconciled with the records at start, then ADD, DEL, CHECK,
+//! GC and STATUS of attachments, each a record on disk and entries in the object's maps behind
+//! TC hooks. A feature says what its object, entries and conflicts are ([`Feature`]); the rest
+//! is written here once.
+//!
+//! The records on disk are the truth: ADD writes one before installing, DEL removes it (even
+//! when the agent never knew it: an orphan of a crash), and CHECK verifies against it, since
+//! `plexus-agent bandwidth set`, another process, rewrites records and maps in place.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::path::Path;
+use std::sync::{Arc, MutexGuard};
+use std::time::Instant;
 
-use super::records::{Record, RecordStore, StoreError};
+use super::attach::{Attach, AttachPoint};
+use super::gate::{Gate, Records, State, Unloaded};
+use super::loader::{LoadError, Loaded, ObjectError};
+use super::maps::TableError;
+use super::netdev;
+use super::records::{Record, RecordEntry, RecordStore, StoreError};
+use super::DataplaneOptions;
+use crate::cni::{AttachmentKey, CniCode, ErrorCode};
 
-/// An attachment: (container ID, pod interface).
-pub type Key = (String, String);
+/// What a feature brings to the lifecycle: its loaded object (which implements this), its
+/// entries and how they are installed, verified and reconciled, and its conflict rule.
+pub trait Feature: Send + Sized + 'static {
+    type Entry: RecordEntry;
+    /// The feature's word in messages: "port mappings", "bandwidth limits".
+    const WHAT: &'static str;
+    /// What CHECK says when a config asks for entries and none are recorded.
+    const NONE_RECORDED: &'static str;
 
-/// How long an operation waits for the object to load before failing with "unavailable".
-const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A service's state once loaded: its object (or why it is not there) and its records.
-pub struct State<D, R> {
-    pub ready: bool,
-    pub dataplane: Result<D, String>,
-    pub records: BTreeMap<Key, R>,
+    /// Loads the object with its maps and programs pinned under the agent's pin directory.
+    fn start(opts: &DataplaneOptions) -> Result<Self, ObjectError>;
+    fn loaded(&self) -> &Loaded;
+    fn loaded_mut(&mut self) -> &mut Loaded;
+    fn install(&mut self, entry: &Self::Entry) -> Result<(), TableError>;
+    /// Removing what is not there is fine.
+    fn remove(&mut self, entry: &Self::Entry) -> Result<(), TableError>;
+    /// Why `entry` is not installed exactly, if it is not.
+    fn verify(&self, entry: &Self::Entry) -> Option<String>;
+    /// Makes the maps hold exactly `desired`; returns (removed, restored) entries.
+    fn reconcile(&mut self, desired: &[Self::Entry]) -> Result<(usize, usize), TableError>;
+    /// The sentence refusing `record` because `other` (another attachment) holds what it
+    /// asks for, if it does.
+    fn conflict(record: &Record<Self::Entry>, other: &Record<Self::Entry>) -> Option<String>;
 }
 
-impl<D, R> State<D, R> {
-    /// A loaded state, not yet published (see [`Gate::publish`]).
-    pub fn loaded(dataplane: Result<D, String>, records: BTreeMap<Key, R>) -> Self {
-        State { ready: true, dataplane, records }
-    }
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("the eBPF dataplane is not available, so {what} cannot be installed: {reason}")]
+    Unavailable {
+        what: &'static str,
+        #[source]
+        reason: Unloaded,
+    },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{what} of {attachment} are not in place: {problem}")]
+    Check { what: &'static str, attachment: AttachmentKey, problem: String },
+    #[error("the {what} task failed: {source}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    #[error(transparent)]
+    Table(#[from] TableError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
 }
 
-/// The state behind a lock, published once by the background load.
-pub struct Gate<D, R> {
-    state: Mutex<State<D, R>>,
-    published: Condvar,
-}
-
-impl<D, R> Default for Gate<D, R> {
-    fn default() -> Self {
-        Gate {
-            state: Mutex::new(State {
-                ready: false,
-                dataplane: Err("the dataplane is still loading".into()),
-                records: BTreeMap::new(),
-            }),
-            published: Condvar::new(),
+impl CniCode for ServiceError {
+    /// A conflict is the request's to fix (another host port, another MAC); the rest is the
+    /// node's.
+    fn cni_code(&self) -> ErrorCode {
+        match self {
+            ServiceError::Conflict(_) => ErrorCode::InvalidNetworkConfig,
+            _ => ErrorCode::Internal,
         }
     }
 }
 
-impl<D, R> Gate<D, R> {
-    /// Publishes the loaded state and wakes the operations waiting for it.
-    pub fn publish(&self, state: State<D, R>) {
-        let mut guard = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *guard = state;
-        self.published.notify_all();
+/// What a start found and fixed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StartReport {
+    pub records: usize,
+    pub removed_entries: usize,
+    pub restored_entries: usize,
+    pub detached_hooks: usize,
+}
+
+/// A service of the agent: the feature's object, the records and the rules between
+/// attachments (conflicts, shared hooks). One mutex: every operation is a handful of syscalls.
+pub struct Service<D: Feature> {
+    store: RecordStore<D::Entry>,
+    gate: Gate<D, D::Entry>,
+}
+
+impl<D: Feature> std::fmt::Debug for Service<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service").field("what", &D::WHAT).field("store", &self.store).finish_non_exhaustive()
+    }
+}
+
+fn available<D: Feature>(object: &mut Result<D, Unloaded>) -> Result<&mut D, ServiceError> {
+    object.as_mut().map_err(|reason| ServiceError::Unavailable { what: D::WHAT, reason: reason.clone() })
+}
+
+impl<D: Feature> Service<D> {
+    fn new(state_dir: &Path) -> Self {
+        Service { store: RecordStore::new(state_dir), gate: Gate::default() }
     }
 
-    /// The state, once published (or after [`LOAD_TIMEOUT`], still "loading"). A panic while
-    /// holding the lock leaves maps and records as consistent as any crash, so a poisoned lock
-    /// is taken over.
-    pub fn lock(&self) -> MutexGuard<'_, State<D, R>> {
-        let guard = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match self.published.wait_timeout_while(guard, LOAD_TIMEOUT, |s| !s.ready) {
-            Ok((guard, _)) => guard,
-            Err(poisoned) => poisoned.into_inner().0,
+    /// Loads the object and reconciles it with the records of `state_dir`, in the background
+    /// so the agent serves CNI requests at once (loading and verifying the programs takes a few
+    /// hundred milliseconds); operations wait for it. Reconciling: entries of attachments that
+    /// no longer exist go, missing ones come back, hooks nobody needs are detached and needed
+    /// ones attached. Never fails: without the object the agent still serves everything else,
+    /// and ADDs asking for the feature fail saying why.
+    pub fn start(opts: &DataplaneOptions, state_dir: &Path) -> Arc<Self> {
+        let service = Arc::new(Service::new(state_dir));
+        let (loader, opts) = (service.clone(), opts.clone());
+        tokio::spawn(async move {
+            let existing = netdev::node_interfaces().await;
+            let task = loader.clone();
+            let loading = tokio::task::spawn_blocking(move || task.load(&opts, existing.as_ref())).await;
+            if let Err(e) = loading {
+                tracing::warn!("{}: the loading task failed: {e}", D::WHAT);
+                loader.gate.publish(State::loaded(Err(Unloaded::Task(Arc::new(e))), BTreeMap::new()));
+            }
+        });
+        service
+    }
+
+    /// The background part of [`Service::start`].
+    fn load(&self, opts: &DataplaneOptions, existing: Option<&BTreeSet<(u32, String)>>) {
+        let records = match self.store.load_all() {
+            Ok(r) => r.into_iter().map(|r| (r.key(), r)).collect(),
+            Err(e) => {
+                tracing::warn!("{}: {e}", D::WHAT);
+                return self
+                    .gate
+                    .publish(State::loaded(Err(Unloaded::Records(Arc::new(e))), BTreeMap::new()));
+            }
+        };
+        let object = D::start(opts).map_err(|e| {
+            tracing::warn!("the eBPF dataplane is not available, so {} cannot be installed: {e}", D::WHAT);
+            Unloaded::Object(Arc::new(e))
+        });
+        // Reconciled before anyone else sees the state: an ADD arriving meanwhile waits, so its
+        // hooks are never mistaken for stale ones.
+        let mut state = State::loaded(object, records);
+        match reconcile(&mut state, existing) {
+            Ok(r) => tracing::info!(
+                records = r.records,
+                removed = r.removed_entries,
+                restored = r.restored_entries,
+                detached = r.detached_hooks,
+                "{} reconciled with the state",
+                D::WHAT
+            ),
+            Err(e) => tracing::warn!("{}: {e}", D::WHAT),
+        }
+        self.gate.publish(state);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<D, D::Entry>> {
+        self.gate.lock()
+    }
+
+    /// Installs an attachment's entries (replacing its previous ones, if any).
+    pub fn add(&self, record: Record<D::Entry>) -> Result<(), ServiceError> {
+        let mut state = self.lock();
+        let State { object, records, .. } = &mut *state;
+        let object = available(object)?;
+        let key = record.key();
+        let others = records.iter().filter(|(k, _)| **k != key).map(|(_, r)| r);
+        if let Some(conflict) = others.into_iter().find_map(|other| D::conflict(&record, other)) {
+            return Err(ServiceError::Conflict(conflict));
+        }
+        if let Some(previous) = records.remove(&key) {
+            remove_entries(object, &previous)?;
+            detach_unused(object, &previous, records, &record.hooks);
+        }
+        let started = Instant::now();
+        self.store.save(&record)?;
+        let saved = started.elapsed();
+        let installed = (|| -> Result<(), ServiceError> {
+            // Entries before programs: the first packet a program sees is already served.
+            for e in &record.entries {
+                object.install(e)?;
+            }
+            let filled = started.elapsed();
+            for p in &record.hooks {
+                object.loaded_mut().attach_point(p)?;
+            }
+            tracing::debug!(
+                saved_us = saved.as_micros() as u64,
+                installed_us = (filled - saved).as_micros() as u64,
+                attached_us = (started.elapsed() - filled).as_micros() as u64,
+                "{} ADD phases",
+                D::WHAT
+            );
+            Ok(())
+        })();
+        if let Err(e) = installed {
+            if let Err(undo) = remove_entries(object, &record) {
+                tracing::warn!("undoing a failed ADD of {} for {key}: {undo}", D::WHAT);
+            }
+            if let Err(undo) = self.store.remove(&key) {
+                tracing::warn!("undoing a failed ADD of {} for {key}: {undo}", D::WHAT);
+            }
+            detach_unused(object, &record, records, &[]);
+            return Err(e);
+        }
+        records.insert(key, record);
+        Ok(())
+    }
+
+    /// Removes an attachment's entries; nothing recorded is fine (DEL is idempotent).
+    pub fn del(&self, key: &AttachmentKey) -> Result<(), ServiceError> {
+        let mut state = self.lock();
+        let State { object, records, .. } = &mut *state;
+        let Some(record) = records.get(key).cloned() else {
+            // A record written by an agent that crashed before remembering it.
+            return Ok(self.store.remove(key)?);
+        };
+        let object = available(object)?;
+        remove_entries(object, &record)?;
+        self.store.remove(key)?;
+        records.remove(key);
+        detach_unused(object, &record, records, &[]);
+        tracing::info!(container = %key.container_id, ifname = %key.ifname, "{} removed", D::WHAT);
+        Ok(())
+    }
+
+    /// Verifies that the attachment's entries are installed as recorded (the record on disk,
+    /// which another process may have changed) and its hooks attached. `expect_some`: the
+    /// config asks for entries, so none recorded is a failure.
+    pub fn check(&self, key: &AttachmentKey, expect_some: bool) -> Result<(), ServiceError> {
+        let mut state = self.lock();
+        let fail = |problem: String| ServiceError::Check { what: D::WHAT, attachment: key.clone(), problem };
+        let Some(record) = self.store.load(key)? else {
+            return if expect_some { Err(fail(D::NONE_RECORDED.into())) } else { Ok(()) };
+        };
+        let object = available(&mut state.object)?;
+        if let Some(problem) = record.entries.iter().find_map(|e| object.verify(e)) {
+            return Err(fail(problem));
+        }
+        let links = object.loaded().tc_links()?;
+        for p in &record.hooks {
+            if !object.loaded().runs_at(p, &links)? {
+                return Err(fail(format!("no program on {} ({:?})", p.ifname, p.hook)));
+            }
+        }
+        Ok(())
+    }
+
+    /// GC: removes the entries of `network`'s attachments that are not in `valid`.
+    pub fn gc(&self, network: &str, valid: &[AttachmentKey]) -> Result<(), ServiceError> {
+        let stale: Vec<AttachmentKey> = self
+            .lock()
+            .records
+            .iter()
+            .filter(|(k, r)| r.network == network && !valid.contains(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            tracing::info!(container = %key.container_id, ifname = %key.ifname, "GC: removing stale {}", D::WHAT);
+            self.del(&key)?;
+        }
+        Ok(())
+    }
+
+    /// STATUS: ready when the object is loaded.
+    pub fn status(&self) -> Result<(), ServiceError> {
+        available(&mut self.lock().object).map(|_| ())
+    }
+}
+
+/// `existing` lists the node's interfaces (index, name); hooks of vanished interfaces are
+/// neither attached nor kept.
+fn reconcile<D: Feature>(
+    state: &mut State<D, D::Entry>,
+    existing: Option<&BTreeSet<(u32, String)>>,
+) -> Result<StartReport, ServiceError> {
+    let State { object, records, .. } = state;
+    let object = available(object)?;
+    let desired: Vec<D::Entry> = records.values().flat_map(|r| r.entries.iter().cloned()).collect();
+    let (removed, restored) = object.reconcile(&desired)?;
+    let wanted: BTreeSet<&AttachPoint> = records.values().flat_map(|r| r.hooks.iter()).collect();
+    let mut report = StartReport {
+        records: records.len(),
+        removed_entries: removed,
+        restored_entries: restored,
+        detached_hooks: 0,
+    };
+    let loaded = object.loaded_mut();
+    for (ifindex, hook) in loaded.tc_links()? {
+        let alive = existing.is_none_or(|e| e.iter().any(|(i, _)| *i == ifindex));
+        let tcx = |p: &&AttachPoint| p.attach == Attach::Tcx && p.ifindex == ifindex && p.hook == hook;
+        if !alive || !wanted.iter().any(tcx) {
+            loaded.detach_tc(ifindex, hook)?;
+            report.detached_hooks += 1;
+        }
+    }
+    for p in wanted {
+        if existing.is_none_or(|e| e.contains(&(p.ifindex, p.ifname.clone()))) {
+            loaded.attach_point(p)?;
+        } else {
+            tracing::warn!(
+                interface = %p.ifname,
+                "{}: interface {} (index {}) of a recorded attachment is gone; GC or DEL will remove it",
+                D::WHAT,
+                p.ifname,
+                p.ifindex
+            );
+        }
+    }
+    Ok(report)
+}
+
+fn remove_entries<D: Feature>(object: &mut D, record: &Record<D::Entry>) -> Result<(), ServiceError> {
+    for e in &record.entries {
+        object.remove(e)?;
+    }
+    Ok(())
+}
+
+/// Detaches the pod's own hooks of `record` (filters on its veth) that neither the `remaining`
+/// records nor `keep` need. Shared hooks (a bridge's, a master's) stay while the agent runs: a
+/// program there finds no entry and passes everything, and attaching one again would cost the
+/// next ADD an RCU grace period; the agent's start detaches the ones no record needs. Best
+/// effort: a failure is logged.
+fn detach_unused<D: Feature>(
+    object: &D,
+    record: &Record<D::Entry>,
+    remaining: &Records<D::Entry>,
+    keep: &[AttachPoint],
+) {
+    for p in record.hooks.iter().filter(|p| p.attach == Attach::Filter) {
+        let used = remaining.values().flat_map(|r| r.hooks.iter()).chain(keep).any(|q| q.same_hook(p));
+        if !used {
+            if let Err(e) = object.loaded().detach_point(p) {
+                tracing::warn!("detaching the program of {} from {}: {e}", D::WHAT, p.ifname);
+            }
         }
     }
 }
 
-/// Every record of the store, by attachment.
-pub fn load_records<R: Record>(store: &RecordStore<R>) -> Result<BTreeMap<Key, R>, StoreError> {
-    Ok(store
-        .load_all()?
-        .into_iter()
-        .map(|r| ((r.container_id().to_owned(), r.ifname().to_owned()), r))
-        .collect())
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::bandwidth::shaper::Shaper;
+    use crate::dataplane::portmap::mapper::Mapper;
 
-/// GC: the attachments of `network` that are not in `valid`.
-pub fn stale<R>(
-    records: &BTreeMap<Key, R>,
-    network: &str,
-    valid: &[Key],
-    network_of: impl Fn(&R) -> &str,
-) -> Vec<Key> {
-    records
-        .iter()
-        .filter(|(k, r)| network_of(r) == network && !valid.contains(k))
-        .map(|(k, _)| k.clone())
-        .collect()
-}
+    /// A service whose object never loaded, remembering `records`.
+    fn unloaded<D: Feature>(state_dir: &Path, records: &[Record<D::Entry>]) -> Service<D> {
+        let service = Service::<D>::new(state_dir);
+        let records = records.iter().map(|r| (r.key(), r.clone())).collect();
+        service.gate.publish(State::loaded(Err(Unloaded::Loading), records));
+        service
+    }
 
-/// The node's interfaces (index, name), so that reconciling leaves hooks of vanished ones
-/// alone; None when netlink cannot say.
-pub async fn node_interfaces() -> Option<BTreeSet<(u32, String)>> {
-    super::portmap::netdev::snapshot()
-        .await
-        .ok()
-        .map(|(node, _)| node.into_iter().map(|i| (i.index, i.name)).collect())
+    fn record<E>(container_id: &str) -> Record<E> {
+        Record {
+            container_id: container_id.into(),
+            ifname: "net1".into(),
+            network: "n".into(),
+            pod: None,
+            entries: Vec::new(),
+            hooks: Vec::new(),
+        }
+    }
+
+    fn del_removes_orphaned_records<D: Feature>() {
+        let d = tempfile::tempdir().unwrap();
+        let service = unloaded::<D>(d.path(), &[]);
+        // A record the service never remembered (an agent that crashed after writing it).
+        let orphan = record::<D::Entry>("c1");
+        service.store.save(&orphan).unwrap();
+        service.del(&orphan.key()).unwrap();
+        assert!(service.store.load(&orphan.key()).unwrap().is_none(), "{}: the orphan stays", D::WHAT);
+        service.del(&orphan.key()).unwrap();
+    }
+
+    #[test]
+    fn both_services_remove_orphaned_records_on_del() {
+        del_removes_orphaned_records::<Mapper>();
+        del_removes_orphaned_records::<Shaper>();
+    }
+
+    fn check_reads_the_records_on_disk<D: Feature>() {
+        let d = tempfile::tempdir().unwrap();
+        let remembered = record::<D::Entry>("c1");
+        let service = unloaded::<D>(d.path(), std::slice::from_ref(&remembered));
+        // Remembered but no longer on disk (removed by another process): nothing is recorded.
+        let err = service.check(&remembered.key(), true).unwrap_err();
+        assert!(matches!(err, ServiceError::Check { .. }), "{}: {err}", D::WHAT);
+        assert_eq!(
+            err.to_string(),
+            format!("{} of container c1 interface net1 are not in place: {}", D::WHAT, D::NONE_RECORDED)
+        );
+        service.check(&remembered.key(), false).unwrap();
+        // On disk but not remembered (written by another process): verified against the
+        // object, which is not there.
+        let written = record::<D::Entry>("c2");
+        service.store.save(&written).unwrap();
+        let err = service.check(&written.key(), true).unwrap_err();
+        assert!(matches!(err, ServiceError::Unavailable { .. }), "{}: {err}", D::WHAT);
+    }
+
+    #[test]
+    fn both_services_check_against_the_records_on_disk() {
+        check_reads_the_records_on_disk::<Mapper>();
+        check_reads_the_records_on_disk::<Shaper>();
+    }
+
+    #[test]
+    fn conflicts_are_the_requests_to_fix_and_the_rest_the_nodes() {
+        assert_eq!(ServiceError::Conflict("x".into()).cni_code(), ErrorCode::InvalidNetworkConfig);
+        let unavailable = ServiceError::Unavailable { what: "port mappings", reason: Unloaded::Loading };
+        assert_eq!(unavailable.cni_code(), ErrorCode::Internal);
+        assert_eq!(
+            unavailable.to_string(),
+            "the eBPF dataplane is not available, so port mappings cannot be installed: the dataplane is still loading"
+        );
+    }
 }

@@ -12,9 +12,10 @@ use aya::programs::{LinkOrder, Program, SchedClassifier, TcAttachType};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{setns, CloneFlags};
 
-use super::loader::{tc_link_name, Attach, Hook, Loaded, TC_EGRESS, TC_INGRESS};
+use super::attach::{Attach, AttachPoint, Hook};
+use super::loader::tc_link_name;
 use super::pin::PinDir;
-use super::portmap::topology::AttachPoint;
+use super::portmap::mapper::{load, TC_EGRESS, TC_INGRESS};
 
 /// A network namespace with a veth pair `v0`/`v1`, deleted on drop.
 struct Netns(String);
@@ -104,14 +105,14 @@ fn restarts_keep_identical_links_and_upgrades_replace_others_without_a_gap() {
             let link = pins.link(&tc_link_name(ifindex, Hook::Ingress));
 
             // First run: attach.
-            let mut first = Loaded::load(Some(pins.clone())).expect("load");
+            let mut first = load(Some(pins.clone())).expect("load");
             first.attach_tc(ifindex, "v0", Hook::Ingress).expect("attach");
             let attached = linked_program(&link);
             drop(first);
             assert_eq!(ingress_programs(), [TC_INGRESS], "the pinned link outlives the loader");
 
             // A restart: same code, the link is left as it is.
-            let mut second = Loaded::load(Some(pins.clone())).expect("load");
+            let mut second = load(Some(pins.clone())).expect("load");
             second.attach_tc(ifindex, "v0", Hook::Ingress).expect("attach");
             assert_eq!(linked_program(&link), attached, "an identical program is not relinked");
             assert_eq!(ingress_programs(), [TC_INGRESS]);
@@ -136,7 +137,7 @@ fn restarts_keep_identical_links_and_upgrades_replace_others_without_a_gap() {
 
             // The upgrade: the new program is attached next to the old one, then its link
             // replaces the old pin, which releases the old link.
-            let mut third = Loaded::load(Some(pins.clone())).expect("load");
+            let mut third = load(Some(pins.clone())).expect("load");
             third.attach_tc(ifindex, "v0", Hook::Ingress).expect("attach");
             assert!(
                 eventually(|| ingress_programs() == [TC_INGRESS]),
@@ -174,7 +175,7 @@ fn filters_attach_replace_in_place_and_detach() {
                 String::from_utf8_lossy(&out.stdout).into_owned()
             };
 
-            let mut first = Loaded::load(None).expect("load");
+            let mut first = load(None).expect("load");
             assert!(!first.runs_at(&point, &[]).expect("query"));
             first.attach_point(&point).expect("attach");
             assert!(first.runs_at(&point, &[]).expect("query"));
@@ -182,7 +183,7 @@ fn filters_attach_replace_in_place_and_detach() {
             assert!(filters().contains(TC_INGRESS), "the filter outlives the loader: {}", filters());
 
             // A restart: the same filter is replaced in place, not duplicated.
-            let mut second = Loaded::load(None).expect("load");
+            let mut second = load(None).expect("load");
             second.attach_point(&point).expect("attach again");
             assert_eq!(filters().matches("direct-action").count(), 1, "{}", filters());
             assert!(second.runs_at(&point, &[]).expect("query"));

@@ -11,6 +11,24 @@
 pub mod crc32c;
 pub mod shape;
 
+/// Whether two map names are the same: the BPF programs declare each map with a literal
+/// (aya-ebpf's `#[map(name = ...)]` takes nothing else) and check it against the constant here
+/// at compile time (`const _: () = assert!(...)`), so kernel and user side cannot drift.
+pub const fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Forward direction: host endpoint (host IP, host port, protocol) → pod endpoint.
 pub const MAP_FORWARD: &str = "PM_FWD";
 /// Reverse direction: pod endpoint (pod IP, container port, protocol) → host endpoint.
@@ -148,3 +166,17 @@ const _: () = assert!(core::mem::size_of::<Endpoint>() == 20);
 const _: () = assert!(core::mem::size_of::<Rewrite>() == 36);
 const _: () = assert!(core::mem::size_of::<Counters>() == 40);
 const _: () = assert!(core::mem::size_of::<Config>() == 8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_names_compare_byte_for_byte() {
+        assert!(same_name("PM_FWD", MAP_FORWARD));
+        assert!(!same_name("PM_FWD", MAP_REVERSE));
+        assert!(!same_name("PM_FW", MAP_FORWARD));
+        assert!(!same_name("PM_FWDX", MAP_FORWARD));
+        assert!(same_name("", ""));
+    }
+}

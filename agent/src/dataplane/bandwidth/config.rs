@@ -13,6 +13,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::dataplane::chained::ChainArgs;
+
 /// One direction's limit, as configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
@@ -35,10 +37,8 @@ impl Limits {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BandwidthConf {
-    pub network: String,
-    pub cni_version: String,
+    pub chain: ChainArgs,
     pub limits: Limits,
-    pub prev_result: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,7 +50,6 @@ impl BandwidthConf {
         let Value::Object(c) = config else {
             return Err(ConfigError("the config must be a JSON object".into()));
         };
-        let text = |key: &str| c.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
         let limits = match c.get("runtimeConfig").and_then(|r| r.get("bandwidth")) {
             None | Some(Value::Null) => limits(c, "")?,
             Some(Value::Object(rt)) => limits(rt, "runtimeConfig.bandwidth.")?,
@@ -58,12 +57,7 @@ impl BandwidthConf {
                 return Err(ConfigError(format!("runtimeConfig.bandwidth is {v}; it must be an object")));
             }
         };
-        Ok(BandwidthConf {
-            network: text("name"),
-            cni_version: text("cniVersion"),
-            limits,
-            prev_result: c.get("prevResult").filter(|v| !v.is_null()).cloned(),
-        })
+        Ok(BandwidthConf { chain: ChainArgs::read(c), limits })
     }
 }
 
@@ -115,7 +109,7 @@ mod tests {
             c.limits,
             Limits { ingress: None, egress: Some(Limit { rate_bps: 5_000_000, burst_bits: None }) }
         );
-        assert_eq!((c.network.as_str(), c.cni_version.as_str()), ("n", "1.0.0"));
+        assert_eq!((c.chain.network.as_str(), c.chain.cni_version.as_str()), ("n", "1.0.0"));
 
         let c = BandwidthConf::parse(&json!({"ingressRate": 1000, "ingressBurst": 2000})).unwrap();
         assert_eq!(c.limits.ingress, Some(Limit { rate_bps: 1000, burst_bits: Some(2000) }));

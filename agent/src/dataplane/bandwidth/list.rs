@@ -7,11 +7,12 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::config::Limits;
-use super::plan::mac_text;
+use super::shaper::PIN_SUBDIR;
 use super::store::{Record, Store};
 use super::table::Table;
 use super::{update_in_place, BandwidthError};
-use crate::dataplane::loader::BANDWIDTH_PIN_SUBDIR;
+use crate::cni::AttachmentKey;
+use crate::dataplane::mac::format_mac;
 use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
 
@@ -53,7 +54,7 @@ pub fn rows<'a>(table: &Table, records: impl IntoIterator<Item = &'a Record>) ->
                 direction: e.direction.as_str().into(),
                 device: e.ifname.clone(),
                 hook: format!("{:?}", e.hook).to_lowercase(),
-                mac: e.mac.as_ref().map(mac_text),
+                mac: e.mac.as_ref().map(format_mac),
                 mechanism: e.mechanism.as_str().into(),
                 rate_bps: e.rate_bps,
                 burst_bits: e.effective_burst_bits(),
@@ -72,7 +73,7 @@ pub fn rows<'a>(table: &Table, records: impl IntoIterator<Item = &'a Record>) ->
 /// The limits installed under `pin_dir` (the agent's `--bpf-pin-dir`) for the records of
 /// `state_dir`.
 pub fn limits(pin_dir: &Path, state_dir: &Path) -> Result<Vec<Listed>, BandwidthError> {
-    let table = Table::open_pinned(&PinDir::open(&pin_dir.join(BANDWIDTH_PIN_SUBDIR)))?;
+    let table = Table::open_pinned(&PinDir::open(&pin_dir.join(PIN_SUBDIR)))?;
     let records = Store::new(state_dir).load_all()?;
     Ok(rows(&table, &records))
 }
@@ -85,8 +86,8 @@ pub fn set(
     ifname: &str,
     limits: &Limits,
 ) -> Result<Record, BandwidthError> {
-    let mut table = Table::open_pinned(&PinDir::open(&pin_dir.join(BANDWIDTH_PIN_SUBDIR)))?;
-    update_in_place(&mut table, &Store::new(state_dir), container_id, ifname, limits)
+    let mut table = Table::open_pinned(&PinDir::open(&pin_dir.join(PIN_SUBDIR)))?;
+    update_in_place(&mut table, &Store::new(state_dir), &AttachmentKey::new(container_id, ifname), limits)
 }
 
 /// A table for people.

@@ -27,9 +27,9 @@ use serde_json::{Map, Value};
 
 use super::config::{Limit, Limits};
 use crate::cni::result::CniResult;
-use crate::dataplane::loader::Hook;
-use crate::dataplane::portmap::entries::parse_mac;
-use crate::dataplane::portmap::topology::NodeInterface;
+use crate::dataplane::attach::Hook;
+use crate::dataplane::mac::parse_mac;
+use crate::dataplane::netdev::NodeInterface;
 use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS, HOOK_INGRESS, NSEC_PER_SEC, SHAPE_EDT};
 
 /// The bucket, as time at the rate: TCP's minimum retransmission timeout (200 ms) and a margin
@@ -175,11 +175,6 @@ impl std::fmt::Display for Entry {
     }
 }
 
-/// `aa:bb:cc:dd:ee:ff`.
-pub fn mac_text(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
-
 /// The time `bytes` take at `rate_bps`, rounded up.
 fn time_ns(bytes: u64, rate_bps: u64) -> u64 {
     let ns = (u128::from(bytes) * 8 * u128::from(NSEC_PER_SEC)).div_ceil(u128::from(rate_bps.max(1)));
@@ -220,12 +215,6 @@ pub fn entries(place: &Place, limits: &Limits, paces: bool) -> Vec<Entry> {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlaceError {
-    #[error(
-        "plexus-bandwidth must be chained after the plugin that creates the pod's interface (no prevResult)"
-    )]
-    NoPrevResult,
-    #[error("plexus-bandwidth cannot read the previous plugin's result: {0}")]
-    BadPrevResult(String),
     #[error(
         "network {0}: SR-IOV VF traffic bypasses the host, so plexus-bandwidth cannot shape it; \
          the VF limits itself: set maxTxRate (Mbit/s) in the sriov plugin's config"

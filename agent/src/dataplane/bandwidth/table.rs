@@ -6,14 +6,13 @@
 
 use std::collections::BTreeSet;
 
-use aya::maps::{HashMap, Map, MapData, PerCpuHashMap, PerCpuValues};
+use aya::maps::{HashMap, MapData, PerCpuHashMap};
 use aya::Ebpf;
 use plexus_ebpf_common::shape::{Shape, ShapeCounters, ShapeKey, MAP_LIMITS, MAP_STATS};
 
 use super::plan::Entry;
-use crate::dataplane::loader::chain;
 pub use crate::dataplane::maps::TableError;
-use crate::dataplane::maps::{cpus, ignore_missing, map_error};
+use crate::dataplane::maps::{ignore_missing, map_error, open_pinned_map, per_cpu, take_map};
 use crate::dataplane::pin::PinDir;
 
 pub struct Table {
@@ -33,9 +32,8 @@ pub type Counters = ShapeCounters;
 impl Table {
     /// Takes the maps out of a freshly loaded object.
     pub fn take(ebpf: &mut Ebpf) -> Result<Table, TableError> {
-        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(TableError::Missing(name));
-        let limits = take(MAP_LIMITS)?;
-        let stats = take(MAP_STATS)?;
+        let limits = take_map(ebpf, MAP_LIMITS)?;
+        let stats = take_map(ebpf, MAP_STATS)?;
         Ok(Table {
             limits: HashMap::try_from(limits).map_err(map_error(MAP_LIMITS, "opening"))?,
             stats: PerCpuHashMap::try_from(stats).map_err(map_error(MAP_STATS, "opening"))?,
@@ -44,21 +42,11 @@ impl Table {
 
     /// The pinned maps of a running agent.
     pub fn open_pinned(pins: &PinDir) -> Result<Table, TableError> {
-        let open = |name: &'static str| {
-            let path = pins.map(name);
-            MapData::from_pin(&path)
-                .and_then(Map::from_map_data)
-                .map_err(|e| TableError::Open { path, cause: chain(&e) })
-        };
+        let open = |name| open_pinned_map(pins, name);
         Ok(Table {
             limits: HashMap::try_from(open(MAP_LIMITS)?).map_err(map_error(MAP_LIMITS, "opening"))?,
             stats: PerCpuHashMap::try_from(open(MAP_STATS)?).map_err(map_error(MAP_STATS, "opening"))?,
         })
-    }
-
-    fn zero_counters() -> Result<PerCpuValues<ShapeCounters>, TableError> {
-        PerCpuValues::try_from(vec![ShapeCounters::default(); cpus()?])
-            .map_err(|e| TableError::Cpus(e.to_string()))
     }
 
     /// Installs (or replaces, with a fresh bucket) the limit of `e`; its counters survive a
@@ -67,7 +55,7 @@ impl Table {
         let key = e.key();
         if self.stats.get(&key, 0).is_err() {
             self.stats
-                .insert(key, Self::zero_counters()?, 0)
+                .insert(key, per_cpu(ShapeCounters::default())?, 0)
                 .map_err(map_error(MAP_STATS, format!("adding {e}")))?;
         }
         self.limits.insert(key, e.shape(), 0).map_err(map_error(MAP_LIMITS, format!("adding {e}")))
@@ -132,7 +120,8 @@ impl Table {
     /// Writes per-CPU counters as given (tests of the wrapping sums).
     #[cfg(test)]
     pub fn set_counters(&mut self, key: ShapeKey, per_cpu: Vec<Counters>) -> Result<(), TableError> {
-        let values = PerCpuValues::try_from(per_cpu).map_err(|e| TableError::Cpus(e.to_string()))?;
+        let values = aya::maps::PerCpuValues::try_from(per_cpu)
+            .map_err(|source| TableError::Cpus { what: "the per-CPU values", source })?;
         self.stats.insert(key, values, 0).map_err(map_error(MAP_STATS, "setting counters"))
     }
 

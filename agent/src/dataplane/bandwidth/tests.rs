@@ -12,8 +12,9 @@ use plexus_ebpf_common::shape::{
     NSEC_PER_SEC, SHAPE_EDT,
 };
 
+use super::shaper::{BW_EGRESS, BW_INGRESS, OBJECT};
 use super::table::Table;
-use crate::dataplane::loader::{Loaded, BANDWIDTH, BW_EGRESS, BW_INGRESS};
+use crate::dataplane::loader::Loaded;
 
 const NEXT: u32 = u32::MAX; // TC_ACT_UNSPEC
 const SHOT: u32 = 2;
@@ -35,7 +36,7 @@ struct Fixture {
 impl Fixture {
     fn new() -> Fixture {
         let mut loaded =
-            Loaded::load_object(&BANDWIDTH, None).expect("loading the BPF object (run the tests as root)");
+            Loaded::load_object(&OBJECT, None).expect("loading the BPF object (run the tests as root)");
         let table = Table::take(loaded.ebpf_mut()).expect("maps");
         let clock = loaded.ebpf_mut().take_map(MAP_CLOCK).expect("clock map");
         let clock = Array::try_from(clock).expect("clock array");

@@ -13,6 +13,7 @@ use std::net::IpAddr;
 
 use serde_json::{Map, Value};
 
+use crate::dataplane::chained::ChainArgs;
 use crate::spec::selection::Protocol;
 
 /// One `runtimeConfig.portMappings` element.
@@ -27,13 +28,11 @@ pub struct PortMapping {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PortmapConf {
-    pub network: String,
-    pub cni_version: String,
+    pub chain: ChainArgs,
     pub mappings: Vec<PortMapping>,
     /// The node interface whose address is the host IP, instead of the one the attachment's
     /// first plugin names (the bridge, the macvlan master).
     pub host_interface: Option<String>,
-    pub prev_result: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,7 +46,6 @@ fn invalid<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
 impl PortmapConf {
     pub fn parse(config: &Value) -> Result<PortmapConf, ConfigError> {
         let Value::Object(c) = config else { return invalid("the config must be a JSON object") };
-        let text = |key: &str| c.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
         let host_interface = match c.get("hostInterface") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if s.is_empty() => None,
@@ -61,13 +59,7 @@ impl PortmapConf {
             }
             Some(v) => return invalid(format!("runtimeConfig.portMappings is {v}; it must be a list")),
         };
-        Ok(PortmapConf {
-            network: text("name"),
-            cni_version: text("cniVersion"),
-            mappings,
-            host_interface,
-            prev_result: c.get("prevResult").filter(|v| !v.is_null()).cloned(),
-        })
+        Ok(PortmapConf { chain: ChainArgs::read(c), mappings, host_interface })
     }
 }
 
@@ -133,7 +125,7 @@ mod tests {
             "prevResult": {"cniVersion": "1.0.0"},
         }))
         .unwrap();
-        assert_eq!(c.network, "net");
+        assert_eq!(c.chain.network, "net");
         assert_eq!(c.host_interface.as_deref(), Some("eth1"));
         assert_eq!(
             c.mappings.iter().map(|m| m.protocol).collect::<Vec<_>>(),
@@ -141,7 +133,7 @@ mod tests {
         );
         assert_eq!(c.mappings[1].host_ip, Some("10.0.0.1".parse().unwrap()));
         assert_eq!(c.mappings[2].host_ip, None);
-        assert!(c.prev_result.is_some());
+        assert!(c.chain.prev_result.is_some());
     }
 
     #[test]

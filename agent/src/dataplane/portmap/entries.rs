@@ -11,23 +11,11 @@ use plexus_ebpf_common::{
 use serde::{Deserialize, Serialize};
 
 use super::config::PortMapping;
-use super::topology::{NodeInterface, Topology};
-use crate::dataplane::loader::Hook;
+use super::topology::{PodSide, Topology};
+use crate::dataplane::attach::Hook;
+use crate::dataplane::mac::{format_mac, parse_mac};
+use crate::dataplane::netdev::NodeInterface;
 use crate::spec::selection::Protocol;
-
-/// A MAC address, kept as the text CNI results use.
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut parts = text.split([':', '-']);
-    for byte in &mut out {
-        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(out)
-}
-
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
 
 pub fn protocol_number(p: Protocol) -> u8 {
     match p {
@@ -134,13 +122,6 @@ impl fmt::Display for Entry {
 /// `1.2.3.4:80` or `[fd00::1]:80`.
 pub fn endpoint_text(ip: IpAddr, port: u16) -> String {
     std::net::SocketAddr::new(ip, port).to_string()
-}
-
-/// The pod side of an attachment, from the previous plugin's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodSide {
-    pub ips: Vec<IpNet>,
-    pub mac: [u8; 6],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -270,7 +251,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::portmap::topology::AttachPoint;
+    use crate::dataplane::attach::{Attach, AttachPoint};
 
     fn iface(index: u32, name: &str, addrs: &[&str]) -> NodeInterface {
         NodeInterface {
@@ -288,7 +269,7 @@ mod tests {
                 ifindex: 5,
                 ifname: "br0".into(),
                 hook: Hook::Ingress,
-                attach: crate::dataplane::loader::Attach::Tcx,
+                attach: Attach::Tcx,
             }],
             deliver_ifindex: 9,
             deliver: Hook::Egress,

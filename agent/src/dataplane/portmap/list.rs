@@ -31,7 +31,15 @@ pub struct Listed {
 /// The mappings installed under `pin_dir`, described with the records of `state_dir`.
 pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>, TableError> {
     let tables = Tables::open_pinned(&PinDir::open(pin_dir))?;
-    let records = state_dir.and_then(|d| Store::new(d).load_all().ok()).unwrap_or_default();
+    // Without readable records the listing still shows every mapping, without its pod.
+    let records = match state_dir.map(|d| Store::new(d).load_all()) {
+        Some(Ok(records)) => records,
+        Some(Err(e)) => {
+            tracing::warn!("{e}; listing the mappings without their pods");
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
     Ok(tables
         .list()
         .into_iter()

@@ -1,70 +1,16 @@
 //! Durable records of the mappings installed per attachment, under `<state-dir>/portmap/`.
 //! They are the truth the maps are reconciled with when the agent starts, what DEL removes
-//! (no prevResult needed), and what names the pod holding a host port in a conflict.
-
-use serde::{Deserialize, Serialize};
+//! (no prevResult needed), what CHECK verifies, and what names the pod holding a host port in a
+//! conflict.
 
 use super::entries::Entry;
-use super::topology::AttachPoint;
-pub use crate::dataplane::records::StoreError;
-use crate::dataplane::records::{self, RecordStore};
+use crate::dataplane::records::{self, RecordEntry, RecordStore};
+
+impl RecordEntry for Entry {
+    const KIND: &'static str = "portmap";
+}
 
 /// The mappings of one attachment (container ID + pod interface).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    pub container_id: String,
-    pub ifname: String,
-    /// The network (configlist name).
-    pub network: String,
-    /// `namespace/name`, when the runtime said (CNI_ARGS).
-    #[serde(default)]
-    pub pod: Option<String>,
-    pub entries: Vec<Entry>,
-    /// The TC hooks this attachment needs.
-    pub hooks: Vec<AttachPoint>,
-}
+pub type Record = records::Record<Entry>;
 
-impl Record {
-    /// Who holds a mapping, for conflict messages.
-    pub fn owner(&self) -> String {
-        records::owner(self.pod.as_deref(), &self.container_id, &self.ifname, &self.network)
-    }
-}
-
-impl records::Record for Record {
-    const KIND: &'static str = "portmap";
-    fn container_id(&self) -> &str {
-        &self.container_id
-    }
-    fn ifname(&self) -> &str {
-        &self.ifname
-    }
-}
-
-pub type Store = RecordStore<Record>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_round_trip() {
-        let d = tempfile::tempdir().unwrap();
-        let store = Store::new(d.path());
-        assert!(store.load_all().unwrap().is_empty());
-        let r = Record {
-            container_id: "c1".into(),
-            ifname: "net1".into(),
-            network: "n".into(),
-            pod: Some("ns/p".into()),
-            entries: Vec::new(),
-            hooks: Vec::new(),
-        };
-        store.save(&r).unwrap();
-        assert_eq!(store.load_all().unwrap(), std::slice::from_ref(&r));
-        assert_eq!(r.owner(), "pod ns/p (container c1, interface net1, network n)");
-        store.remove("c1", "net1").unwrap();
-        store.remove("c1", "net1").unwrap();
-        assert!(store.load_all().unwrap().is_empty());
-    }
-}
+pub type Store = RecordStore<Entry>;

@@ -6,16 +6,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use aya::maps::{Array, HashMap, Map, MapData, PerCpuHashMap, PerCpuValues};
+use aya::maps::{Array, HashMap, MapData, PerCpuHashMap};
 use aya::Ebpf;
 use plexus_ebpf_common::{
     Config, Counters, Endpoint, Rewrite, MAP_CONFIG, MAP_FORWARD, MAP_REVERSE, MAP_STATS,
 };
 
 use super::entries::Entry;
-use crate::dataplane::loader::chain;
 pub use crate::dataplane::maps::TableError;
-use crate::dataplane::maps::{cpus, ignore_missing, map_error};
+use crate::dataplane::maps::{ignore_missing, map_error, open_pinned_map, per_cpu, take_map};
 use crate::dataplane::pin::PinDir;
 
 pub struct Tables {
@@ -41,11 +40,10 @@ pub struct Reconciled {
 impl Tables {
     /// Takes the maps out of a freshly loaded object.
     pub fn take(ebpf: &mut Ebpf) -> Result<Tables, TableError> {
-        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(TableError::Missing(name));
-        let forward = take(MAP_FORWARD)?;
-        let reverse = take(MAP_REVERSE)?;
-        let stats = take(MAP_STATS)?;
-        let config = take(MAP_CONFIG)?;
+        let forward = take_map(ebpf, MAP_FORWARD)?;
+        let reverse = take_map(ebpf, MAP_REVERSE)?;
+        let stats = take_map(ebpf, MAP_STATS)?;
+        let config = take_map(ebpf, MAP_CONFIG)?;
         Ok(Tables {
             forward: HashMap::try_from(forward).map_err(map_error(MAP_FORWARD, "opening"))?,
             reverse: HashMap::try_from(reverse).map_err(map_error(MAP_REVERSE, "opening"))?,
@@ -56,12 +54,7 @@ impl Tables {
 
     /// Opens the pinned maps of a running dataplane, read-mostly (`plexus-agent portmap list`).
     pub fn open_pinned(pins: &PinDir) -> Result<Tables, TableError> {
-        let open = |name: &'static str| {
-            let path = pins.map(name);
-            MapData::from_pin(&path)
-                .and_then(Map::from_map_data)
-                .map_err(|e| TableError::Open { path, cause: chain(&e) })
-        };
+        let open = |name| open_pinned_map(pins, name);
         Ok(Tables {
             forward: HashMap::try_from(open(MAP_FORWARD)?).map_err(map_error(MAP_FORWARD, "opening"))?,
             reverse: HashMap::try_from(open(MAP_REVERSE)?).map_err(map_error(MAP_REVERSE, "opening"))?,
@@ -80,16 +73,11 @@ impl Tables {
         Ok(())
     }
 
-    fn zero_counters() -> Result<PerCpuValues<Counters>, TableError> {
-        PerCpuValues::try_from(vec![Counters::default(); cpus()?])
-            .map_err(|e| TableError::Cpus(e.to_string()))
-    }
-
     pub fn install(&mut self, e: &Entry) -> Result<(), TableError> {
         let (host, pod) = (e.host_endpoint(), e.pod_endpoint());
         if self.stats.get(&host, 0).is_err() {
             self.stats
-                .insert(host, Self::zero_counters()?, 0)
+                .insert(host, per_cpu(Counters::default())?, 0)
                 .map_err(map_error(MAP_STATS, format!("adding {e}")))?;
         }
         self.reverse.insert(pod, e.reverse(), 0).map_err(map_error(MAP_REVERSE, format!("adding {e}")))?;

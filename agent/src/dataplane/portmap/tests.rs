@@ -10,8 +10,10 @@ use aya::programs::{Program, SchedClassifier, TestRun, TestRunOptions};
 use plexus_ebpf_common::crc32c;
 
 use super::entries::Entry;
+use super::mapper::{self, TC_EGRESS, TC_INGRESS};
 use super::table::Tables;
-use crate::dataplane::loader::{Hook, Loaded, TC_EGRESS, TC_INGRESS};
+use crate::dataplane::attach::Hook;
+use crate::dataplane::loader::Loaded;
 use crate::spec::selection::Protocol;
 
 const NEXT: u32 = u32::MAX; // TC_ACT_UNSPEC (-1): the packet goes on
@@ -31,7 +33,7 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let mut loaded = Loaded::load(None).expect("loading the BPF object (run the tests as root)");
+        let mut loaded = mapper::load(None).expect("loading the BPF object (run the tests as root)");
         let tables = Tables::take(loaded.ebpf_mut()).expect("maps");
         Fixture { loaded, tables }
     }
@@ -72,8 +74,8 @@ fn entry(
         host_port,
         pod_ip: pod.parse().unwrap(),
         container_port,
-        pod_mac: super::entries::format_mac(&POD_MAC),
-        host_mac: super::entries::format_mac(&HOST_MAC),
+        pod_mac: crate::dataplane::mac::format_mac(&POD_MAC),
+        host_mac: crate::dataplane::mac::format_mac(&HOST_MAC),
         deliver_ifindex: deliver.0,
         deliver: deliver.1,
     }

@@ -15,36 +15,21 @@
 //!   program too: pods reach it directly through the macvlan bridge, not through the master.
 //! - `hostInterface` names the interface holding the host IP explicitly.
 
+use std::net::IpAddr;
+
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::entries::{parse_mac, Entry, PodSide};
 use crate::cni::result::CniResult;
-use crate::dataplane::loader::{Attach, Hook};
+use crate::dataplane::attach::{Attach, AttachPoint, Hook};
+use crate::dataplane::mac::parse_mac;
+use crate::dataplane::netdev::NodeInterface;
 
-/// A node interface, as the topology needs it.
+/// The pod's side of an attachment, from prevResult.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeInterface {
-    pub index: u32,
-    pub name: String,
-    pub mac: Option<[u8; 6]>,
-    /// The lower device's index when this is a macvlan.
-    pub macvlan_lower: Option<u32>,
-    /// Global addresses (link-local ones cannot be a host IP).
-    pub addrs: Vec<IpNet>,
-}
-
-/// One program attachment: a TC hook of a node interface, and how the program is attached
-/// there (a pinned TCX link for shared hooks, a filter for a pod's own veth).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct AttachPoint {
-    pub ifindex: u32,
-    pub ifname: String,
-    pub hook: Hook,
-    /// Records written before filters existed name TCX links, which is what they are.
-    #[serde(default)]
-    pub attach: Attach,
+pub struct PodSide {
+    pub ips: Vec<IpNet>,
+    pub mac: [u8; 6],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,12 +44,12 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// The hooks for `entries`: the fixed ones, plus the ingress of every interface holding a
-    /// host IP used (traffic to that address enters there).
-    pub fn hooks_for(&self, entries: &[Entry]) -> Vec<AttachPoint> {
+    /// The hooks for entries using `host_ips`: the fixed ones, plus the ingress of every
+    /// interface holding one of them (traffic to that address enters there).
+    pub fn hooks_for(&self, host_ips: impl IntoIterator<Item = IpAddr>) -> Vec<AttachPoint> {
         let mut hooks = self.hooks.clone();
-        for e in entries {
-            if let Some(h) = self.holders.iter().find(|h| h.addrs.iter().any(|a| a.addr() == e.host_ip)) {
+        for ip in host_ips {
+            if let Some(h) = self.holders.iter().find(|h| h.addrs.iter().any(|a| a.addr() == ip)) {
                 hooks.push(point(h, Hook::Ingress, Attach::Tcx));
             }
         }
@@ -76,12 +61,6 @@ impl Topology {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TopologyError {
-    #[error(
-        "plexus-portmap must be chained after the plugin that creates the pod's interface (no prevResult)"
-    )]
-    NoPrevResult,
-    #[error("plexus-portmap cannot read the previous plugin's result: {0}")]
-    BadPrevResult(String),
     #[error("the previous plugin's result has no MAC address for the pod interface {0}")]
     NoPodMac(String),
     #[error("the previous plugin's result has no IP address on the pod interface {0}: nothing to map to")]
@@ -321,7 +300,8 @@ mod tests {
             host_ip: None,
         };
         let entries = super::super::entries::plan("n", &[mapping], &pod, &t).unwrap();
-        let hooks: Vec<(u32, Hook)> = t.hooks_for(&entries).iter().map(|h| (h.ifindex, h.hook)).collect();
+        let hooks: Vec<(u32, Hook)> =
+            t.hooks_for(entries.iter().map(|e| e.host_ip)).iter().map(|h| (h.ifindex, h.hook)).collect();
         assert_eq!(hooks, [(5, Hook::Ingress), (5, Hook::Egress), (6, Hook::Ingress)]);
     }
 

@@ -18,35 +18,35 @@
 
 use core::intrinsics::{atomic_cxchg, AtomicOrdering};
 
-use aya_ebpf::bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC};
+#[path = "../shared.rs"]
+mod shared;
+
 use aya_ebpf::helpers::bpf_ktime_get_ns;
-use aya_ebpf::macros::{classifier, map};
+use aya_ebpf::macros::classifier;
 use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap};
 use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::shape::{
-    cost_ns, step, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_EGRESS, HOOK_INGRESS, MAX_SHAPED,
+    cost_ns, step, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_EGRESS, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
+    MAP_STATS, MAX_SHAPED,
 };
 
-#[map(name = "BW_LIMITS")]
-static BW_LIMITS: HashMap<ShapeKey, Shape> = HashMap::with_max_entries(MAX_SHAPED, 0);
+use shared::{map, DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
 
-#[map(name = "BW_STATS")]
-static BW_STATS: PerCpuHashMap<ShapeKey, ShapeCounters> = PerCpuHashMap::with_max_entries(MAX_SHAPED, 0);
+map! { "BW_LIMITS" == MAP_LIMITS;
+    static BW_LIMITS: HashMap<ShapeKey, Shape> = HashMap::with_max_entries(MAX_SHAPED, 0);
+}
 
-#[map(name = "BW_CLOCK")]
-static BW_CLOCK: Array<u64> = Array::with_max_entries(1, 0);
+map! { "BW_STATS" == MAP_STATS;
+    static BW_STATS: PerCpuHashMap<ShapeKey, ShapeCounters> = PerCpuHashMap::with_max_entries(MAX_SHAPED, 0);
+}
 
-const ETH_HLEN: usize = 14;
-const ETH_P_IP: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86DD;
+map! { "BW_CLOCK" == MAP_CLOCK;
+    /// Zero: the programs read the kernel's clock; else the time they use (tests).
+    static BW_CLOCK: Array<u64> = Array::with_max_entries(1, 0);
+}
 
 /// Attempts to publish a packet's clock against other CPUs' updates.
 const CAS_TRIES: u32 = 4;
-
-/// The packet goes on to the next TCX program or the stack.
-const NEXT: i32 = TC_ACT_UNSPEC;
-#[allow(clippy::unnecessary_cast)]
-const DROP: i32 = TC_ACT_SHOT as i32;
 
 #[classifier]
 pub fn bw_tc_in(ctx: TcContext) -> i32 {
@@ -83,8 +83,6 @@ fn shape(ctx: &TcContext, hook: u8) -> i32 {
     let len = u64::from(ctx.len()).saturating_sub(ETH_HLEN as u64);
     let ecn = ecn_field(ctx);
     let now = now();
-    // SAFETY: `limit` points into the map's value, valid for this run; the clock is shared
-    // with other CPUs running this program, hence the atomic add.
     // SAFETY: `limit` points into the map's value, valid for this run; the clock is shared
     // with other CPUs running this program, hence the compare-and-swap.
     let verdict = unsafe {
@@ -197,14 +195,3 @@ fn set_ce(ctx: &TcContext, e: Ecn) -> Result<(), i64> {
     ctx.l3_csum_replace(ETH_HLEN + 10, u64::from(old), u64::from(new), 2)?;
     ctx.store(ETH_HLEN + 1, &(e.byte | 3), 0)
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    // The verifier rejects any reachable panic path; this only satisfies the compiler.
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

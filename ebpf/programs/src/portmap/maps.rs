@@ -1,31 +1,41 @@
 //! The maps the programs share with the agent; names and layouts come from
 //! plexus-ebpf-common. The agent pins them, so they outlive the agent process.
 
-use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap, ProgramArray};
-use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS, MAX_SHAPED};
-use plexus_ebpf_common::{Config, Counters, Endpoint, Rewrite, MAX_MAPPINGS};
+use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS, MAP_LIMITS, MAX_SHAPED};
+use plexus_ebpf_common::{
+    Config, Counters, Endpoint, Rewrite, MAP_CONFIG, MAP_FORWARD, MAP_REVERSE, MAP_STATS, MAP_TAIL,
+    MAX_MAPPINGS,
+};
 
-#[map(name = "PM_FWD")]
-pub static PM_FWD: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
+use crate::shared::map;
 
-#[map(name = "PM_REV")]
-pub static PM_REV: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
+map! { "PM_FWD" == MAP_FORWARD;
+    pub static PM_FWD: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
+}
 
-#[map(name = "PM_STATS")]
-pub static PM_STATS: PerCpuHashMap<Endpoint, Counters> = PerCpuHashMap::with_max_entries(MAX_MAPPINGS, 0);
+map! { "PM_REV" == MAP_REVERSE;
+    pub static PM_REV: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
+}
 
-#[map(name = "PM_CONFIG")]
-pub static PM_CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+map! { "PM_STATS" == MAP_STATS;
+    pub static PM_STATS: PerCpuHashMap<Endpoint, Counters> = PerCpuHashMap::with_max_entries(MAX_MAPPINGS, 0);
+}
 
-/// The SCTP checksum fixup, a program of its own (see `tc::pm_sctp`).
-#[map(name = "PM_TAIL")]
-pub static PM_TAIL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+map! { "PM_CONFIG" == MAP_CONFIG;
+    pub static PM_CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+}
 
-/// The shaping object's limits, the same pinned map (the agent points both objects at one
-/// pin): read only, to know which pods' veths limit their ingress.
-#[map(name = "BW_LIMITS")]
-pub static BW_LIMITS: HashMap<ShapeKey, Shape> = HashMap::with_max_entries(MAX_SHAPED, 0);
+map! { "PM_TAIL" == MAP_TAIL;
+    /// The SCTP checksum fixup, a program of its own (see `tc::pm_sctp`).
+    pub static PM_TAIL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+}
+
+map! { "BW_LIMITS" == MAP_LIMITS;
+    /// The shaping object's limits, the same pinned map (the agent points both objects at one
+    /// pin): read only, to know which pods' veths limit their ingress.
+    pub static BW_LIMITS: HashMap<ShapeKey, Shape> = HashMap::with_max_entries(MAX_SHAPED, 0);
+}
 
 /// True when the pod behind host-side veth `ifindex` has an ingress limit on the veth's
 /// transmit path.

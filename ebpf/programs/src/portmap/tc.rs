@@ -27,7 +27,7 @@
 use aya_ebpf::bindings::{
     bpf_sock_tuple, bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1 as Tuple4,
     bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2 as Tuple6, BPF_F_CURRENT_NETNS, BPF_F_INGRESS,
-    BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, TC_ACT_SHOT, TC_ACT_UNSPEC,
+    BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR,
 };
 use aya_ebpf::helpers::{
     bpf_redirect, bpf_redirect_peer, bpf_sk_lookup_tcp, bpf_sk_lookup_udp, bpf_sk_release,
@@ -41,19 +41,10 @@ use plexus_ebpf_common::{
 };
 
 use crate::maps::{count, forward, ingress_limited, reverse, Direction, PM_TAIL};
+use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
 
-const ETH_HLEN: usize = 14;
-const ETH_P_IP: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86DD;
 const IPV6_HLEN: usize = 40;
 const TCP_LISTEN: u32 = 10;
-
-/// Returned for packets the program leaves as they are: the next TCX program (or the stack)
-/// decides, so plexus composes with other programs on the same hook.
-const NEXT: i32 = TC_ACT_UNSPEC;
-/// The bindings' type of TC_ACT_SHOT differs between the BPF target's architectures.
-#[allow(clippy::unnecessary_cast)]
-const DROP: i32 = TC_ACT_SHOT as i32;
 
 #[classifier]
 pub fn pm_tc_in(ctx: TcContext) -> i32 {

@@ -1,0 +1,18 @@
+//! plexus's port mapping object, loaded and attached by the agent
+//! (agent/src/dataplane/portmap).
+//!
+//! - [`tc`]: port mappings on the host-side interfaces of secondary networks (TC, via TCX
+//!   links): destination NAT of hostIP:hostPort to podIP:containerPort, and the reverse rewrite
+//!   of the pod's replies, without conntrack.
+//! - [`sock`]: the same translation for sockets of the node itself (cgroup sock_addr hooks),
+//!   whose packets never cross those interfaces' ingress.
+
+#![no_std]
+#![no_main]
+
+#[path = "../shared.rs"]
+mod shared;
+
+mod maps;
+mod sock;
+mod tc;
