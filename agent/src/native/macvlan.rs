@@ -26,14 +26,15 @@ use serde_json::Value;
 pub use config::{mac_from_cni_args, mode_from_name, mode_name, MacvlanConf, Settings};
 
 use super::announce;
-use super::link::{self, configure_ip, verify_ips, verify_routes, LinkError, LinkSnapshot, Mac, Netlink};
 use super::Failure;
 use crate::cni::result::{is_supported_version, CniResult, Interface};
-use crate::cni::ErrorCode;
-use crate::delegate::native::{NativeCall, NativePlugin};
+use crate::cni::{Command, ErrorCode};
+use crate::delegate::native::{native_error, NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
-use crate::netns::netns_exists;
+use crate::netlink::{
+    configure_ip, netns_exists, temp_name, verify_ips, verify_routes, LinkError, LinkSnapshot, Netlink,
+};
 
 /// The CNI `type` this plugin answers to.
 pub const TYPE: &str = "macvlan";
@@ -53,18 +54,24 @@ impl Macvlan {
 impl NativePlugin for Macvlan {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
-            let outcome = match call.command {
-                "ADD" => self.add(call.config, call.env).await.map(Some),
-                "DEL" => self.del(call.config, call.env).await.map(|()| None),
-                "CHECK" => self.check(call.config, call.env).await.map(|()| None),
-                "STATUS" => self.status(call.config).await.map(|()| None),
-                "GC" => self.gc(call.config).await.map(|()| None),
-                other => Err(Failure::new(
+            let unknown = || {
+                native_error(
+                    TYPE,
+                    call.command,
                     ErrorCode::InvalidEnvironment.code(),
-                    format!("unknown CNI_COMMAND {other:?}: use ADD, DEL, CHECK, STATUS or GC"),
-                )),
+                    format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", call.command),
+                )
             };
-            outcome.map_err(|failure| failure.into_delegate_error(TYPE, call.command))
+            let Ok(command) = Command::parse(call.command) else { return Err(unknown()) };
+            let outcome = match command {
+                Command::Add => self.add(call.config, call.env).await.map(Some),
+                Command::Del => self.del(call.config, call.env).await.map(|()| None),
+                Command::Check => self.check(call.config, call.env).await.map(|()| None),
+                Command::Status => self.status(call.config).await.map(|()| None),
+                Command::Gc => self.gc(call.config).await.map(|()| None),
+                Command::Version => return Err(unknown()),
+            };
+            outcome.map_err(|failure| failure.into_delegate_error(TYPE, command))
         })
     }
 }
@@ -92,9 +99,8 @@ impl Macvlan {
         let version = result_version(&conf)?;
         let settings = conf.settings(&env.args).map_err(Failure::config)?;
         let pod = pod_of(env)?;
-        let pod_ns = Netlink::pod(pod.netns).await.map_err(Failure::internal)?;
-        let host_ns =
-            if conf.link_in_container { None } else { Some(Netlink::agent().map_err(Failure::internal)?) };
+        let pod_ns = Netlink::pod(pod.netns).await?;
+        let host_ns = if conf.link_in_container { None } else { Some(Netlink::agent()?) };
         let master_ns = host_ns.as_ref().unwrap_or(&pod_ns);
         let master = master(master_ns, &conf).await?;
         check_mtu(&settings, &master)?;
@@ -132,7 +138,7 @@ impl Macvlan {
                     pod.netns.display()
                 ))
             } else {
-                Failure::internal(e)
+                Failure::from(e)
             }
         })?;
         let mut result = base_result(&link, pod.netns, conf);
@@ -141,7 +147,7 @@ impl Macvlan {
             tracing::debug!("{e}");
         }
         if !conf.is_layer3() {
-            pod_ns.set_up(&link).await.map_err(Failure::internal)?;
+            pod_ns.set_up(&link).await?;
             return output(&result, version);
         }
         let assigned = self.ipam.add(config, env).await.map_err(Failure::delegate)?;
@@ -184,7 +190,7 @@ impl Macvlan {
                 return Err(Failure::config("required prevResult missing: CHECK needs the result of the ADD"))
             }
             Some(prev) => CniResult::parse(prev, &conf.cni_version)
-                .map_err(|e| Failure::new(ErrorCode::DecodeFailure.code(), format!("prevResult: {e}")))?,
+                .map_err(|e| Failure::new(ErrorCode::DecodeFailure, format!("prevResult: {e}")))?,
         };
         let sandbox = pod.netns.display().to_string();
         let Some(expected) = prev
@@ -197,11 +203,10 @@ impl Macvlan {
                 pod.ifname
             )));
         };
-        let pod_ns = Netlink::pod(pod.netns).await.map_err(Failure::internal)?;
-        let host_ns =
-            if conf.link_in_container { None } else { Some(Netlink::agent().map_err(Failure::internal)?) };
+        let pod_ns = Netlink::pod(pod.netns).await?;
+        let host_ns = if conf.link_in_container { None } else { Some(Netlink::agent()?) };
         let master = master(host_ns.as_ref().unwrap_or(&pod_ns), &conf).await?;
-        let link = pod_ns.link(pod.ifname).await.map_err(Failure::internal)?.ok_or_else(|| {
+        let link = pod_ns.link(pod.ifname).await?.ok_or_else(|| {
             Failure::internal_msg(format!(
                 "interface {} of prevResult is missing from network namespace {sandbox}",
                 pod.ifname
@@ -215,8 +220,8 @@ impl Macvlan {
             mac: wanted_mac,
         };
         verify_link(&link, &wanted).map_err(Failure::internal_msg)?;
-        verify_ips(&pod_ns, pod.ifname, &prev.ips).await.map_err(Failure::internal)?;
-        verify_routes(&pod_ns, &prev.routes).await.map_err(Failure::internal)?;
+        verify_ips(&pod_ns, pod.ifname, &prev.ips).await?;
+        verify_routes(&pod_ns, &prev.routes).await?;
         Ok(())
     }
 
@@ -241,7 +246,7 @@ fn parse(config: &Value) -> Result<MacvlanConf, Failure> {
 fn result_version(conf: &MacvlanConf) -> Result<String, Failure> {
     if !is_supported_version(&conf.cni_version) {
         return Err(Failure::new(
-            ErrorCode::IncompatibleVersion.code(),
+            ErrorCode::IncompatibleVersion,
             format!(
                 "cniVersion {:?} is not supported; use one of {}",
                 conf.cni_version,
@@ -253,7 +258,7 @@ fn result_version(conf: &MacvlanConf) -> Result<String, Failure> {
 }
 
 fn pod_of(env: &InvocationEnv) -> Result<Pod<'_>, Failure> {
-    let invalid = |msg: String| Failure::new(ErrorCode::InvalidEnvironment.code(), msg);
+    let invalid = |msg: String| Failure::new(ErrorCode::InvalidEnvironment, msg);
     if env.netns.is_empty() {
         return Err(invalid(
             "CNI_NETNS is missing: the runtime must pass the pod's network namespace".into(),
@@ -268,7 +273,7 @@ fn pod_of(env: &InvocationEnv) -> Result<Pod<'_>, Failure> {
     let netns = Path::new(&env.netns);
     if !netns_exists(netns) {
         return Err(Failure::new(
-            ErrorCode::ContainerUnknown.code(),
+            ErrorCode::ContainerUnknown,
             format!("network namespace {} does not exist (the pod's sandbox is gone)", env.netns),
         ));
     }
@@ -279,7 +284,7 @@ fn pod_of(env: &InvocationEnv) -> Result<Pod<'_>, Failure> {
 async fn master(ns: &Netlink, conf: &MacvlanConf) -> Result<LinkSnapshot, Failure> {
     let name = match &conf.master {
         Some(name) => name.clone(),
-        None => ns.default_route_interface().await.map_err(Failure::internal)?.ok_or_else(|| {
+        None => ns.default_route_interface().await?.ok_or_else(|| {
             Failure::config(format!(
                 "the config names no \"master\" and {} has no default route to take it from; set \"master\" \
                  to the interface the macvlan should sit on",
@@ -289,7 +294,7 @@ async fn master(ns: &Netlink, conf: &MacvlanConf) -> Result<LinkSnapshot, Failur
     };
     // The reference's words come first ("failed to lookup master ...: Link not found"): people
     // and scripts search for them.
-    ns.link(&name).await.map_err(Failure::internal)?.ok_or_else(|| {
+    ns.link(&name).await?.ok_or_else(|| {
         Failure::config(format!(
             "failed to lookup master {name:?}: Link not found: there is no such interface in {}; set \
              \"master\" to an existing interface{}",
@@ -320,7 +325,7 @@ async fn create(
     master: &LinkSnapshot,
     settings: &Settings,
 ) -> Result<LinkSnapshot, Failure> {
-    let temporary = link::temp_name();
+    let temporary = temp_name();
     // IFLA_TXQLEN 0, because the reference's netlink library always sends the LinkAttrs field
     // and the plugin leaves it 0; without it the kernel copies the master's (1000). The link
     // has no queue either way (noqueue), but `ip link` would show the difference.
@@ -338,7 +343,7 @@ async fn create(
         master_ns.create(&what, builder.build()).await
     };
     created.map_err(|e| creation_failure(e, settings, master))?;
-    pod_ns.link(&temporary).await.map_err(Failure::internal)?.ok_or_else(|| {
+    pod_ns.link(&temporary).await?.ok_or_else(|| {
         Failure::internal_msg(format!("the new macvlan {temporary} is not in {}", pod_ns.place()))
     })
 }
@@ -368,7 +373,7 @@ fn creation_failure(e: LinkError, settings: &Settings, master: &LinkSnapshot) ->
 fn output(result: &CniResult, version: &str) -> Result<Value, Failure> {
     result.to_version(version).map_err(|e| {
         Failure::new(
-            ErrorCode::IncompatibleVersion.code(),
+            ErrorCode::IncompatibleVersion,
             format!("{e}; use cniVersion 0.3.0 or later for this network"),
         )
     })
@@ -412,8 +417,8 @@ async fn configure(
     link: &LinkSnapshot,
     result: &CniResult,
 ) -> Result<(), Failure> {
-    configure_ip(pod_ns, pod.ifname, result).await.map_err(Failure::internal)?;
-    if let Some(mac) = link.mac.as_deref().and_then(|m| m.parse::<Mac>().ok()) {
+    configure_ip(pod_ns, pod.ifname, result).await?;
+    if let Some(mac) = link.ethernet_mac() {
         let addresses = result.ips.iter().map(|ip| ip.address.addr()).collect();
         for failure in announce::announce(pod.netns, link.index, mac, addresses).await {
             tracing::debug!(ifname = pod.ifname, "not announced: {failure}");
@@ -429,9 +434,9 @@ async fn remove_link(env: &InvocationEnv) -> Result<(), Failure> {
     if env.netns.is_empty() || env.ifname.is_empty() || !netns_exists(netns) {
         return Ok(());
     }
-    let pod_ns = Netlink::pod(netns).await.map_err(Failure::internal)?;
-    match pod_ns.link(&env.ifname).await.map_err(Failure::internal)? {
-        Some(link) if link.is_macvlan() => pod_ns.delete(&link).await.map_err(Failure::internal),
+    let pod_ns = Netlink::pod(netns).await?;
+    match pod_ns.link(&env.ifname).await? {
+        Some(link) if link.is_macvlan() => pod_ns.delete(&link).await.map_err(Failure::from),
         Some(link) => {
             tracing::warn!(
                 "not deleting {} in {}: it is a {} interface, not the macvlan this attachment made",

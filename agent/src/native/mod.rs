@@ -3,23 +3,23 @@
 //! NetworkAttachmentDefinitions work unchanged, and each can be switched off per type
 //! (`--exec-plugin TYPE`, or `--no-native` for all) to get the reference binary back.
 //!
-//! [`link`] holds the netlink operations they share (create, rename, move between namespaces,
-//! addresses and routes); [`inside`] and [`announce`] the work done on a thread inside the pod's
-//! namespace (sysctls, gratuitous ARP, unsolicited neighbour advertisements).
+//! The netlink operations they share (create, rename, move between namespaces, addresses and
+//! routes) are the agent's netlink layer, [`crate::netlink`]; [`announce`] tells the pod's
+//! neighbours about a new interface from a thread inside the pod's namespace (gratuitous ARP,
+//! unsolicited neighbour advertisements).
 
 pub mod announce;
-pub mod inside;
-pub mod link;
 pub mod macvlan;
 pub mod sriov;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::cni::ErrorCode;
+use crate::cni::{CniCode, Command, ErrorCode};
 use crate::delegate::native::native_error;
 use crate::delegate::{DelegateError, NativePlugins};
 use crate::ipam::Ipam;
+use crate::netlink::{LinkError, NamespaceError};
 
 /// Every type [`register_all`] knows.
 pub const TYPES: [&str; 2] = [macvlan::TYPE, "sriov"];
@@ -54,41 +54,59 @@ pub fn register_all(
 }
 
 /// How a native plugin invocation failed, before it becomes a [`DelegateError`].
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum Failure {
     /// A CNI error of the plugin's own.
-    Cni { code: u32, msg: String },
+    #[error("{msg}")]
+    Cni { code: ErrorCode, msg: String },
+    /// A link operation failed (libcni's "internal" code).
+    #[error(transparent)]
+    Link(#[from] LinkError),
     /// Passed through as it came (IPAM's errors keep their plugin, code and details); boxed
     /// because it is large and failures travel through every `?`.
+    #[error(transparent)]
     Delegate(Box<DelegateError>),
 }
 
+/// A pod's namespace could not be entered to open a socket there.
+impl From<NamespaceError> for Failure {
+    fn from(e: NamespaceError) -> Failure {
+        Failure::Link(e.into())
+    }
+}
+
+impl CniCode for Failure {
+    fn cni_code(&self) -> ErrorCode {
+        match self {
+            Failure::Cni { code, .. } => *code,
+            Failure::Link(e) => e.cni_code(),
+            Failure::Delegate(e) => e.code(),
+        }
+    }
+}
+
 impl Failure {
-    fn new(code: u32, msg: impl Into<String>) -> Failure {
+    fn new(code: ErrorCode, msg: impl Into<String>) -> Failure {
         Failure::Cni { code, msg: msg.into() }
     }
 
     /// The config asks for something impossible: code 7, with what to change.
     fn config(msg: impl Into<String>) -> Failure {
-        Failure::new(ErrorCode::InvalidNetworkConfig.code(), msg)
+        Failure::new(ErrorCode::InvalidNetworkConfig, msg)
     }
 
     fn delegate(e: DelegateError) -> Failure {
         Failure::Delegate(Box::new(e))
     }
 
-    fn internal(e: link::LinkError) -> Failure {
-        Failure::new(ErrorCode::Internal.code(), e.to_string())
-    }
-
     fn internal_msg(msg: impl Into<String>) -> Failure {
-        Failure::new(ErrorCode::Internal.code(), msg)
+        Failure::new(ErrorCode::Internal, msg)
     }
 
-    fn into_delegate_error(self, plugin: &str, command: &str) -> DelegateError {
+    fn into_delegate_error(self, plugin: &str, command: Command) -> DelegateError {
         match self {
-            Failure::Cni { code, msg } => native_error(plugin, command, code, msg),
             Failure::Delegate(e) => *e,
+            other => native_error(plugin, command.as_str(), other.cni_code().code(), other.to_string()),
         }
     }
 }

@@ -20,7 +20,7 @@ use netlink_packet_route::link::MacVlanMode;
 use serde_json::{Map, Value};
 
 use crate::cni::result::Dns;
-use crate::native::link::Mac;
+use crate::netlink::Mac;
 
 /// The keys of a macvlan config that matter, types checked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::cni::result::IpConfig;
 use crate::cni::ErrorCode;
+use crate::netlink::{LinkCause, Mac};
 
 fn snapshot(kind: InfoKind, mode: Option<MacVlanMode>, parent: u32, netnsid: Option<i32>) -> LinkSnapshot {
     let mut message = LinkMessage::default();
@@ -85,7 +86,7 @@ fn ipam_without_addresses_fails_the_add() {
     let Err(Failure::Cni { code, msg }) = take_ipam(&mut result, CniResult::default()) else {
         panic!("an empty IPAM result must fail");
     };
-    assert_eq!(code, ErrorCode::Internal.code());
+    assert_eq!(code, ErrorCode::Internal);
     assert!(msg.contains("IPAM plugin returned missing IP config"), "{msg}");
 }
 
@@ -130,8 +131,8 @@ fn creation_failures_hint_at_the_cause() {
     let refused = |errno| LinkError {
         action: "creating macvlan plx0".into(),
         place: "the agent's network namespace".into(),
-        cause: "refused".into(),
         errno: Some(errno),
+        cause: LinkCause::Refused("refused".into()),
     };
     let Failure::Cni { msg, .. } =
         creation_failure(refused(Errno::EINVAL), &settings(MacVlanMode::Passthrough, 0), &m)
@@ -151,7 +152,7 @@ fn mtu_above_the_masters_is_a_config_error() {
     let Err(Failure::Cni { code, msg }) = check_mtu(&settings(MacVlanMode::Bridge, 9000), &master()) else {
         panic!()
     };
-    assert_eq!(code, 7);
+    assert_eq!(code.code(), 7);
     assert!(msg.contains("invalid MTU 9000, must be [0, master MTU(1500)]"), "{msg}");
     assert!(check_mtu(&settings(MacVlanMode::Bridge, 1500), &master()).is_ok());
 }
@@ -160,7 +161,7 @@ fn mtu_above_the_masters_is_a_config_error() {
 fn unsupported_versions_are_refused_with_code_1() {
     let conf = MacvlanConf { cni_version: "0.5.0".into(), ..Default::default() };
     let Err(Failure::Cni { code, msg }) = result_version(&conf) else { panic!() };
-    assert_eq!(code, 1);
+    assert_eq!(code.code(), 1);
     assert!(msg.contains("1.1.0"), "{msg}");
 }
 
@@ -168,7 +169,7 @@ fn unsupported_versions_are_refused_with_code_1() {
 fn a_layer_2_result_cannot_be_written_as_0_2_0() {
     let result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &MacvlanConf::default());
     let Err(Failure::Cni { code, msg }) = output(&result, "0.2.0") else { panic!("0.2.0 has no interfaces") };
-    assert_eq!(code, 1);
+    assert_eq!(code.code(), 1);
     assert!(msg.contains("use cniVersion 0.3.0 or later"), "{msg}");
     assert_eq!(output(&result, "0.3.1").unwrap()["interfaces"][0]["name"], "net1");
 }

@@ -13,9 +13,9 @@ use serde_json::Value;
 use super::config::cni_arg;
 use super::error::SriovError;
 use super::sysfs::VfDevice;
-use super::vf_netlink::{mac_text, SettingKind, VfAdmin};
+use super::vf_netlink::{SettingKind, VfAdmin};
 use crate::delegate::InvocationEnv;
-use crate::native::link::Mac;
+use crate::netlink::Mac;
 use crate::state::atomic_write;
 
 /// The attachment holding a VF.
@@ -71,7 +71,6 @@ impl std::fmt::Display for Owner {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetdevState {
     pub name: String,
-    #[serde(with = "mac_text")]
     pub mac: Mac,
     pub mtu: u32,
     pub ifindex: u32,
