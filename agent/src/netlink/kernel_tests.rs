@@ -207,7 +207,8 @@ async fn clsact_is_added_once_and_a_second_add_is_fine() {
 
     ns.add_clsact(x0.index).await.unwrap();
     ns.add_clsact(x0.index).await.expect("EEXIST counts as done");
-    assert!(pod.ip("qdisc show dev x0").contains("qdisc clsact ffff:"));
+    let qdiscs = run(&["tc", "-n", &pod.name, "qdisc", "show", "dev", "x0"]);
+    assert!(qdiscs.contains("qdisc clsact ffff:"), "{qdiscs}");
     assert!(ns.filters(x0.index, FilterHook::Ingress).await.unwrap().is_empty());
     let root = ns.root_qdisc_kind(x0.index).await.unwrap();
     assert_ne!(root.as_deref(), Some("clsact"), "clsact hangs off ffff:fff1, not the root");
