@@ -15,11 +15,8 @@ pub mod sriov;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::cni::{CniCode, Command, ErrorCode};
-use crate::delegate::native::native_error;
-use crate::delegate::{DelegateError, NativePlugins};
+use crate::delegate::NativePlugins;
 use crate::ipam::Ipam;
-use crate::netlink::{LinkError, NamespaceError};
 
 /// Every type [`register_all`] knows.
 pub const TYPES: [&str; 2] = [macvlan::TYPE, "sriov"];
@@ -51,62 +48,4 @@ pub fn register_all(
         registered.push("sriov");
     }
     registered
-}
-
-/// How a native plugin invocation failed, before it becomes a [`DelegateError`].
-#[derive(Debug, thiserror::Error)]
-enum Failure {
-    /// A CNI error of the plugin's own.
-    #[error("{msg}")]
-    Cni { code: ErrorCode, msg: String },
-    /// A link operation failed (libcni's "internal" code).
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    /// Passed through as it came (IPAM's errors keep their plugin, code and details); boxed
-    /// because it is large and failures travel through every `?`.
-    #[error(transparent)]
-    Delegate(Box<DelegateError>),
-}
-
-/// A pod's namespace could not be entered to open a socket there.
-impl From<NamespaceError> for Failure {
-    fn from(e: NamespaceError) -> Failure {
-        Failure::Link(e.into())
-    }
-}
-
-impl CniCode for Failure {
-    fn cni_code(&self) -> ErrorCode {
-        match self {
-            Failure::Cni { code, .. } => *code,
-            Failure::Link(e) => e.cni_code(),
-            Failure::Delegate(e) => e.code(),
-        }
-    }
-}
-
-impl Failure {
-    fn new(code: ErrorCode, msg: impl Into<String>) -> Failure {
-        Failure::Cni { code, msg: msg.into() }
-    }
-
-    /// The config asks for something impossible: code 7, with what to change.
-    fn config(msg: impl Into<String>) -> Failure {
-        Failure::new(ErrorCode::InvalidNetworkConfig, msg)
-    }
-
-    fn delegate(e: DelegateError) -> Failure {
-        Failure::Delegate(Box::new(e))
-    }
-
-    fn internal_msg(msg: impl Into<String>) -> Failure {
-        Failure::new(ErrorCode::Internal, msg)
-    }
-
-    fn into_delegate_error(self, plugin: &str, command: Command) -> DelegateError {
-        match self {
-            Failure::Delegate(e) => *e,
-            other => native_error(plugin, command.as_str(), other.cni_code().code(), other.to_string()),
-        }
-    }
 }

@@ -6,12 +6,12 @@
 //!   [`write_sysctl`]) and raw sockets. [`netns_exists`] tells a live namespace from a leftover.
 //! - [`Netlink`]: one socket in one namespace, the agent's ([`Netlink::agent`]) or a pod's
 //!   ([`Netlink::pod`]). Its methods, by job:
-//!   - reading ([`snapshot`]): [`Netlink::links`], [`Netlink::link`], [`Netlink::require`],
+//!   - reading (`snapshot`): [`Netlink::links`], [`Netlink::link`], [`Netlink::require`],
 //!     [`Netlink::addresses`], [`Netlink::all_addresses`], [`Netlink::routes`],
 //!     [`Netlink::default_route_interface`], each a [`LinkSnapshot`], [`AddressSnapshot`] or
 //!     [`RouteSnapshot`];
-//!   - changing one link ([`change`]): create, rename, MAC, MTU, up/down, delete, move;
-//!   - configuring IP ([`configure`]): [`Netlink::add_address`], [`Netlink::add_route`], and
+//!   - changing one link (`change`): create, rename, MAC, MTU, up/down, delete, move;
+//!   - configuring IP (`configure`): [`Netlink::add_address`], [`Netlink::add_route`], and
 //!     [`configure_ip`] for a whole CNI result as libcni's `ConfigureIface`;
 //!   - moving between namespaces through a temporary name ([`move_into`], [`move_out`]);
 //!   - CHECK ([`verify_ips`], [`verify_routes`]), as libcni's `ValidateExpected*`;

@@ -83,7 +83,7 @@ fn the_result_carries_the_interface_in_its_sandbox_and_the_configs_dns() {
 fn ipam_without_addresses_fails_the_add() {
     let conf = MacvlanConf::default();
     let mut result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &conf);
-    let Err(Failure::Cni { code, msg }) = take_ipam(&mut result, CniResult::default()) else {
+    let Err(MacvlanError::Cni { code, msg }) = take_ipam(&mut result, CniResult::default()) else {
         panic!("an empty IPAM result must fail");
     };
     assert_eq!(code, ErrorCode::Internal);
@@ -107,22 +107,32 @@ fn check_names_each_mismatch() {
     let m = master();
     let bridge = settings(MacVlanMode::Bridge, 0);
     let veth = snapshot(InfoKind::Veth, None, 3, Some(0));
-    assert!(verify_link(&veth, &expect(&bridge, &m)).unwrap_err().contains("not of type macvlan but veth"));
+    assert!(verify_link(&veth, &expect(&bridge, &m))
+        .unwrap_err()
+        .to_string()
+        .contains("not of type macvlan but veth"));
     let vepa = settings(MacVlanMode::Vepa, 0);
     let err = verify_link(&macvlan_on_node(), &expect(&vepa, &m)).unwrap_err();
-    assert_eq!(err, "container macvlan mode bridge does not match expected value: vepa");
+    assert_eq!(err.to_string(), "container macvlan mode bridge does not match expected value: vepa");
     let other_parent = snapshot(InfoKind::MacVlan, Some(MacVlanMode::Bridge), 9, Some(0));
-    assert!(verify_link(&other_parent, &expect(&bridge, &m)).unwrap_err().contains("not on master up0"));
+    assert!(verify_link(&other_parent, &expect(&bridge, &m))
+        .unwrap_err()
+        .to_string()
+        .contains("not on master up0"));
     let mut in_pod = expect(&bridge, &m);
     in_pod.in_container = true;
     assert!(verify_link(&macvlan_on_node(), &in_pod).is_err(), "the master is the node's, not the pod's");
     let mtu = settings(MacVlanMode::Bridge, 9000);
     assert!(verify_link(&macvlan_on_node(), &expect(&mtu, &m))
         .unwrap_err()
+        .to_string()
         .contains("MTU 1400 instead of the configured 9000"));
     let mut mac = expect(&bridge, &m);
     mac.mac = Some("0a:58:00:00:00:02".into());
-    assert!(verify_link(&macvlan_on_node(), &mac).unwrap_err().contains("doesn't match container Mac"));
+    assert!(verify_link(&macvlan_on_node(), &mac)
+        .unwrap_err()
+        .to_string()
+        .contains("doesn't match container Mac"));
 }
 
 #[test]
@@ -134,14 +144,14 @@ fn creation_failures_hint_at_the_cause() {
         errno: Some(errno),
         cause: LinkCause::Refused("refused".into()),
     };
-    let Failure::Cni { msg, .. } =
+    let MacvlanError::Cni { msg, .. } =
         creation_failure(refused(Errno::EINVAL), &settings(MacVlanMode::Passthrough, 0), &m)
     else {
         panic!()
     };
     assert!(msg.contains("passthru mode needs up0 to itself"), "{msg}");
     let with_mac = Settings { mac: Some(Mac([0x0a, 0, 0, 0, 0, 9])), ..settings(MacVlanMode::Bridge, 0) };
-    let Failure::Cni { msg, .. } = creation_failure(refused(Errno::EADDRINUSE), &with_mac, &m) else {
+    let MacvlanError::Cni { msg, .. } = creation_failure(refused(Errno::EADDRINUSE), &with_mac, &m) else {
         panic!()
     };
     assert!(msg.contains("MAC 0a:00:00:00:00:09 is taken on up0"), "{msg}");
@@ -149,7 +159,8 @@ fn creation_failures_hint_at_the_cause() {
 
 #[test]
 fn mtu_above_the_masters_is_a_config_error() {
-    let Err(Failure::Cni { code, msg }) = check_mtu(&settings(MacVlanMode::Bridge, 9000), &master()) else {
+    let Err(MacvlanError::Cni { code, msg }) = check_mtu(&settings(MacVlanMode::Bridge, 9000), &master())
+    else {
         panic!()
     };
     assert_eq!(code.code(), 7);
@@ -160,7 +171,7 @@ fn mtu_above_the_masters_is_a_config_error() {
 #[test]
 fn unsupported_versions_are_refused_with_code_1() {
     let conf = MacvlanConf { cni_version: "0.5.0".into(), ..Default::default() };
-    let Err(Failure::Cni { code, msg }) = result_version(&conf) else { panic!() };
+    let Err(MacvlanError::Cni { code, msg }) = result_version(&conf) else { panic!() };
     assert_eq!(code.code(), 1);
     assert!(msg.contains("1.1.0"), "{msg}");
 }
@@ -168,7 +179,9 @@ fn unsupported_versions_are_refused_with_code_1() {
 #[test]
 fn a_layer_2_result_cannot_be_written_as_0_2_0() {
     let result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &MacvlanConf::default());
-    let Err(Failure::Cni { code, msg }) = output(&result, "0.2.0") else { panic!("0.2.0 has no interfaces") };
+    let Err(MacvlanError::Cni { code, msg }) = output(&result, "0.2.0") else {
+        panic!("0.2.0 has no interfaces")
+    };
     assert_eq!(code.code(), 1);
     assert!(msg.contains("use cniVersion 0.3.0 or later"), "{msg}");
     assert_eq!(output(&result, "0.3.1").unwrap()["interfaces"][0]["name"], "net1");

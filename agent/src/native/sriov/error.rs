@@ -28,9 +28,9 @@ pub enum SriovError {
     #[error("VF {pci} is locked by another operation (lock file {lock}); try again later")]
     LockTimeout { pci: String, lock: String },
 
-    /// The VF's record under the state directory cannot be read or written.
-    #[error("sriov state {path}: {detail}")]
-    State { path: String, detail: String },
+    /// The VF's record (or its lock) under the state directory cannot be read or written.
+    #[error("sriov state {path}: {cause}")]
+    State { path: String, cause: StateCause },
 
     /// A netlink request found nothing to work on ("no such interface"), or several failed.
     #[error("{what}: {detail}")]
@@ -57,6 +57,26 @@ pub enum SriovError {
     /// so a DEL retry can finish the job.
     #[error("{context}; undoing the attachment of VF {pci} failed: {}", errors.join("; "))]
     Restore { pci: String, context: String, errors: Vec<String> },
+}
+
+/// Why a VF's record or lock could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateCause {
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+
+    #[error("locking: {0}")]
+    Lock(#[source] std::io::Error),
+
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+
+    #[error("{0}; the VF's original settings are unknown; reset the VF by hand, then move the file aside")]
+    Corrupt(#[source] serde_json::Error),
+
+    /// The blocking task doing the file work died.
+    #[error("{0}")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 impl SriovError {
