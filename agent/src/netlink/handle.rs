@@ -49,6 +49,14 @@ impl Netlink {
         Ok(Netlink { handle, netns: Some(netns.to_path_buf()) })
     }
 
+    /// The agent's socket for None, else one inside the namespace at `netns`.
+    pub async fn open(netns: Option<&Path>) -> Result<Netlink, LinkError> {
+        match netns {
+            None => Netlink::agent(),
+            Some(path) => Ok(Netlink::pod(path).await?),
+        }
+    }
+
     /// The rtnetlink handle, for requests the layer has no method for.
     pub fn handle(&self) -> &Handle {
         &self.handle

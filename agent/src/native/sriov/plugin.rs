@@ -77,10 +77,7 @@ impl SriovPlugin {
     }
 
     async fn host(&self) -> Result<Netlink, SriovError> {
-        Ok(match &self.host_netns {
-            None => Netlink::agent()?,
-            Some(path) => Netlink::pod(path).await?,
-        })
+        Ok(Netlink::open(self.host_netns.as_deref()).await?)
     }
 
     async fn add(&self, config: &Value, env: &InvocationEnv) -> Result<Value, SriovError> {

@@ -313,10 +313,7 @@ pub struct NetlinkPf {
 
 impl NetlinkPf {
     async fn socket(&self) -> Result<Netlink, SriovError> {
-        Ok(match &self.host_netns {
-            None => Netlink::agent()?,
-            Some(path) => Netlink::pod(path).await?,
-        })
+        Ok(Netlink::open(self.host_netns.as_deref()).await?)
     }
 
     async fn pf_link(&self, ns: &Netlink, pf: &str) -> Result<LinkMessage, SriovError> {
