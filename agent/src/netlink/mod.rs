@@ -5,7 +5,7 @@
 //!   pods' netlink sockets and runs blocking work such as sysctls ([`read_sysctl`],
 //!   [`write_sysctl`]) and raw sockets. [`netns_exists`] tells a live namespace from a leftover.
 //! - [`Netlink`]: one socket in one namespace, the agent's ([`Netlink::agent`]) or a pod's
-//!   ([`Netlink::pod`]). Its methods, by job:
+//!   ([`Netlink::pod`]; [`Netlink::open`] picks one of the two). Its methods, by job:
 //!   - reading (`snapshot`): [`Netlink::links`], [`Netlink::link`], [`Netlink::require`],
 //!     [`Netlink::addresses`], [`Netlink::all_addresses`], [`Netlink::routes`],
 //!     [`Netlink::default_route_interface`], each a [`LinkSnapshot`], [`AddressSnapshot`] or
