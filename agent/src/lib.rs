@@ -4,7 +4,8 @@
 //! [`server`] (Unix socket) → [`engine`] (order, locking, undo) → [`spec`] (pure: selection,
 //! plan, delegate configs, network-status) → [`catalog`] (NADs, pods, on-disk CNI configs;
 //! [`kube`] on a cluster) →
-//! [`delegate`] (exec of CNI plugins) and [`netns`] (netlink inside the pod) → [`state`]
+//! [`delegate`] (exec of CNI plugins), [`native`] (plugins over [`netlink`]) and [`netns`] (the
+//! default-route selection inside the pod) → [`state`]
 //! (durable record of every attachment).
 
 pub mod catalog;
@@ -17,6 +18,7 @@ pub mod ipam;
 pub mod kube;
 pub mod metrics;
 pub mod native;
+pub mod netlink;
 pub mod netns;
 pub mod options;
 pub mod readiness;

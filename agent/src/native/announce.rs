@@ -4,7 +4,7 @@
 //! their caches now rather than after they expire.
 //!
 //! The packets go out on raw sockets created on a thread inside the pod's namespace
-//! ([`super::inside::run`]). Announcing is best effort, as in the reference plugins: a failure
+//! ([`crate::netlink::run_in`]). Announcing is best effort, as in the reference plugins: a failure
 //! costs a few seconds of stale caches, never the attachment.
 
 use std::io;
@@ -13,20 +13,30 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
-use super::inside;
-use super::link::Mac;
+use crate::netlink::{run_in, write_sysctl, Mac, NamespaceError};
+
+/// The kernel could not be told to announce on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyError {
+    #[error(transparent)]
+    Namespace(#[from] NamespaceError),
+
+    #[error("setting net.ipv4.conf.{ifname}.arp_notify: {source}")]
+    ArpNotify { ifname: String, source: io::Error },
+}
 
 /// Makes the kernel announce on its own from now on (what the current reference plugins set):
 /// gratuitous ARP when the link comes up or changes MAC (`arp_notify`), and an unsolicited
 /// advertisement for every IPv6 address once its duplicate address detection completes
 /// (`ndisc_notify`), which covers the addresses still tentative when [`announce`] runs.
-pub async fn enable_kernel_notify(netns: &Path, ifname: &str) -> Result<(), String> {
+pub async fn enable_kernel_notify(netns: &Path, ifname: &str) -> Result<(), NotifyError> {
     let ifname = ifname.to_owned();
-    inside::run(netns, move || {
-        inside::write_sysctl(&["net", "ipv4", "conf", &ifname, "arp_notify"], "1")
-            .map_err(|e| format!("setting net.ipv4.conf.{ifname}.arp_notify: {e}"))?;
+    run_in(netns, move || {
+        if let Err(source) = write_sysctl(&["net", "ipv4", "conf", &ifname, "arp_notify"], "1") {
+            return Err(NotifyError::ArpNotify { ifname, source });
+        }
         // Absent when the kernel has no IPv6; nothing to announce then.
-        let _ = inside::write_sysctl(&["net", "ipv6", "conf", &ifname, "ndisc_notify"], "1");
+        let _ = write_sysctl(&["net", "ipv6", "conf", &ifname, "ndisc_notify"], "1");
         Ok(())
     })
     .await?
@@ -35,7 +45,7 @@ pub async fn enable_kernel_notify(netns: &Path, ifname: &str) -> Result<(), Stri
 /// Announces `addresses` of the interface `ifindex` (MAC `mac`) in `netns`. Returns what could
 /// not be announced and why, for the log.
 pub async fn announce(netns: &Path, ifindex: u32, mac: Mac, addresses: Vec<IpAddr>) -> Vec<String> {
-    let outcome = inside::run(netns, move || {
+    let outcome = run_in(netns, move || {
         let mut failures = Vec::new();
         for address in addresses {
             let sent = match address {
@@ -54,7 +64,7 @@ pub async fn announce(netns: &Path, ifindex: u32, mac: Mac, addresses: Vec<IpAdd
         failures
     })
     .await;
-    outcome.unwrap_or_else(|e| vec![e])
+    outcome.unwrap_or_else(|e| vec![e.to_string()])
 }
 
 /// An ARP announcement (RFC 5227 section 2.3): a request for our own address with sender and

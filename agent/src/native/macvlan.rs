@@ -15,6 +15,7 @@
 //!   façade offers neither, so both only check that the config parses.
 
 mod config;
+mod error;
 
 use std::path::Path;
 
@@ -24,16 +25,17 @@ use rtnetlink::LinkMacVlan;
 use serde_json::Value;
 
 pub use config::{mac_from_cni_args, mode_from_name, mode_name, MacvlanConf, Settings};
+pub use error::{LinkMismatch, MacvlanError};
 
 use super::announce;
-use super::link::{self, configure_ip, verify_ips, verify_routes, LinkError, LinkSnapshot, Mac, Netlink};
-use super::Failure;
 use crate::cni::result::{is_supported_version, CniResult, Interface};
-use crate::cni::ErrorCode;
-use crate::delegate::native::{NativeCall, NativePlugin};
+use crate::cni::{Command, ErrorCode};
+use crate::delegate::native::{native_error, NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
-use crate::netns::netns_exists;
+use crate::netlink::{
+    configure_ip, netns_exists, temp_name, verify_ips, verify_routes, LinkError, LinkSnapshot, Netlink,
+};
 
 /// The CNI `type` this plugin answers to.
 pub const TYPE: &str = "macvlan";
@@ -53,18 +55,24 @@ impl Macvlan {
 impl NativePlugin for Macvlan {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
-            let outcome = match call.command {
-                "ADD" => self.add(call.config, call.env).await.map(Some),
-                "DEL" => self.del(call.config, call.env).await.map(|()| None),
-                "CHECK" => self.check(call.config, call.env).await.map(|()| None),
-                "STATUS" => self.status(call.config).await.map(|()| None),
-                "GC" => self.gc(call.config).await.map(|()| None),
-                other => Err(Failure::new(
+            let unknown = || {
+                native_error(
+                    TYPE,
+                    call.command,
                     ErrorCode::InvalidEnvironment.code(),
-                    format!("unknown CNI_COMMAND {other:?}: use ADD, DEL, CHECK, STATUS or GC"),
-                )),
+                    format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", call.command),
+                )
             };
-            outcome.map_err(|failure| failure.into_delegate_error(TYPE, call.command))
+            let Ok(command) = Command::parse(call.command) else { return Err(unknown()) };
+            let outcome = match command {
+                Command::Add => self.add(call.config, call.env).await.map(Some),
+                Command::Del => self.del(call.config, call.env).await.map(|()| None),
+                Command::Check => self.check(call.config, call.env).await.map(|()| None),
+                Command::Status => self.status(call.config).await.map(|()| None),
+                Command::Gc => self.gc(call.config).await.map(|()| None),
+                Command::Version => return Err(unknown()),
+            };
+            outcome.map_err(|failure| failure.into_delegate_error(TYPE, command))
         })
     }
 }
@@ -87,14 +95,13 @@ struct Pod<'a> {
 }
 
 impl Macvlan {
-    async fn add(&self, config: &Value, env: &InvocationEnv) -> Result<Value, Failure> {
+    async fn add(&self, config: &Value, env: &InvocationEnv) -> Result<Value, MacvlanError> {
         let conf = parse(config)?;
         let version = result_version(&conf)?;
-        let settings = conf.settings(&env.args).map_err(Failure::config)?;
+        let settings = conf.settings(&env.args).map_err(MacvlanError::config)?;
         let pod = pod_of(env)?;
-        let pod_ns = Netlink::pod(pod.netns).await.map_err(Failure::internal)?;
-        let host_ns =
-            if conf.link_in_container { None } else { Some(Netlink::agent().map_err(Failure::internal)?) };
+        let pod_ns = Netlink::pod(pod.netns).await?;
+        let host_ns = if conf.link_in_container { None } else { Some(Netlink::agent()?) };
         let master_ns = host_ns.as_ref().unwrap_or(&pod_ns);
         let master = master(master_ns, &conf).await?;
         check_mtu(&settings, &master)?;
@@ -121,18 +128,18 @@ impl Macvlan {
         pod_ns: &Netlink,
         pod: &Pod<'_>,
         created: &LinkSnapshot,
-    ) -> Result<Value, Failure> {
+    ) -> Result<Value, MacvlanError> {
         let Call { conf, config, env, version } = *call;
         let link = pod_ns.rename(created, pod.ifname).await.map_err(|e| {
             if e.is(Errno::EEXIST) {
-                Failure::config(format!(
+                MacvlanError::config(format!(
                     "interface {} already exists in the pod's network namespace {}; give this attachment \
                      another interface name (\"interface\" in the networks annotation)",
                     pod.ifname,
                     pod.netns.display()
                 ))
             } else {
-                Failure::internal(e)
+                MacvlanError::from(e)
             }
         })?;
         let mut result = base_result(&link, pod.netns, conf);
@@ -141,10 +148,10 @@ impl Macvlan {
             tracing::debug!("{e}");
         }
         if !conf.is_layer3() {
-            pod_ns.set_up(&link).await.map_err(Failure::internal)?;
+            pod_ns.set_up(&link).await?;
             return output(&result, version);
         }
-        let assigned = self.ipam.add(config, env).await.map_err(Failure::delegate)?;
+        let assigned = self.ipam.add(config, env).await.map_err(MacvlanError::delegate)?;
         let finished = match take_ipam(&mut result, assigned) {
             Ok(()) => match configure(pod_ns, pod, &link, &result).await {
                 Ok(()) => output(&result, version),
@@ -160,11 +167,11 @@ impl Macvlan {
         finished
     }
 
-    async fn del(&self, config: &Value, env: &InvocationEnv) -> Result<(), Failure> {
+    async fn del(&self, config: &Value, env: &InvocationEnv) -> Result<(), MacvlanError> {
         let conf = parse(config)?;
         // Both halves run even when one fails, so a retry has as little left to do as possible.
         let released = if conf.is_layer3() {
-            self.ipam.del(config, env).await.map_err(Failure::delegate)
+            self.ipam.del(config, env).await.map_err(MacvlanError::delegate)
         } else {
             Ok(())
         };
@@ -172,19 +179,21 @@ impl Macvlan {
         released.and(removed)
     }
 
-    async fn check(&self, config: &Value, env: &InvocationEnv) -> Result<(), Failure> {
+    async fn check(&self, config: &Value, env: &InvocationEnv) -> Result<(), MacvlanError> {
         let conf = parse(config)?;
-        let settings = conf.settings(&env.args).map_err(Failure::config)?;
+        let settings = conf.settings(&env.args).map_err(MacvlanError::config)?;
         let pod = pod_of(env)?;
         if conf.is_layer3() {
-            self.ipam.check(config, env).await.map_err(Failure::delegate)?;
+            self.ipam.check(config, env).await.map_err(MacvlanError::delegate)?;
         }
         let prev = match config.get("prevResult") {
             None | Some(Value::Null) => {
-                return Err(Failure::config("required prevResult missing: CHECK needs the result of the ADD"))
+                return Err(MacvlanError::config(
+                    "required prevResult missing: CHECK needs the result of the ADD",
+                ))
             }
             Some(prev) => CniResult::parse(prev, &conf.cni_version)
-                .map_err(|e| Failure::new(ErrorCode::DecodeFailure.code(), format!("prevResult: {e}")))?,
+                .map_err(|e| MacvlanError::new(ErrorCode::DecodeFailure, format!("prevResult: {e}")))?,
         };
         let sandbox = pod.netns.display().to_string();
         let Some(expected) = prev
@@ -192,17 +201,16 @@ impl Macvlan {
             .iter()
             .find(|i| i.name == pod.ifname && i.sandbox.as_deref() == Some(sandbox.as_str()))
         else {
-            return Err(Failure::internal_msg(format!(
+            return Err(MacvlanError::internal_msg(format!(
                 "prevResult has no interface {} in sandbox {sandbox}: it does not describe this attachment",
                 pod.ifname
             )));
         };
-        let pod_ns = Netlink::pod(pod.netns).await.map_err(Failure::internal)?;
-        let host_ns =
-            if conf.link_in_container { None } else { Some(Netlink::agent().map_err(Failure::internal)?) };
+        let pod_ns = Netlink::pod(pod.netns).await?;
+        let host_ns = if conf.link_in_container { None } else { Some(Netlink::agent()?) };
         let master = master(host_ns.as_ref().unwrap_or(&pod_ns), &conf).await?;
-        let link = pod_ns.link(pod.ifname).await.map_err(Failure::internal)?.ok_or_else(|| {
-            Failure::internal_msg(format!(
+        let link = pod_ns.link(pod.ifname).await?.ok_or_else(|| {
+            MacvlanError::internal_msg(format!(
                 "interface {} of prevResult is missing from network namespace {sandbox}",
                 pod.ifname
             ))
@@ -214,34 +222,34 @@ impl Macvlan {
             in_container: conf.link_in_container,
             mac: wanted_mac,
         };
-        verify_link(&link, &wanted).map_err(Failure::internal_msg)?;
-        verify_ips(&pod_ns, pod.ifname, &prev.ips).await.map_err(Failure::internal)?;
-        verify_routes(&pod_ns, &prev.routes).await.map_err(Failure::internal)?;
+        verify_link(&link, &wanted)?;
+        verify_ips(&pod_ns, pod.ifname, &prev.ips).await?;
+        verify_routes(&pod_ns, &prev.routes).await?;
         Ok(())
     }
 
     /// The reference asks IPAM for its STATUS; the IPAM façade has none to give (static and
     /// host-local need nothing to be ready), so a config that parses is ready.
-    async fn status(&self, config: &Value) -> Result<(), Failure> {
+    async fn status(&self, config: &Value) -> Result<(), MacvlanError> {
         parse(config).map(drop)
     }
 
     /// macvlan keeps no state of its own, and the IPAM façade keeps none that outlives DEL
     /// except host-local's, which it offers no GC for: nothing to collect.
-    async fn gc(&self, config: &Value) -> Result<(), Failure> {
+    async fn gc(&self, config: &Value) -> Result<(), MacvlanError> {
         parse(config).map(drop)
     }
 }
 
-fn parse(config: &Value) -> Result<MacvlanConf, Failure> {
-    MacvlanConf::parse(config).map_err(|e| Failure::config(format!("failed to load netconf: {e}")))
+fn parse(config: &Value) -> Result<MacvlanConf, MacvlanError> {
+    MacvlanConf::parse(config).map_err(|e| MacvlanError::config(format!("failed to load netconf: {e}")))
 }
 
 /// The version the result is printed in: the config's.
-fn result_version(conf: &MacvlanConf) -> Result<String, Failure> {
+fn result_version(conf: &MacvlanConf) -> Result<String, MacvlanError> {
     if !is_supported_version(&conf.cni_version) {
-        return Err(Failure::new(
-            ErrorCode::IncompatibleVersion.code(),
+        return Err(MacvlanError::new(
+            ErrorCode::IncompatibleVersion,
             format!(
                 "cniVersion {:?} is not supported; use one of {}",
                 conf.cni_version,
@@ -252,8 +260,8 @@ fn result_version(conf: &MacvlanConf) -> Result<String, Failure> {
     Ok(conf.cni_version.clone())
 }
 
-fn pod_of(env: &InvocationEnv) -> Result<Pod<'_>, Failure> {
-    let invalid = |msg: String| Failure::new(ErrorCode::InvalidEnvironment.code(), msg);
+fn pod_of(env: &InvocationEnv) -> Result<Pod<'_>, MacvlanError> {
+    let invalid = |msg: String| MacvlanError::new(ErrorCode::InvalidEnvironment, msg);
     if env.netns.is_empty() {
         return Err(invalid(
             "CNI_NETNS is missing: the runtime must pass the pod's network namespace".into(),
@@ -267,8 +275,8 @@ fn pod_of(env: &InvocationEnv) -> Result<Pod<'_>, Failure> {
     }
     let netns = Path::new(&env.netns);
     if !netns_exists(netns) {
-        return Err(Failure::new(
-            ErrorCode::ContainerUnknown.code(),
+        return Err(MacvlanError::new(
+            ErrorCode::ContainerUnknown,
             format!("network namespace {} does not exist (the pod's sandbox is gone)", env.netns),
         ));
     }
@@ -276,11 +284,11 @@ fn pod_of(env: &InvocationEnv) -> Result<Pod<'_>, Failure> {
 }
 
 /// The master link: the configured one, or the interface of the default route.
-async fn master(ns: &Netlink, conf: &MacvlanConf) -> Result<LinkSnapshot, Failure> {
+async fn master(ns: &Netlink, conf: &MacvlanConf) -> Result<LinkSnapshot, MacvlanError> {
     let name = match &conf.master {
         Some(name) => name.clone(),
-        None => ns.default_route_interface().await.map_err(Failure::internal)?.ok_or_else(|| {
-            Failure::config(format!(
+        None => ns.default_route_interface().await?.ok_or_else(|| {
+            MacvlanError::config(format!(
                 "the config names no \"master\" and {} has no default route to take it from; set \"master\" \
                  to the interface the macvlan should sit on",
                 ns.place()
@@ -289,8 +297,8 @@ async fn master(ns: &Netlink, conf: &MacvlanConf) -> Result<LinkSnapshot, Failur
     };
     // The reference's words come first ("failed to lookup master ...: Link not found"): people
     // and scripts search for them.
-    ns.link(&name).await.map_err(Failure::internal)?.ok_or_else(|| {
-        Failure::config(format!(
+    ns.link(&name).await?.ok_or_else(|| {
+        MacvlanError::config(format!(
             "failed to lookup master {name:?}: Link not found: there is no such interface in {}; set \
              \"master\" to an existing interface{}",
             ns.place(),
@@ -299,10 +307,10 @@ async fn master(ns: &Netlink, conf: &MacvlanConf) -> Result<LinkSnapshot, Failur
     })
 }
 
-fn check_mtu(settings: &Settings, master: &LinkSnapshot) -> Result<(), Failure> {
+fn check_mtu(settings: &Settings, master: &LinkSnapshot) -> Result<(), MacvlanError> {
     let master_mtu = master.mtu.unwrap_or(u32::MAX);
     if settings.mtu > master_mtu {
-        return Err(Failure::config(format!(
+        return Err(MacvlanError::config(format!(
             "invalid MTU {}, must be [0, master MTU({master_mtu})]: the macvlan cannot exceed the MTU of {}; \
              use at most {master_mtu}, or 0 for the master's",
             settings.mtu, master.name
@@ -319,8 +327,8 @@ async fn create(
     pod_ns: &Netlink,
     master: &LinkSnapshot,
     settings: &Settings,
-) -> Result<LinkSnapshot, Failure> {
-    let temporary = link::temp_name();
+) -> Result<LinkSnapshot, MacvlanError> {
+    let temporary = temp_name();
     // IFLA_TXQLEN 0, because the reference's netlink library always sends the LinkAttrs field
     // and the plugin leaves it 0; without it the kernel copies the master's (1000). The link
     // has no queue either way (noqueue), but `ip link` would show the difference.
@@ -338,13 +346,13 @@ async fn create(
         master_ns.create(&what, builder.build()).await
     };
     created.map_err(|e| creation_failure(e, settings, master))?;
-    pod_ns.link(&temporary).await.map_err(Failure::internal)?.ok_or_else(|| {
-        Failure::internal_msg(format!("the new macvlan {temporary} is not in {}", pod_ns.place()))
+    pod_ns.link(&temporary).await?.ok_or_else(|| {
+        MacvlanError::internal_msg(format!("the new macvlan {temporary} is not in {}", pod_ns.place()))
     })
 }
 
 /// The kernel's refusals of a new macvlan, with what to do about them.
-fn creation_failure(e: LinkError, settings: &Settings, master: &LinkSnapshot) -> Failure {
+fn creation_failure(e: LinkError, settings: &Settings, master: &LinkSnapshot) -> MacvlanError {
     let hint = match e.errno {
         Some(Errno::EINVAL) if settings.mode == netlink_packet_route::link::MacVlanMode::Passthrough => {
             format!("; passthru mode needs {} to itself: no other macvlan may use it", master.name)
@@ -360,15 +368,15 @@ fn creation_failure(e: LinkError, settings: &Settings, master: &LinkSnapshot) ->
         Some(Errno::EBUSY) => format!("; {} is enslaved to something that excludes macvlans", master.name),
         _ => String::new(),
     };
-    Failure::internal_msg(format!("failed to create macvlan: {e}{hint}"))
+    MacvlanError::internal_msg(format!("failed to create macvlan: {e}{hint}"))
 }
 
 /// The result as the config's version writes it. 0.1.0 and 0.2.0 results consist of IP
 /// addresses, so a layer-2 macvlan cannot answer in them.
-fn output(result: &CniResult, version: &str) -> Result<Value, Failure> {
+fn output(result: &CniResult, version: &str) -> Result<Value, MacvlanError> {
     result.to_version(version).map_err(|e| {
-        Failure::new(
-            ErrorCode::IncompatibleVersion.code(),
+        MacvlanError::new(
+            ErrorCode::IncompatibleVersion,
             format!("{e}; use cniVersion 0.3.0 or later for this network"),
         )
     })
@@ -391,9 +399,9 @@ fn base_result(link: &LinkSnapshot, netns: &Path, conf: &MacvlanConf) -> CniResu
 
 /// The result takes IPAM's IPs and routes, every IP bound to interface 0 (the macvlan), as
 /// the reference does. IPAM must have given at least one address.
-fn take_ipam(result: &mut CniResult, assigned: CniResult) -> Result<(), Failure> {
+fn take_ipam(result: &mut CniResult, assigned: CniResult) -> Result<(), MacvlanError> {
     if assigned.ips.is_empty() {
-        return Err(Failure::internal_msg(
+        return Err(MacvlanError::internal_msg(
             "IPAM plugin returned missing IP config: the network's \"ipam\" gave this pod no address",
         ));
     }
@@ -411,9 +419,9 @@ async fn configure(
     pod: &Pod<'_>,
     link: &LinkSnapshot,
     result: &CniResult,
-) -> Result<(), Failure> {
-    configure_ip(pod_ns, pod.ifname, result).await.map_err(Failure::internal)?;
-    if let Some(mac) = link.mac.as_deref().and_then(|m| m.parse::<Mac>().ok()) {
+) -> Result<(), MacvlanError> {
+    configure_ip(pod_ns, pod.ifname, result).await?;
+    if let Some(mac) = link.ethernet_mac() {
         let addresses = result.ips.iter().map(|ip| ip.address.addr()).collect();
         for failure in announce::announce(pod.netns, link.index, mac, addresses).await {
             tracing::debug!(ifname = pod.ifname, "not announced: {failure}");
@@ -423,15 +431,15 @@ async fn configure(
 }
 
 /// Deletes the attachment's link, if it is there and a macvlan.
-async fn remove_link(env: &InvocationEnv) -> Result<(), Failure> {
+async fn remove_link(env: &InvocationEnv) -> Result<(), MacvlanError> {
     let netns = Path::new(&env.netns);
     // No namespace (the runtime passes none, or the sandbox is gone): the link went with it.
     if env.netns.is_empty() || env.ifname.is_empty() || !netns_exists(netns) {
         return Ok(());
     }
-    let pod_ns = Netlink::pod(netns).await.map_err(Failure::internal)?;
-    match pod_ns.link(&env.ifname).await.map_err(Failure::internal)? {
-        Some(link) if link.is_macvlan() => pod_ns.delete(&link).await.map_err(Failure::internal),
+    let pod_ns = Netlink::pod(netns).await?;
+    match pod_ns.link(&env.ifname).await? {
+        Some(link) if link.is_macvlan() => pod_ns.delete(&link).await.map_err(MacvlanError::from),
         Some(link) => {
             tracing::warn!(
                 "not deleting {} in {}: it is a {} interface, not the macvlan this attachment made",
@@ -456,41 +464,36 @@ struct Expected<'a> {
 }
 
 /// The reference's `validateCniContainerInterface`, plus master and MTU.
-fn verify_link(link: &LinkSnapshot, wanted: &Expected<'_>) -> Result<(), String> {
+fn verify_link(link: &LinkSnapshot, wanted: &Expected<'_>) -> Result<(), LinkMismatch> {
     if !link.is_macvlan() {
         let kind = link.kind.as_ref().map_or("plain".to_owned(), |k| k.to_string());
-        return Err(format!("container interface {} is not of type macvlan but {kind}", link.name));
+        return Err(LinkMismatch::NotMacvlan { name: link.name.clone(), kind });
     }
     let mode = link.macvlan_mode.unwrap_or(netlink_packet_route::link::MacVlanMode::Bridge);
     if mode != wanted.settings.mode {
-        return Err(format!(
-            "container macvlan mode {} does not match expected value: {}",
-            mode_name(mode),
-            mode_name(wanted.settings.mode)
-        ));
+        return Err(LinkMismatch::Mode { found: mode_name(mode), wanted: mode_name(wanted.settings.mode) });
     }
     // IFLA_LINK is the master's index in the master's namespace, which the link-netnsid
     // names when that is not the pod's own.
     let on_master = link.parent_index == Some(wanted.master.index)
         && link.parent_netnsid.is_some() != wanted.in_container;
     if !on_master {
-        return Err(format!("container macvlan {} is not on master {}", link.name, wanted.master.name));
+        return Err(LinkMismatch::Master { name: link.name.clone(), master: wanted.master.name.clone() });
     }
     if wanted.settings.mtu > 0 && link.mtu != Some(wanted.settings.mtu) {
-        return Err(format!(
-            "container macvlan {} has MTU {} instead of the configured {}",
-            link.name,
-            link.mtu.map_or("unknown".to_owned(), |m| m.to_string()),
-            wanted.settings.mtu
-        ));
+        return Err(LinkMismatch::Mtu {
+            name: link.name.clone(),
+            found: link.mtu.map_or("unknown".to_owned(), |m| m.to_string()),
+            wanted: wanted.settings.mtu,
+        });
     }
     if let Some(mac) = &wanted.mac {
         if link.mac.as_deref().map(str::to_ascii_lowercase) != Some(mac.to_ascii_lowercase()) {
-            return Err(format!(
-                "interface {} Mac {mac} doesn't match container Mac: {}",
-                link.name,
-                link.mac.as_deref().unwrap_or("none")
-            ));
+            return Err(LinkMismatch::Mac {
+                name: link.name.clone(),
+                wanted: mac.clone(),
+                found: link.mac.as_deref().unwrap_or("none").to_owned(),
+            });
         }
     }
     Ok(())

@@ -3,22 +3,19 @@
 //! NetworkAttachmentDefinitions work unchanged, and each can be switched off per type
 //! (`--exec-plugin TYPE`, or `--no-native` for all) to get the reference binary back.
 //!
-//! [`link`] holds the netlink operations they share (create, rename, move between namespaces,
-//! addresses and routes); [`inside`] and [`announce`] the work done on a thread inside the pod's
-//! namespace (sysctls, gratuitous ARP, unsolicited neighbour advertisements).
+//! The netlink operations they share (create, rename, move between namespaces, addresses and
+//! routes) are the agent's netlink layer, [`crate::netlink`]; [`announce`] tells the pod's
+//! neighbours about a new interface from a thread inside the pod's namespace (gratuitous ARP,
+//! unsolicited neighbour advertisements).
 
 pub mod announce;
-pub mod inside;
-pub mod link;
 pub mod macvlan;
 pub mod sriov;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::cni::ErrorCode;
-use crate::delegate::native::native_error;
-use crate::delegate::{DelegateError, NativePlugins};
+use crate::delegate::NativePlugins;
 use crate::ipam::Ipam;
 
 /// Every type [`register_all`] knows.
@@ -51,44 +48,4 @@ pub fn register_all(
         registered.push("sriov");
     }
     registered
-}
-
-/// How a native plugin invocation failed, before it becomes a [`DelegateError`].
-#[derive(Debug)]
-enum Failure {
-    /// A CNI error of the plugin's own.
-    Cni { code: u32, msg: String },
-    /// Passed through as it came (IPAM's errors keep their plugin, code and details); boxed
-    /// because it is large and failures travel through every `?`.
-    Delegate(Box<DelegateError>),
-}
-
-impl Failure {
-    fn new(code: u32, msg: impl Into<String>) -> Failure {
-        Failure::Cni { code, msg: msg.into() }
-    }
-
-    /// The config asks for something impossible: code 7, with what to change.
-    fn config(msg: impl Into<String>) -> Failure {
-        Failure::new(ErrorCode::InvalidNetworkConfig.code(), msg)
-    }
-
-    fn delegate(e: DelegateError) -> Failure {
-        Failure::Delegate(Box::new(e))
-    }
-
-    fn internal(e: link::LinkError) -> Failure {
-        Failure::new(ErrorCode::Internal.code(), e.to_string())
-    }
-
-    fn internal_msg(msg: impl Into<String>) -> Failure {
-        Failure::new(ErrorCode::Internal.code(), msg)
-    }
-
-    fn into_delegate_error(self, plugin: &str, command: &str) -> DelegateError {
-        match self {
-            Failure::Cni { code, msg } => native_error(plugin, command, code, msg),
-            Failure::Delegate(e) => *e,
-        }
-    }
 }

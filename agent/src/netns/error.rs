@@ -1,30 +1,18 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+use crate::cni::{CniCode, ErrorCode};
+use crate::netlink::{LinkError, NamespaceError};
+
 /// What went wrong inside a pod's network namespace, always naming the namespace path and,
 /// where one is involved, the interface and gateway.
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
-    #[error("cannot use netlink in {}: not called from inside a tokio runtime", netns.display())]
-    NoRuntime { netns: PathBuf },
+    #[error(transparent)]
+    Namespace(#[from] NamespaceError),
 
-    #[error("cannot open network namespace {}: {source}", netns.display())]
-    Open { netns: PathBuf, source: std::io::Error },
-
-    #[error("cannot enter network namespace {} (setns): {source}", netns.display())]
-    Enter { netns: PathBuf, source: nix::Error },
-
-    #[error("cannot open a netlink socket in network namespace {}: {source}", netns.display())]
-    Socket { netns: PathBuf, source: std::io::Error },
-
-    #[error("cannot start the thread that enters network namespace {}: {source}", netns.display())]
-    Thread { netns: PathBuf, source: std::io::Error },
-
-    #[error("the thread entering network namespace {} died before handing back a netlink socket", netns.display())]
-    ThreadDied { netns: PathBuf },
-
-    #[error("cannot list the interfaces of network namespace {}: {source}", netns.display())]
-    ListLinks { netns: PathBuf, source: Box<rtnetlink::Error> },
+    #[error(transparent)]
+    Link(#[from] LinkError),
 
     #[error("interface {ifname} does not exist in network namespace {}", netns.display())]
     LinkNotFound { netns: PathBuf, ifname: String },
@@ -42,4 +30,21 @@ pub enum NetnsError {
     #[error("cannot add default route via {gateway} dev {ifname} in network namespace {}: {source}",
         netns.display())]
     AddRoute { netns: PathBuf, ifname: String, gateway: IpAddr, source: Box<rtnetlink::Error> },
+}
+
+/// What the attachment asks for cannot be done (no such interface, a gateway off its subnets):
+/// the network's config is wrong. Anything else is the node's failure.
+impl CniCode for NetnsError {
+    fn cni_code(&self) -> ErrorCode {
+        match self {
+            NetnsError::LinkNotFound { .. } | NetnsError::GatewayUnreachable { .. } => {
+                ErrorCode::InvalidNetworkConfig
+            }
+            NetnsError::Namespace(e) => e.cni_code(),
+            NetnsError::Link(e) => e.cni_code(),
+            NetnsError::ListRoutes { .. } | NetnsError::DeleteRoute { .. } | NetnsError::AddRoute { .. } => {
+                ErrorCode::Internal
+            }
+        }
+    }
 }

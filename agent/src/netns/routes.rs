@@ -7,10 +7,12 @@ use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteNextHop, RouteType, RouteVia,
 };
 use nix::errno::Errno;
-use rtnetlink::{Handle, RouteMessageBuilder};
+use rtnetlink::RouteMessageBuilder;
 
 use super::links::{index_of, links_by_index};
-use super::{netlink_in, NetnsError};
+use super::NetnsError;
+use crate::netlink::route_table::table_of;
+use crate::netlink::{errno_of, Netlink};
 
 /// Interface names of a namespace, by index.
 pub(super) type Links = BTreeMap<u32, String>;
@@ -56,18 +58,18 @@ pub async fn replace_default_routes(
     ifname: &str,
     gateways: &[IpAddr],
 ) -> Result<(), NetnsError> {
-    let handle = netlink_in(netns).await?;
-    let links = links_by_index(&handle, netns).await?;
+    let ns = Netlink::pod(netns).await?;
+    let links = links_by_index(&ns).await?;
     // Resolved before anything is removed, so a wrong name leaves the pod's routes untouched.
     let index = index_of(&links, netns, ifname)?;
     for family in families_replaced(gateways) {
-        for route in main_defaults(&handle, netns, family).await? {
-            delete_route(&handle, netns, &links, route).await?;
+        for route in main_defaults(&ns, netns, family).await? {
+            delete_route(&ns, netns, &links, route).await?;
         }
     }
     for (position, gateway) in (0u32..).zip(gateways) {
         let target = Target { netns, ifname, index, gateway: *gateway };
-        add_default(&handle, &target, metric(position, gateway)).await?;
+        add_default(&ns, &target, metric(position, gateway)).await?;
     }
     Ok(())
 }
@@ -77,11 +79,11 @@ pub async fn replace_default_routes(
 /// IPv4 routes come first, each family ordered by metric so the route in use leads; a multipath
 /// route yields one pair per next hop.
 pub async fn default_routes(netns: &Path) -> Result<Vec<(String, Option<IpAddr>)>, NetnsError> {
-    let handle = netlink_in(netns).await?;
-    let links = links_by_index(&handle, netns).await?;
+    let ns = Netlink::pod(netns).await?;
+    let links = links_by_index(&ns).await?;
     let mut pairs = Vec::new();
     for family in [Family::V4, Family::V6] {
-        for route in main_defaults(&handle, netns, family).await? {
+        for route in main_defaults(&ns, netns, family).await? {
             pairs.extend(hops(&route).into_iter().map(|(index, gateway)| (name_of(&links, index), gateway)));
         }
     }
@@ -108,12 +110,12 @@ fn metric(position: u32, gateway: &IpAddr) -> u32 {
 
 /// The unicast default routes of the main table, lowest metric first.
 pub(super) async fn main_defaults(
-    handle: &Handle,
+    ns: &Netlink,
     netns: &Path,
     family: Family,
 ) -> Result<Vec<RouteMessage>, NetnsError> {
     let routes: Vec<RouteMessage> =
-        handle.route().get(family.dump_request()).execute().try_collect().await.map_err(|source| {
+        ns.handle().route().get(family.dump_request()).execute().try_collect().await.map_err(|source| {
             NetnsError::ListRoutes { netns: netns.to_path_buf(), source: Box::new(source) }
         })?;
     let mut defaults: Vec<RouteMessage> = routes.into_iter().filter(is_main_default).collect();
@@ -126,18 +128,6 @@ fn is_main_default(route: &RouteMessage) -> bool {
     route.header.destination_prefix_length == 0
         && route.header.kind == RouteType::Unicast
         && table_of(route) == u32::from(RouteHeader::RT_TABLE_MAIN)
-}
-
-/// Tables above 255 only fit in the RTA_TABLE attribute; the header then holds a placeholder.
-fn table_of(route: &RouteMessage) -> u32 {
-    route
-        .attributes
-        .iter()
-        .find_map(|attr| match attr {
-            RouteAttribute::Table(table) => Some(*table),
-            _ => None,
-        })
-        .unwrap_or(u32::from(route.header.table))
 }
 
 fn metric_of(route: &RouteMessage) -> u32 {
@@ -189,14 +179,14 @@ fn name_of(links: &Links, index: u32) -> String {
 }
 
 pub(super) async fn delete_route(
-    handle: &Handle,
+    ns: &Netlink,
     netns: &Path,
     links: &Links,
     route: RouteMessage,
 ) -> Result<(), NetnsError> {
     let description = describe(&route, links);
     tracing::debug!(netns = %netns.display(), route = %description, "removing default route");
-    match handle.route().del(deletion_of(route)).execute().await {
+    match ns.handle().route().del(deletion_of(route)).execute().await {
         Ok(()) => Ok(()),
         // Someone else (a plugin, the kernel removing a link) got there first: gone either way.
         Err(err) if matches!(errno_of(&err), Some(Errno::ESRCH | Errno::ENOENT)) => Ok(()),
@@ -247,7 +237,7 @@ struct Target<'a> {
     gateway: IpAddr,
 }
 
-async fn add_default(handle: &Handle, target: &Target<'_>, metric: u32) -> Result<(), NetnsError> {
+async fn add_default(ns: &Netlink, target: &Target<'_>, metric: u32) -> Result<(), NetnsError> {
     let route = match target.gateway {
         IpAddr::V4(gateway) => RouteMessageBuilder::<Ipv4Addr>::new()
             .output_interface(target.index)
@@ -260,7 +250,7 @@ async fn add_default(handle: &Handle, target: &Target<'_>, metric: u32) -> Resul
             .priority(metric)
             .build(),
     };
-    handle.route().add(route).execute().await.map_err(|source| add_error(target, source))
+    ns.handle().route().add(route).execute().await.map_err(|source| add_error(target, source))
 }
 
 fn add_error(target: &Target<'_>, source: rtnetlink::Error) -> NetnsError {
@@ -279,11 +269,4 @@ fn add_error(target: &Target<'_>, source: rtnetlink::Error) -> NetnsError {
 /// The errors the kernel gives when the gateway is not on a subnet of (or not up on) the interface.
 fn is_unreachable(err: &rtnetlink::Error) -> bool {
     matches!(errno_of(err), Some(Errno::ENETUNREACH | Errno::EHOSTUNREACH | Errno::ENETDOWN))
-}
-
-fn errno_of(err: &rtnetlink::Error) -> Option<Errno> {
-    match err {
-        rtnetlink::Error::NetlinkError(message) => message.code.map(|code| Errno::from_raw(-code.get())),
-        _ => None,
-    }
 }

@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use futures::TryStreamExt;
-
 use super::links::links_by_index;
 use super::routes::{delete_route, main_defaults, Family};
 use super::*;
+use crate::netlink::{NamespaceError, Netlink};
 
 static NEXT_NETNS: AtomicU32 = AtomicU32::new(0);
 
@@ -106,14 +105,19 @@ fn names(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|name| name.to_string()).collect()
 }
 
+/// Names of all links in that namespace.
+async fn link_names(netns: &Path) -> Vec<String> {
+    let ns = Netlink::pod(netns).await.expect("netlink in the namespace");
+    links_by_index(&ns).await.expect("link dump").into_values().collect()
+}
+
 #[tokio::test]
-async fn netlink_in_sees_the_namespace_links_not_the_hosts() {
+async fn a_pods_socket_sees_the_namespace_links_not_the_hosts() {
     let ns = TestNetns::pod();
-    let handle = netlink_in(&ns.path).await.expect("netlink in the test netns");
-    let links: Vec<_> = handle.link().get().execute().try_collect().await.expect("link dump");
+    let pod = Netlink::pod(&ns.path).await.expect("netlink in the test netns");
+    let links = pod.links().await.expect("link dump");
     assert_eq!(links.len(), 5, "lo, eth0, peer0, net1, peer1 and nothing from the host");
-    let host: BTreeSet<String> =
-        link_names(Path::new("/proc/self/ns/net")).await.expect("links of the host").into_iter().collect();
+    let host: BTreeSet<String> = link_names(Path::new("/proc/self/ns/net")).await.into_iter().collect();
     assert_ne!(host, names(&["lo", "eth0", "peer0", "net1", "peer1"]), "the host's own namespace differs");
 }
 
@@ -121,24 +125,24 @@ async fn netlink_in_sees_the_namespace_links_not_the_hosts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn link_names_lists_every_link_of_the_namespace() {
     let ns = TestNetns::pod();
-    let found: BTreeSet<String> = link_names(&ns.path).await.expect("link names").into_iter().collect();
+    let found: BTreeSet<String> = link_names(&ns.path).await.into_iter().collect();
     assert_eq!(found, names(&["lo", "eth0", "peer0", "net1", "peer1"]));
     let empty = TestNetns::empty();
-    assert_eq!(link_names(&empty.path).await.expect("link names"), vec!["lo".to_owned()]);
+    assert_eq!(link_names(&empty.path).await, vec!["lo".to_owned()]);
 }
 
 #[tokio::test]
-async fn netlink_in_names_a_missing_netns() {
+async fn a_pods_socket_names_a_missing_netns() {
     let missing = Path::new("/var/run/netns/plx-nt-does-not-exist");
-    let err = netlink_in(missing).await.expect_err("no such netns");
-    assert!(matches!(err, NetnsError::Open { .. }), "{err:?}");
+    let err = Netlink::pod(missing).await.expect_err("no such netns");
+    assert!(matches!(err, NamespaceError::Open { .. }), "{err:?}");
     assert!(err.to_string().contains("/var/run/netns/plx-nt-does-not-exist"), "{err}");
 }
 
 #[tokio::test]
-async fn netlink_in_refuses_a_namespace_of_another_kind() {
-    let err = netlink_in(Path::new("/proc/self/ns/uts")).await.expect_err("not a network namespace");
-    assert!(matches!(err, NetnsError::Enter { .. }), "{err:?}");
+async fn a_pods_socket_refuses_a_namespace_of_another_kind() {
+    let err = Netlink::pod(Path::new("/proc/self/ns/uts")).await.expect_err("not a network namespace");
+    assert!(matches!(err, NamespaceError::Enter { .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -266,20 +270,22 @@ async fn unknown_interface_leaves_routes_untouched() {
 #[tokio::test]
 async fn removing_a_route_that_vanished_meanwhile_is_fine() {
     let ns = TestNetns::pod();
-    let handle = netlink_in(&ns.path).await.expect("netlink");
-    let links = links_by_index(&handle, &ns.path).await.expect("links");
-    let mut stale = main_defaults(&handle, &ns.path, Family::V4).await.expect("v4 defaults");
-    stale.extend(main_defaults(&handle, &ns.path, Family::V6).await.expect("v6 defaults"));
+    let pod = Netlink::pod(&ns.path).await.expect("netlink");
+    let links = links_by_index(&pod).await.expect("links");
+    let mut stale = main_defaults(&pod, &ns.path, Family::V4).await.expect("v4 defaults");
+    stale.extend(main_defaults(&pod, &ns.path, Family::V6).await.expect("v6 defaults"));
     assert_eq!(stale.len(), 2);
     ns.ip("-4 route flush default");
     ns.ip("-6 route flush default");
     for route in stale {
-        delete_route(&handle, &ns.path, &links, route).await.expect("already gone is fine");
+        delete_route(&pod, &ns.path, &links, route).await.expect("already gone is fine");
     }
 }
 
 #[test]
 fn netns_exists_only_for_network_namespaces() {
+    use crate::netlink::netns_exists;
+
     let ns = TestNetns::empty();
     assert!(netns_exists(&ns.path));
     assert!(netns_exists(Path::new("/proc/self/ns/net")));

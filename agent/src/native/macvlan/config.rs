@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::cni::json::{FieldError, JsonObject};
 use crate::cni::result::Dns;
-use crate::native::link::Mac;
+use crate::netlink::Mac;
 
 /// The keys of a macvlan config that matter, types checked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::cni::result::IpConfig;
 use crate::cni::ErrorCode;
+use crate::netlink::{LinkCause, Mac};
 
 fn snapshot(kind: InfoKind, mode: Option<MacVlanMode>, parent: u32, netnsid: Option<i32>) -> LinkSnapshot {
     let mut message = LinkMessage::default();
@@ -82,10 +83,10 @@ fn the_result_carries_the_interface_in_its_sandbox_and_the_configs_dns() {
 fn ipam_without_addresses_fails_the_add() {
     let conf = MacvlanConf::default();
     let mut result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &conf);
-    let Err(Failure::Cni { code, msg }) = take_ipam(&mut result, CniResult::default()) else {
+    let Err(MacvlanError::Cni { code, msg }) = take_ipam(&mut result, CniResult::default()) else {
         panic!("an empty IPAM result must fail");
     };
-    assert_eq!(code, ErrorCode::Internal.code());
+    assert_eq!(code, ErrorCode::Internal);
     assert!(msg.contains("IPAM plugin returned missing IP config"), "{msg}");
 }
 
@@ -106,22 +107,32 @@ fn check_names_each_mismatch() {
     let m = master();
     let bridge = settings(MacVlanMode::Bridge, 0);
     let veth = snapshot(InfoKind::Veth, None, 3, Some(0));
-    assert!(verify_link(&veth, &expect(&bridge, &m)).unwrap_err().contains("not of type macvlan but veth"));
+    assert!(verify_link(&veth, &expect(&bridge, &m))
+        .unwrap_err()
+        .to_string()
+        .contains("not of type macvlan but veth"));
     let vepa = settings(MacVlanMode::Vepa, 0);
     let err = verify_link(&macvlan_on_node(), &expect(&vepa, &m)).unwrap_err();
-    assert_eq!(err, "container macvlan mode bridge does not match expected value: vepa");
+    assert_eq!(err.to_string(), "container macvlan mode bridge does not match expected value: vepa");
     let other_parent = snapshot(InfoKind::MacVlan, Some(MacVlanMode::Bridge), 9, Some(0));
-    assert!(verify_link(&other_parent, &expect(&bridge, &m)).unwrap_err().contains("not on master up0"));
+    assert!(verify_link(&other_parent, &expect(&bridge, &m))
+        .unwrap_err()
+        .to_string()
+        .contains("not on master up0"));
     let mut in_pod = expect(&bridge, &m);
     in_pod.in_container = true;
     assert!(verify_link(&macvlan_on_node(), &in_pod).is_err(), "the master is the node's, not the pod's");
     let mtu = settings(MacVlanMode::Bridge, 9000);
     assert!(verify_link(&macvlan_on_node(), &expect(&mtu, &m))
         .unwrap_err()
+        .to_string()
         .contains("MTU 1400 instead of the configured 9000"));
     let mut mac = expect(&bridge, &m);
     mac.mac = Some("0a:58:00:00:00:02".into());
-    assert!(verify_link(&macvlan_on_node(), &mac).unwrap_err().contains("doesn't match container Mac"));
+    assert!(verify_link(&macvlan_on_node(), &mac)
+        .unwrap_err()
+        .to_string()
+        .contains("doesn't match container Mac"));
 }
 
 #[test]
@@ -130,17 +141,17 @@ fn creation_failures_hint_at_the_cause() {
     let refused = |errno| LinkError {
         action: "creating macvlan plx0".into(),
         place: "the agent's network namespace".into(),
-        cause: "refused".into(),
         errno: Some(errno),
+        cause: LinkCause::Refused("refused".into()),
     };
-    let Failure::Cni { msg, .. } =
+    let MacvlanError::Cni { msg, .. } =
         creation_failure(refused(Errno::EINVAL), &settings(MacVlanMode::Passthrough, 0), &m)
     else {
         panic!()
     };
     assert!(msg.contains("passthru mode needs up0 to itself"), "{msg}");
     let with_mac = Settings { mac: Some(Mac([0x0a, 0, 0, 0, 0, 9])), ..settings(MacVlanMode::Bridge, 0) };
-    let Failure::Cni { msg, .. } = creation_failure(refused(Errno::EADDRINUSE), &with_mac, &m) else {
+    let MacvlanError::Cni { msg, .. } = creation_failure(refused(Errno::EADDRINUSE), &with_mac, &m) else {
         panic!()
     };
     assert!(msg.contains("MAC 0a:00:00:00:00:09 is taken on up0"), "{msg}");
@@ -148,10 +159,11 @@ fn creation_failures_hint_at_the_cause() {
 
 #[test]
 fn mtu_above_the_masters_is_a_config_error() {
-    let Err(Failure::Cni { code, msg }) = check_mtu(&settings(MacVlanMode::Bridge, 9000), &master()) else {
+    let Err(MacvlanError::Cni { code, msg }) = check_mtu(&settings(MacVlanMode::Bridge, 9000), &master())
+    else {
         panic!()
     };
-    assert_eq!(code, 7);
+    assert_eq!(code.code(), 7);
     assert!(msg.contains("invalid MTU 9000, must be [0, master MTU(1500)]"), "{msg}");
     assert!(check_mtu(&settings(MacVlanMode::Bridge, 1500), &master()).is_ok());
 }
@@ -159,16 +171,18 @@ fn mtu_above_the_masters_is_a_config_error() {
 #[test]
 fn unsupported_versions_are_refused_with_code_1() {
     let conf = MacvlanConf { cni_version: "0.5.0".into(), ..Default::default() };
-    let Err(Failure::Cni { code, msg }) = result_version(&conf) else { panic!() };
-    assert_eq!(code, 1);
+    let Err(MacvlanError::Cni { code, msg }) = result_version(&conf) else { panic!() };
+    assert_eq!(code.code(), 1);
     assert!(msg.contains("1.1.0"), "{msg}");
 }
 
 #[test]
 fn a_layer_2_result_cannot_be_written_as_0_2_0() {
     let result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &MacvlanConf::default());
-    let Err(Failure::Cni { code, msg }) = output(&result, "0.2.0") else { panic!("0.2.0 has no interfaces") };
-    assert_eq!(code, 1);
+    let Err(MacvlanError::Cni { code, msg }) = output(&result, "0.2.0") else {
+        panic!("0.2.0 has no interfaces")
+    };
+    assert_eq!(code.code(), 1);
     assert!(msg.contains("use cniVersion 0.3.0 or later"), "{msg}");
     assert_eq!(output(&result, "0.3.1").unwrap()["interfaces"][0]["name"], "net1");
 }

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::error::SriovError;
 use super::vf_netlink::{LinkState, VfSetting, VlanProto};
-use crate::native::link::Mac;
+use crate::netlink::Mac;
 
 /// A validated sriov config.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -506,7 +506,7 @@ mod tests {
             assert!(err.contains(expected), "{extra}: {err}");
         }
         let err = SriovConf::parse(&json!([]), "").unwrap_err();
-        assert_eq!(err.code(), 7);
+        assert_eq!(crate::cni::CniCode::cni_code(&err), crate::cni::ErrorCode::InvalidNetworkConfig);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! What can go wrong, and the CNI error code each failure reaches the runtime with.
 
-use crate::cni::ErrorCode;
+use crate::cni::{CniCode, Command, ErrorCode};
 use crate::delegate::native::native_error;
 use crate::delegate::DelegateError;
-use crate::native::link::LinkError;
+use crate::netlink::{describe, LinkError, MacError, NamespaceError};
 
 /// A failure of the sriov type. Every message names the VF (PCI address) or the setting involved.
 #[derive(Debug, thiserror::Error)]
@@ -28,13 +28,26 @@ pub enum SriovError {
     #[error("VF {pci} is locked by another operation (lock file {lock}); try again later")]
     LockTimeout { pci: String, lock: String },
 
-    /// The VF's record under the state directory cannot be read or written.
-    #[error("sriov state {path}: {detail}")]
-    State { path: String, detail: String },
+    /// The VF's record (or its lock) under the state directory cannot be read or written.
+    #[error("sriov state {path}: {cause}")]
+    State { path: String, cause: StateCause },
 
-    /// The kernel refused a netlink request, or the socket failed.
+    /// A netlink request found nothing to work on ("no such interface"), or several failed.
     #[error("{what}: {detail}")]
     Netlink { what: String, detail: String },
+
+    /// A link operation failed, in the words of the netlink layer.
+    #[error(transparent)]
+    Link(#[from] LinkError),
+
+    /// The kernel refused a request on the PF (`what` is the `ip link` command that would do
+    /// the same).
+    #[error("{what}: {}", describe(source))]
+    Pf { what: String, source: Box<rtnetlink::Error> },
+
+    /// The kernel reported a hardware address that is not a MAC.
+    #[error("{what}: {source}")]
+    Mac { what: String, source: MacError },
 
     /// IPAM failed; its own error (and code) is passed through. Boxed: it is by far the largest.
     #[error(transparent)]
@@ -46,36 +59,63 @@ pub enum SriovError {
     Restore { pci: String, context: String, errors: Vec<String> },
 }
 
+/// Why a VF's record or lock could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateCause {
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+
+    #[error("locking: {0}")]
+    Lock(#[source] std::io::Error),
+
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+
+    #[error("{0}; the VF's original settings are unknown; reset the VF by hand, then move the file aside")]
+    Corrupt(#[source] serde_json::Error),
+
+    /// The blocking task doing the file work died.
+    #[error("{0}")]
+    Task(#[source] tokio::task::JoinError),
+}
+
 impl SriovError {
     pub fn ipam(e: DelegateError) -> SriovError {
         SriovError::Ipam(Box::new(e))
     }
 
-    /// The CNI error code, following the reference plugins: 7 for configs, 4 for the environment,
-    /// 5 for local files, 11 when retrying later can succeed, and 999 (libcni's "internal", what
-    /// sriov-cni's binary answers) for everything the kernel refused.
-    pub fn code(&self) -> u32 {
-        match self {
-            SriovError::Config(_) | SriovError::Device { .. } => ErrorCode::InvalidNetworkConfig.code(),
-            SriovError::Environment(_) => ErrorCode::InvalidEnvironment.code(),
-            SriovError::Busy { .. } | SriovError::LockTimeout { .. } => ErrorCode::TryAgainLater.code(),
-            SriovError::State { .. } => ErrorCode::IoFailure.code(),
-            SriovError::Ipam(e) => e.code().code(),
-            SriovError::Netlink { .. } | SriovError::Restore { .. } => 999,
-        }
-    }
-
     /// The error as the delegate layer reports it, as if the sriov binary had printed it.
-    pub fn into_delegate(self, command: &str) -> DelegateError {
+    pub fn into_delegate(self, command: Command) -> DelegateError {
         match self {
             SriovError::Ipam(e) => *e,
-            other => native_error("sriov", command, other.code(), other.to_string()),
+            other => native_error("sriov", command.as_str(), other.cni_code().code(), other.to_string()),
         }
     }
 }
 
-impl From<LinkError> for SriovError {
-    fn from(e: LinkError) -> Self {
-        SriovError::Netlink { what: format!("{} in {}", e.action, e.place), detail: e.cause }
+impl CniCode for SriovError {
+    /// The CNI error code, following the reference plugins: 7 for configs, 4 for the environment,
+    /// 5 for local files, 11 when retrying later can succeed, and 999 (libcni's "internal", what
+    /// sriov-cni's binary answers) for everything the kernel refused.
+    fn cni_code(&self) -> ErrorCode {
+        match self {
+            SriovError::Config(_) | SriovError::Device { .. } => ErrorCode::InvalidNetworkConfig,
+            SriovError::Environment(_) => ErrorCode::InvalidEnvironment,
+            SriovError::Busy { .. } | SriovError::LockTimeout { .. } => ErrorCode::TryAgainLater,
+            SriovError::State { .. } => ErrorCode::IoFailure,
+            SriovError::Ipam(e) => e.code(),
+            SriovError::Link(e) => e.cni_code(),
+            SriovError::Netlink { .. }
+            | SriovError::Pf { .. }
+            | SriovError::Mac { .. }
+            | SriovError::Restore { .. } => ErrorCode::Internal,
+        }
+    }
+}
+
+/// A pod's (or the test node's) namespace could not be entered to open a socket there.
+impl From<NamespaceError> for SriovError {
+    fn from(e: NamespaceError) -> Self {
+        SriovError::Link(e.into())
     }
 }

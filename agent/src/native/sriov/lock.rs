@@ -21,7 +21,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::sync::OwnedMutexGuard;
 
-use super::error::SriovError;
+use super::error::{SriovError, StateCause};
 
 /// Held for the duration of one ADD, DEL, CHECK or GC of a VF.
 #[derive(Debug)]
@@ -61,13 +61,13 @@ impl VfLocks {
         };
         let local = tokio::time::timeout(self.timeout, mutex.lock_owned()).await.map_err(|_| timeout())?;
         let path = self.path(pci);
-        std::fs::create_dir_all(&self.dir).map_err(|e| io_error(&self.dir, e))?;
+        std::fs::create_dir_all(&self.dir).map_err(|e| lock_error(&self.dir, e))?;
         let mut file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| io_error(&path, e))?;
+            .map_err(|e| lock_error(&path, e))?;
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(locked) => return Ok(VfGuard { _file: locked, _local: local }),
@@ -76,14 +76,14 @@ impl VfLocks {
                     tokio::time::sleep(POLL).await;
                 }
                 Err((_, Errno::EWOULDBLOCK)) => return Err(timeout()),
-                Err((_, errno)) => return Err(io_error(&path, errno)),
+                Err((_, errno)) => return Err(lock_error(&path, errno.into())),
             }
         }
     }
 }
 
-fn io_error(path: &Path, e: impl std::fmt::Display) -> SriovError {
-    SriovError::State { path: path.display().to_string(), detail: format!("locking: {e}") }
+fn lock_error(path: &Path, e: std::io::Error) -> SriovError {
+    SriovError::State { path: path.display().to_string(), cause: StateCause::Lock(e) }
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
 //! The VF's own netdev: into the pod and back. The moves themselves are the generic ones of
-//! [`crate::native::link`]; what is SR-IOV-specific is recognising the VF's netdev wherever a
+//! [`crate::netlink`]; what is SR-IOV-specific is recognising the VF's netdev wherever a
 //! crash may have left it, and putting back its name, MAC and MTU.
 
 use netlink_packet_route::link::LinkAttribute;
 
 use super::error::SriovError;
 use super::state::{NetdevState, VfRecord};
-use crate::native::link::{move_into, move_out, LinkSnapshot, Mac, Netlink};
+use crate::netlink::{move_into, move_out, LinkSnapshot, Mac, Netlink};
 
 /// Moves the VF's netdev (named `original.name` in `host`) into `pod` as `ifname`, with `mac`
 /// and `mtu` when given. Returns it as it is in the pod, still down.
@@ -85,7 +85,7 @@ async fn restore_mac_mtu(
 /// VF beyond doubt wherever it is and whatever its name. A netdev without a parent (a veth
 /// standing in for a VF in tests) is recognised by the index it has where it is looked for (the
 /// pod index is recorded right after the move) together with a name it can have there: its
-/// original, the pod's, or a transit name of [`crate::native::link`] ("plx…"). An index alone
+/// original, the pod's, or a transit name of [`crate::netlink`] ("plx…"). An index alone
 /// is not enough: each namespace numbers its links from 1, so a pod's own interface can have
 /// the index the VF had on the node.
 pub async fn find(ns: &Netlink, record: &VfRecord, in_pod: bool) -> Result<Option<LinkSnapshot>, SriovError> {
@@ -114,9 +114,9 @@ fn parent_device(link: &LinkSnapshot) -> Option<&str> {
 /// What the record keeps of a netdev.
 pub fn state_of(link: &LinkSnapshot) -> Result<NetdevState, SriovError> {
     let mac = link.mac.as_deref().unwrap_or_default();
-    let mac: Mac = mac.parse().map_err(|reason| SriovError::Netlink {
+    let mac: Mac = mac.parse().map_err(|source| SriovError::Mac {
         what: format!("reading the MAC address of {}", link.name),
-        detail: reason,
+        source,
     })?;
     Ok(NetdevState {
         name: link.name.clone(),

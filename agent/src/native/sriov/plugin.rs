@@ -28,12 +28,12 @@ use super::state::{Owner, VfRecord, VfStore};
 use super::sysfs;
 use super::vf_netlink::{NetlinkPf, PfControl, VfSetting};
 use crate::cni::result::{CniResult, Interface};
+use crate::cni::{Command, ErrorCode};
 use crate::delegate::native::{native_error, NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
 use crate::native::announce;
-use crate::native::link::{configure_ip, verify_ips, verify_routes, Netlink};
-use crate::netns::netns_exists;
+use crate::netlink::{configure_ip, netns_exists, verify_ips, verify_routes, Netlink};
 
 /// The shortest wait for a VF another request holds; longer when IPAM may take longer.
 const MIN_LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -77,10 +77,7 @@ impl SriovPlugin {
     }
 
     async fn host(&self) -> Result<Netlink, SriovError> {
-        Ok(match &self.host_netns {
-            None => Netlink::agent()?,
-            Some(path) => Netlink::pod(path).await?,
-        })
+        Ok(Netlink::open(self.host_netns.as_deref()).await?)
     }
 
     async fn add(&self, config: &Value, env: &InvocationEnv) -> Result<Value, SriovError> {
@@ -469,20 +466,27 @@ fn require_env(env: &InvocationEnv) -> Result<(), SriovError> {
 impl NativePlugin for SriovPlugin {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
-            let outcome = match call.command {
-                "ADD" => self.add(call.config, call.env).await.map(Some),
-                "DEL" => self.del(call.config, call.env).await.map(|()| None),
-                "CHECK" => self.check(call.config, call.env).await.map(|()| None),
-                "GC" => self.gc(call.config).await.map(|()| None),
+            let unknown = |other: &str| {
+                native_error(
+                    "sriov",
+                    other,
+                    ErrorCode::InvalidEnvironment.code(),
+                    format!("unknown CNI command {other:?}"),
+                )
+            };
+            let Ok(command) = Command::parse(call.command) else { return Err(unknown(call.command)) };
+            let outcome = match command {
+                Command::Add => self.add(call.config, call.env).await.map(Some),
+                Command::Del => self.del(call.config, call.env).await.map(|()| None),
+                Command::Check => self.check(call.config, call.env).await.map(|()| None),
+                Command::Gc => self.gc(call.config).await.map(|()| None),
                 // Nothing to be ready for: every VF is found (or not) when a pod asks for it.
-                "STATUS" => Ok(None),
-                other => {
-                    return Err(native_error("sriov", other, 4, format!("unknown CNI command {other:?}")));
-                }
+                Command::Status => Ok(None),
+                Command::Version => return Err(unknown(call.command)),
             };
             outcome.map_err(|e| {
-                tracing::warn!(command = call.command, "sriov: {e}");
-                e.into_delegate(call.command)
+                tracing::warn!(command = %command, "sriov: {e}");
+                e.into_delegate(command)
             })
         })
     }

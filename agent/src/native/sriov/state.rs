@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::config::cni_arg;
-use super::error::SriovError;
+use super::error::{SriovError, StateCause};
 use super::sysfs::VfDevice;
-use super::vf_netlink::{mac_text, SettingKind, VfAdmin};
+use super::vf_netlink::{SettingKind, VfAdmin};
 use crate::delegate::InvocationEnv;
-use crate::native::link::Mac;
+use crate::netlink::Mac;
 use crate::state::atomic_write;
 
 /// The attachment holding a VF.
@@ -71,7 +71,6 @@ impl std::fmt::Display for Owner {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetdevState {
     pub name: String,
-    #[serde(with = "mac_text")]
     pub mac: Mac,
     pub mtu: u32,
     pub ifindex: u32,
@@ -130,8 +129,9 @@ impl VfStore {
 
     pub async fn save(&self, record: &VfRecord) -> Result<(), SriovError> {
         let path = self.path(&record.device.pci);
-        let body = serde_json::to_vec_pretty(record).map_err(|e| state_error(&path, e))?;
-        blocking(move || atomic_write(&path, &body).map_err(|e| state_error(&path, e))).await
+        let body =
+            serde_json::to_vec_pretty(record).map_err(|e| state_error(&path, StateCause::Encode(e)))?;
+        blocking(move || atomic_write(&path, &body).map_err(|e| state_error(&path, StateCause::Io(e)))).await
     }
 
     pub async fn remove(&self, pci: &str) -> Result<(), SriovError> {
@@ -139,7 +139,7 @@ impl VfStore {
         blocking(move || match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(state_error(&path, e)),
+            Err(e) => Err(state_error(&path, StateCause::Io(e))),
         })
         .await
     }
@@ -151,7 +151,7 @@ impl VfStore {
             let entries = match std::fs::read_dir(&dir) {
                 Ok(entries) => entries,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-                Err(e) => return Err(state_error(&dir, e)),
+                Err(e) => return Err(state_error(&dir, StateCause::Io(e))),
             };
             let mut paths: Vec<PathBuf> = entries
                 .filter_map(Result::ok)
@@ -171,18 +171,16 @@ impl VfStore {
 
 fn read(path: &Path) -> Result<Option<VfRecord>, SriovError> {
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            let hint =
-                "the VF's original settings are unknown; reset the VF by hand, then move the file aside";
-            state_error(path, format!("{e}; {hint}"))
-        }),
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map(Some).map_err(|e| state_error(path, StateCause::Corrupt(e)))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(state_error(path, e)),
+        Err(e) => Err(state_error(path, StateCause::Io(e))),
     }
 }
 
-fn state_error(path: &Path, detail: impl std::fmt::Display) -> SriovError {
-    SriovError::State { path: path.display().to_string(), detail: detail.to_string() }
+fn state_error(path: &Path, cause: StateCause) -> SriovError {
+    SriovError::State { path: path.display().to_string(), cause }
 }
 
 async fn blocking<T: Send + 'static>(
@@ -190,7 +188,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, SriovError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| SriovError::State { path: "(state I/O task)".into(), detail: e.to_string() })?
+        .map_err(|e| SriovError::State { path: "(state I/O task)".into(), cause: StateCause::Task(e) })?
 }
 
 #[cfg(test)]

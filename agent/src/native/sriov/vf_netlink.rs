@@ -16,18 +16,18 @@ use std::fmt;
 use std::path::PathBuf;
 
 use futures::future::BoxFuture;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use netlink_packet_route::link::{
     LinkAttribute, LinkExtentMask, LinkMessage, LinkVfInfo, VfInfo, VfInfoLinkState, VfInfoMac, VfInfoRate,
     VfInfoSpoofCheck, VfInfoTrust, VfInfoVlan, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use nix::errno::Errno;
-use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST};
+use rtnetlink::packet_core::{NetlinkMessage, NLM_F_ACK, NLM_F_REQUEST};
 use serde::{Deserialize, Serialize};
 
 use super::error::SriovError;
-use crate::native::link::{errno_of, Mac, Netlink};
+use crate::netlink::{errno_of, Mac, Netlink};
 
 /// VLAN tag protocol of a VF's port VLAN.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,7 +141,6 @@ impl fmt::Display for VfSetting {
 /// A VF's administrative settings as its PF reports them (`ip link show PF`, the "vf N" lines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VfAdmin {
-    #[serde(with = "mac_text")]
     pub mac: Mac,
     pub vlan: u16,
     pub qos: u8,
@@ -260,7 +259,7 @@ pub fn vf_admin_of(pf: &LinkMessage, vf: u32) -> Option<VfAdmin> {
     let mut admin = VfAdmin::default();
     for attr in &info.0 {
         match attr {
-            VfInfo::Mac(mac) => admin.mac = mac_of(&mac.mac),
+            VfInfo::Mac(mac) => admin.mac = Mac::from_kernel_buffer(&mac.mac),
             VfInfo::Vlan(vlan) => {
                 admin.vlan = u16::try_from(vlan.vlan_id).unwrap_or(0);
                 admin.qos = u8::try_from(vlan.qos).unwrap_or(0);
@@ -314,10 +313,7 @@ pub struct NetlinkPf {
 
 impl NetlinkPf {
     async fn socket(&self) -> Result<Netlink, SriovError> {
-        Ok(match &self.host_netns {
-            None => Netlink::agent()?,
-            Some(path) => Netlink::pod(path).await?,
-        })
+        Ok(Netlink::open(self.host_netns.as_deref()).await?)
     }
 
     async fn pf_link(&self, ns: &Netlink, pf: &str) -> Result<LinkMessage, SriovError> {
@@ -330,15 +326,10 @@ impl NetlinkPf {
         let what = || format!("reading PF {pf} in {}", ns.place());
         match request.execute().try_next().await {
             Ok(Some(link)) => Ok(link),
-            Ok(None) => Err(SriovError::Netlink { what: what(), detail: "no such interface".into() }),
-            Err(e) => {
-                let detail = match errno_of(&e) {
-                    Some(Errno::ENODEV) => "no such interface".to_owned(),
-                    Some(errno) => std::io::Error::from_raw_os_error(errno as i32).to_string(),
-                    None => e.to_string(),
-                };
-                Err(SriovError::Netlink { what: what(), detail })
+            Err(e) if errno_of(&e) != Some(Errno::ENODEV) => {
+                Err(SriovError::Pf { what: what(), source: Box::new(e) })
             }
+            _ => Err(SriovError::Netlink { what: what(), detail: "no such interface".into() }),
         }
     }
 }
@@ -365,44 +356,10 @@ impl PfControl for NetlinkPf {
             let ns = self.socket().await?;
             let index = self.pf_link(&ns, pf).await?.header.index;
             let what = format!("ip link set dev {pf} vf {vf} {setting}");
-            let mut handle = ns.handle().clone();
-            let mut replies = handle
-                .request(set_vf_message(index, vf, &setting))
-                .map_err(|e| SriovError::Netlink { what: what.clone(), detail: e.to_string() })?;
-            while let Some(reply) = replies.next().await {
-                if let NetlinkPayload::Error(err) = reply.payload {
-                    if err.code.is_some() {
-                        return Err(SriovError::Netlink { what, detail: err.to_io().to_string() });
-                    }
-                }
-            }
-            Ok(())
+            ns.acknowledged(set_vf_message(index, vf, &setting))
+                .await
+                .map_err(|source| SriovError::Pf { what, source: Box::new(source) })
         })
-    }
-}
-
-/// The first six bytes of a kernel address buffer (`IFLA_VF_MAC` carries 32).
-pub fn mac_of(bytes: &[u8]) -> Mac {
-    let mut mac = [0; 6];
-    for (to, from) in mac.iter_mut().zip(bytes) {
-        *to = *from;
-    }
-    Mac(mac)
-}
-
-/// MAC addresses in records as text ("02:00:00:00:00:01"), readable by whoever inspects them.
-pub mod mac_text {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    use crate::native::link::Mac;
-
-    pub fn serialize<S: Serializer>(mac: &Mac, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(mac)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Mac, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
     }
 }
 

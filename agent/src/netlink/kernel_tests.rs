@@ -5,8 +5,11 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use netlink_packet_route::link::MacVlanMode;
+use nix::errno::Errno;
+
 use super::*;
-use crate::cni::result::Interface;
+use crate::cni::result::{CniResult, Interface, IpConfig, Route};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -188,4 +191,27 @@ async fn the_default_route_interface_is_the_first_default_routes() {
     pod.ip("addr add 10.80.0.2/24 dev uplink");
     pod.ip("route add default via 10.80.0.1");
     assert_eq!(ns.default_route_interface().await.unwrap().as_deref(), Some("uplink"));
+}
+
+#[tokio::test]
+async fn clsact_is_added_once_and_a_second_add_is_fine() {
+    let pod = Ns::new();
+    pod.ip("link add br0 type bridge");
+    pod.ip("link add x0 type veth peer name x0p");
+    pod.ip("link set x0 master br0");
+    let ns = Netlink::pod(&pod.path()).await.unwrap();
+    let x0 = ns.require("x0").await.unwrap();
+    let bridge = ns.require("br0").await.unwrap();
+    assert_eq!(x0.master, Some(bridge.index), "IFLA_MASTER is read");
+    assert!(x0.ethernet_mac().is_some_and(|mac| mac.to_string() == x0.mac.clone().unwrap_or_default()));
+
+    ns.add_clsact(x0.index).await.unwrap();
+    ns.add_clsact(x0.index).await.expect("EEXIST counts as done");
+    let qdiscs = run(&["tc", "-n", &pod.name, "qdisc", "show", "dev", "x0"]);
+    assert!(qdiscs.contains("qdisc clsact ffff:"), "{qdiscs}");
+    assert!(ns.filters(x0.index, FilterHook::Ingress).await.unwrap().is_empty());
+    let root = ns.root_qdisc_kind(x0.index).await.unwrap();
+    assert_ne!(root.as_deref(), Some("clsact"), "clsact hangs off ffff:fff1, not the root");
+    let err = ns.add_clsact(9999).await.unwrap_err();
+    assert!(err.is(Errno::ENODEV), "{err}");
 }

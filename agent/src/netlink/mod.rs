@@ -1,0 +1,51 @@
+//! The agent's one netlink layer: every rtnetlink socket and every entry into a network
+//! namespace goes through here, never by shelling out to `ip`.
+//!
+//! - [`run_in`]: the one way to work inside a namespace, on a thread that entered it; it opens
+//!   pods' netlink sockets and runs blocking work such as sysctls ([`read_sysctl`],
+//!   [`write_sysctl`]) and raw sockets. [`netns_exists`] tells a live namespace from a leftover.
+//! - [`Netlink`]: one socket in one namespace, the agent's ([`Netlink::agent`]) or a pod's
+//!   ([`Netlink::pod`]; [`Netlink::open`] picks one of the two). Its methods, by job:
+//!   - reading (`snapshot`): [`Netlink::links`], [`Netlink::link`], [`Netlink::require`],
+//!     [`Netlink::addresses`], [`Netlink::all_addresses`], [`Netlink::routes`],
+//!     [`Netlink::default_route_interface`], each a [`LinkSnapshot`], [`AddressSnapshot`] or
+//!     [`RouteSnapshot`];
+//!   - changing one link (`change`): create, rename, MAC, MTU, up/down, delete, move;
+//!   - configuring IP (`configure`): [`Netlink::add_address`], [`Netlink::add_route`], and
+//!     [`configure_ip`] for a whole CNI result as libcni's `ConfigureIface`;
+//!   - moving between namespaces through a temporary name ([`move_into`], [`move_out`]);
+//!   - CHECK ([`verify_ips`], [`verify_routes`]), as libcni's `ValidateExpected*`;
+//!   - traffic control for the dataplane ([`Netlink::add_clsact`], [`Netlink::filters`],
+//!     [`Netlink::root_qdisc_kind`]).
+//! - [`Mac`]: the one MAC address type; [`route_table`]: tables above 255, handled once.
+//!
+//! Every [`LinkError`] names the action, the link and the namespace, so a failure reads as
+//! "renaming plx1a2b3c4d to net1 in network namespace /run/netns/p: File exists (os error 17)",
+//! and keeps the kernel's errno for callers to branch on ([`LinkError::is`]).
+
+mod change;
+mod configure;
+mod error;
+mod handle;
+mod mac;
+mod moves;
+mod namespace;
+pub mod route_table;
+mod snapshot;
+mod sysctl;
+mod tc;
+mod verify;
+
+#[cfg(test)]
+mod kernel_tests;
+
+pub use configure::configure_ip;
+pub use error::{describe, errno_of, LinkCause, LinkError, NamespaceError};
+pub use handle::Netlink;
+pub use mac::{hardware_address, Mac, MacError};
+pub use moves::{move_into, move_out, temp_name};
+pub use namespace::{netns_exists, run_in};
+pub use snapshot::{AddressSnapshot, LinkSnapshot, RouteSnapshot};
+pub use sysctl::{read_sysctl, write_sysctl};
+pub use tc::FilterHook;
+pub use verify::{verify_ips, verify_routes};

@@ -1,0 +1,306 @@
+//! Reading a namespace: its links, addresses and routes, each as a snapshot of one moment.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use futures::TryStreamExt;
+use ipnet::IpNet;
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage, AddressScope};
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoMacVlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, MacVlanMode,
+};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteType};
+use nix::errno::Errno;
+use rtnetlink::RouteMessageBuilder;
+
+use super::error::errno_of;
+use super::mac::hardware_address;
+use super::route_table::table_of;
+use super::{LinkError, Mac, Netlink};
+
+/// What one link looks like at one moment.
+#[derive(Debug, Clone)]
+pub struct LinkSnapshot {
+    pub index: u32,
+    pub name: String,
+    pub kind: Option<InfoKind>,
+    /// As a CNI result writes it; longer than 6 bytes for InfiniBand.
+    pub mac: Option<String>,
+    pub mtu: Option<u32>,
+    /// Administratively up (IFF_UP).
+    pub up: bool,
+    /// IFLA_LINK: the lower device's index, in the namespace of `parent_netnsid` when that is set.
+    pub parent_index: Option<u32>,
+    pub parent_netnsid: Option<i32>,
+    /// IFLA_MASTER: the bridge or bond the link is enslaved to.
+    pub master: Option<u32>,
+    pub macvlan_mode: Option<MacVlanMode>,
+    /// Everything the kernel said, for what the fields above leave out.
+    pub message: LinkMessage,
+}
+
+impl LinkSnapshot {
+    pub fn from_message(message: LinkMessage) -> Option<LinkSnapshot> {
+        let mut snapshot = LinkSnapshot {
+            index: message.header.index,
+            name: String::new(),
+            kind: None,
+            mac: None,
+            mtu: None,
+            up: message.header.flags.contains(LinkFlags::Up),
+            parent_index: None,
+            parent_netnsid: None,
+            master: None,
+            macvlan_mode: None,
+            message: LinkMessage::default(),
+        };
+        for attribute in &message.attributes {
+            match attribute {
+                LinkAttribute::IfName(name) => snapshot.name = name.clone(),
+                LinkAttribute::Address(bytes) => snapshot.mac = Some(hardware_address(bytes)),
+                LinkAttribute::Mtu(mtu) => snapshot.mtu = Some(*mtu),
+                LinkAttribute::Link(index) => snapshot.parent_index = Some(*index),
+                LinkAttribute::LinkNetNsId(id) => snapshot.parent_netnsid = Some(*id),
+                LinkAttribute::Controller(index) => snapshot.master = Some(*index),
+                LinkAttribute::LinkInfo(infos) => {
+                    for info in infos {
+                        match info {
+                            LinkInfo::Kind(kind) => snapshot.kind = Some(kind.clone()),
+                            LinkInfo::Data(InfoData::MacVlan(data)) => {
+                                snapshot.macvlan_mode = data.iter().find_map(|d| match d {
+                                    InfoMacVlan::Mode(mode) => Some(*mode),
+                                    _ => None,
+                                });
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        snapshot.message = message;
+        (!snapshot.name.is_empty()).then_some(snapshot)
+    }
+
+    pub fn is_macvlan(&self) -> bool {
+        self.kind == Some(InfoKind::MacVlan)
+    }
+
+    /// The link's hardware address when it is an Ethernet one (6 bytes).
+    pub fn ethernet_mac(&self) -> Option<Mac> {
+        self.message.attributes.iter().find_map(|attribute| match attribute {
+            LinkAttribute::Address(bytes) => Mac::from_hardware_address(bytes),
+            _ => None,
+        })
+    }
+}
+
+/// One address of a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressSnapshot {
+    pub index: u32,
+    /// With its prefix length, host bits kept.
+    pub address: IpNet,
+    pub flags: AddressFlags,
+    pub scope: AddressScope,
+}
+
+impl AddressSnapshot {
+    fn from_message(message: &AddressMessage) -> Option<AddressSnapshot> {
+        // IFA_LOCAL is the interface's own address; IFA_ADDRESS is the peer's on point-to-point
+        // links, and the only one IPv6 sends.
+        let local = message.attributes.iter().find_map(|a| match a {
+            AddressAttribute::Local(ip) => Some(*ip),
+            _ => None,
+        });
+        let address = local.or_else(|| {
+            message.attributes.iter().find_map(|a| match a {
+                AddressAttribute::Address(ip) => Some(*ip),
+                _ => None,
+            })
+        })?;
+        // IFA_FLAGS carries all 32 bits; the header only the low 8, and only it on old kernels.
+        let flags = message
+            .attributes
+            .iter()
+            .find_map(|a| match a {
+                AddressAttribute::Flags(flags) => Some(*flags),
+                _ => None,
+            })
+            .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(message.header.flags.bits())));
+        Some(AddressSnapshot {
+            index: message.header.index,
+            address: IpNet::new(address, message.header.prefix_len).ok()?,
+            flags,
+            scope: message.header.scope,
+        })
+    }
+
+    /// Still doing duplicate address detection: not usable as a source yet.
+    pub fn is_tentative(&self) -> bool {
+        self.flags.contains(AddressFlags::Tentative)
+    }
+
+    pub fn dad_failed(&self) -> bool {
+        self.flags.contains(AddressFlags::Dadfailed)
+    }
+}
+
+/// One route, reduced to what CHECK compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSnapshot {
+    /// Prefix; 0.0.0.0/0 or ::/0 for a default route.
+    pub dst: IpNet,
+    pub gateway: Option<IpAddr>,
+    pub oif: Option<u32>,
+    pub table: u32,
+    pub kind: RouteType,
+}
+
+impl RouteSnapshot {
+    fn from_message(message: &RouteMessage) -> Option<RouteSnapshot> {
+        let mut dst_addr = None;
+        let mut gateway = None;
+        let mut oif = None;
+        for attribute in &message.attributes {
+            match attribute {
+                RouteAttribute::Destination(address) => dst_addr = route_address(address),
+                RouteAttribute::Gateway(address) => gateway = route_address(address),
+                RouteAttribute::Oif(index) => oif = Some(*index),
+                _ => {}
+            }
+        }
+        let prefix = message.header.destination_prefix_length;
+        let dst_addr = dst_addr.unwrap_or(match message.header.address_family {
+            netlink_packet_route::AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        });
+        Some(RouteSnapshot {
+            dst: IpNet::new(dst_addr, prefix).ok()?,
+            gateway,
+            oif,
+            table: table_of(message),
+            kind: message.header.kind,
+        })
+    }
+}
+
+fn route_address(address: &RouteAddress) -> Option<IpAddr> {
+    match address {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
+
+impl Netlink {
+    /// Every link of the namespace (for the node's: its interfaces with index, name, kind,
+    /// parent, master and MAC).
+    pub async fn links(&self) -> Result<Vec<LinkSnapshot>, LinkError> {
+        let messages: Vec<LinkMessage> = self
+            .handle()
+            .link()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| self.error("listing links", e))?;
+        Ok(messages.into_iter().filter_map(LinkSnapshot::from_message).collect())
+    }
+
+    /// The link named `name`, if there is one.
+    pub async fn link(&self, name: &str) -> Result<Option<LinkSnapshot>, LinkError> {
+        let found = self.handle().link().get().match_name(name.to_owned()).execute().try_next().await;
+        self.found(found, &format!("looking up link {name}"))
+    }
+
+    pub async fn link_by_index(&self, index: u32) -> Result<Option<LinkSnapshot>, LinkError> {
+        let found = self.handle().link().get().match_index(index).execute().try_next().await;
+        self.found(found, &format!("looking up link index {index}"))
+    }
+
+    fn found(
+        &self,
+        found: Result<Option<LinkMessage>, rtnetlink::Error>,
+        action: &str,
+    ) -> Result<Option<LinkSnapshot>, LinkError> {
+        match found {
+            Ok(message) => Ok(message.and_then(LinkSnapshot::from_message)),
+            Err(e) if matches!(errno_of(&e), Some(Errno::ENODEV)) => Ok(None),
+            Err(e) => Err(self.error(action, e)),
+        }
+    }
+
+    /// The link named `name`; ENODEV "no such interface" when there is none.
+    pub async fn require(&self, name: &str) -> Result<LinkSnapshot, LinkError> {
+        self.link(name).await?.ok_or_else(|| {
+            self.refuse(
+                format!("looking up link {name}"),
+                Errno::ENODEV,
+                "there is no interface of that name",
+            )
+        })
+    }
+
+    /// The addresses of one link, IPv4 and IPv6, link-local ones included.
+    pub async fn addresses(&self, link: &LinkSnapshot) -> Result<Vec<AddressSnapshot>, LinkError> {
+        let messages: Vec<AddressMessage> = self
+            .handle()
+            .address()
+            .get()
+            .set_link_index_filter(link.index)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| self.error(format!("listing the addresses of {}", link.name), e))?;
+        Ok(messages.iter().filter_map(AddressSnapshot::from_message).collect())
+    }
+
+    /// The addresses of every link of the namespace, in one dump.
+    pub async fn all_addresses(&self) -> Result<Vec<AddressSnapshot>, LinkError> {
+        let messages: Vec<AddressMessage> = self
+            .handle()
+            .address()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| self.error("listing addresses", e))?;
+        Ok(messages.iter().filter_map(AddressSnapshot::from_message).collect())
+    }
+
+    /// Every route of the namespace, both families, all tables.
+    pub async fn routes(&self) -> Result<Vec<RouteSnapshot>, LinkError> {
+        let mut routes = Vec::new();
+        for request in
+            [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()]
+        {
+            let messages: Vec<RouteMessage> = self
+                .handle()
+                .route()
+                .get(request)
+                .execute()
+                .try_collect()
+                .await
+                .map_err(|e| self.error("listing routes", e))?;
+            routes.extend(messages.iter().filter_map(RouteSnapshot::from_message));
+        }
+        Ok(routes)
+    }
+
+    /// The interface of the first default route of the main table (IPv4 first): what the
+    /// reference plugins take as "the host's interface" when a config names none.
+    pub async fn default_route_interface(&self) -> Result<Option<String>, LinkError> {
+        let main = u32::from(RouteHeader::RT_TABLE_MAIN);
+        let Some(index) = self
+            .routes()
+            .await?
+            .iter()
+            .find(|r| r.dst.prefix_len() == 0 && r.table == main && r.oif.is_some())
+            .and_then(|r| r.oif)
+        else {
+            return Ok(None);
+        };
+        Ok(self.link_by_index(index).await?.map(|l| l.name))
+    }
+}
