@@ -11,7 +11,8 @@
 //! - [`records`]: the durable record of each attachment; [`gate`]: the state loaded in the
 //!   background; [`service`]: the one lifecycle (start, ADD, DEL, CHECK, GC, STATUS);
 //!   [`chained`]: the one chained plugin type on it.
-//! - [`netdev`]: every rtnetlink question the dataplane asks; [`mac`]: MAC addresses as text.
+//! - [`netdev`]: every netlink question the dataplane asks, over the one netlink layer
+//!   ([`crate::netlink`]).
 //!
 //! The features:
 //! - [`portmap`]: `portMappings` (NPWG 4.1.2.1.7) in TC and cgroup programs, and the
@@ -27,7 +28,6 @@ pub mod chained;
 pub mod errno;
 pub mod gate;
 pub mod loader;
-pub mod mac;
 pub mod maps;
 pub mod netdev;
 pub mod pin;

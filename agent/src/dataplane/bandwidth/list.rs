@@ -12,9 +12,9 @@ use super::store::{Record, Store};
 use super::table::Table;
 use super::{update_in_place, BandwidthError};
 use crate::cni::AttachmentKey;
-use crate::dataplane::mac::format_mac;
 use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
+use crate::netlink::Mac;
 
 /// One row: one limited direction of one attachment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -54,7 +54,7 @@ pub fn rows<'a>(table: &Table, records: impl IntoIterator<Item = &'a Record>) ->
                 direction: e.direction.as_str().into(),
                 device: e.ifname.clone(),
                 hook: format!("{:?}", e.hook).to_lowercase(),
-                mac: e.mac.as_ref().map(format_mac),
+                mac: e.mac.map(|m| Mac(m).to_string()),
                 mechanism: e.mechanism.as_str().into(),
                 rate_bps: e.rate_bps,
                 burst_bits: e.effective_burst_bits(),

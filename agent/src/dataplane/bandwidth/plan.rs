@@ -28,8 +28,8 @@ use serde_json::{Map, Value};
 use super::config::{Limit, Limits};
 use crate::cni::result::CniResult;
 use crate::dataplane::attach::Hook;
-use crate::dataplane::mac::parse_mac;
 use crate::dataplane::netdev::NodeInterface;
+use crate::netlink::Mac;
 use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS, HOOK_INGRESS, NSEC_PER_SEC, SHAPE_EDT};
 
 /// The bucket, as time at the rate: TCP's minimum retransmission timeout (200 ms) and a margin
@@ -276,7 +276,7 @@ pub fn place(
                 .or_else(|| prev.interfaces.iter().find(in_sandbox));
             let pod_mac = pod
                 .and_then(|i| i.mac.as_deref())
-                .and_then(parse_mac)
+                .and_then(|text| text.parse::<Mac>().ok().map(|m| m.0))
                 .ok_or_else(|| PlaceError::NoPodMac(ifname.to_owned()))?;
             Ok(Place::Master { ifindex: master.index, ifname: master.name.clone(), pod_mac })
         }

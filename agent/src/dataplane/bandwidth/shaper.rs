@@ -9,10 +9,10 @@ use super::plan::Entry;
 use super::store::Record;
 use super::table::{Table, TableError};
 use crate::dataplane::loader::{Loaded, Object, ObjectError};
-use crate::dataplane::mac::format_mac;
 use crate::dataplane::pin::PinDir;
 use crate::dataplane::service::Feature;
 use crate::dataplane::DataplaneOptions;
+use crate::netlink::Mac;
 
 /// Where the shaping object pins, under the agent's pin directory.
 pub const PIN_SUBDIR: &str = "bandwidth";
@@ -91,7 +91,7 @@ impl Feature for Shaper {
         let e = record.entries.iter().find(|e| other.entries.iter().any(|o| o.key() == e.key()))?;
         let what = match e.mac {
             Some(mac) => {
-                format!("{} traffic of MAC {} on {}", e.direction.as_str(), format_mac(&mac), e.ifname)
+                format!("{} traffic of MAC {} on {}", e.direction.as_str(), Mac(mac), e.ifname)
             }
             None => format!("{} traffic of {}", e.direction.as_str(), e.ifname),
         };

@@ -74,8 +74,8 @@ fn entry(
         host_port,
         pod_ip: pod.parse().unwrap(),
         container_port,
-        pod_mac: crate::dataplane::mac::format_mac(&POD_MAC),
-        host_mac: crate::dataplane::mac::format_mac(&HOST_MAC),
+        pod_mac: crate::netlink::Mac(POD_MAC).to_string(),
+        host_mac: crate::netlink::Mac(HOST_MAC).to_string(),
         deliver_ifindex: deliver.0,
         deliver: deliver.1,
     }

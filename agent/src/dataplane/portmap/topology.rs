@@ -22,8 +22,8 @@ use serde_json::{Map, Value};
 
 use crate::cni::result::CniResult;
 use crate::dataplane::attach::{Attach, AttachPoint, Hook};
-use crate::dataplane::mac::parse_mac;
 use crate::dataplane::netdev::NodeInterface;
+use crate::netlink::Mac;
 
 /// The pod's side of an attachment, from prevResult.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +100,7 @@ pub fn pod_side(prev: &CniResult, ifname: &str) -> Result<PodSide, TopologyError
         .or_else(|| prev.interfaces.iter().position(|i| in_sandbox(&i)));
     let mac = index
         .and_then(|i| prev.interfaces[i].mac.as_deref())
-        .and_then(parse_mac)
+        .and_then(|text| text.parse::<Mac>().ok().map(|m| m.0))
         .ok_or_else(|| TopologyError::NoPodMac(ifname.to_owned()))?;
     let ips: Vec<IpNet> = prev
         .ips
