@@ -7,35 +7,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::env::InvocationEnv;
 use super::exec::{self, DelegateError, Exec};
 use super::native::{NativeCall, NativePlugins};
 use crate::cni::result::compare_versions;
 use crate::cni::AttachmentKey;
 use crate::metrics::metrics;
 use crate::spec::delegate_conf::DelegateConfig;
-
-/// The per-attachment CNI variables a delegate runs with.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InvocationEnv {
-    pub container_id: String,
-    pub netns: String,
-    pub ifname: String,
-    pub args: String,
-}
-
-impl InvocationEnv {
-    fn vars(&self) -> Vec<(&'static str, String)> {
-        let mut v = vec![
-            ("CNI_CONTAINERID", self.container_id.clone()),
-            ("CNI_NETNS", self.netns.clone()),
-            ("CNI_IFNAME", self.ifname.clone()),
-        ];
-        if !self.args.is_empty() {
-            v.push(("CNI_ARGS", self.args.clone()));
-        }
-        v
-    }
-}
 
 /// Runs configlists: each plugin natively when the agent implements its type, else by
 /// exec'ing the binary from `bin_dirs`.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::chain::InvocationEnv;
+use super::env::InvocationEnv;
 use super::exec::DelegateError;
 use crate::cni::config::NetworkConfigList;
 

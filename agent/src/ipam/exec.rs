@@ -10,19 +10,6 @@ use crate::delegate::{DelegateError, InvocationEnv};
 
 use super::Ipam;
 
-/// The CNI variables of the attachment, as the delegator passes them to any plugin.
-fn vars(env: &InvocationEnv) -> Vec<(&'static str, String)> {
-    let mut v = vec![
-        ("CNI_CONTAINERID", env.container_id.clone()),
-        ("CNI_NETNS", env.netns.clone()),
-        ("CNI_IFNAME", env.ifname.clone()),
-    ];
-    if !env.args.is_empty() {
-        v.push(("CNI_ARGS", env.args.clone()));
-    }
-    v
-}
-
 pub async fn run(
     ipam: &Ipam,
     plugin: &str,
@@ -30,7 +17,7 @@ pub async fn run(
     netconf: &Value,
     env: &InvocationEnv,
 ) -> Result<Option<Value>, DelegateError> {
-    exec::run(&ipam.bin_dirs, Exec { plugin, command, env: vars(env), config: netconf }, ipam.timeout).await
+    exec::run(&ipam.bin_dirs, Exec { plugin, command, env: env.vars(), config: netconf }, ipam.timeout).await
 }
 
 /// ADD: the plugin must print a result, in any CNI version.

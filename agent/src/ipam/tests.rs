@@ -41,16 +41,8 @@ fn ipam() -> Ipam {
 async fn reference(command: &str, conf: &Value, e: &InvocationEnv) -> Result<Option<Value>, DelegateError> {
     // A config without an ipam type goes to host-local, to see how it refuses it.
     let plugin = conf["ipam"]["type"].as_str().unwrap_or("host-local");
-    let mut vars = vec![
-        ("CNI_CONTAINERID", e.container_id.clone()),
-        ("CNI_NETNS", e.netns.clone()),
-        ("CNI_IFNAME", e.ifname.clone()),
-    ];
-    if !e.args.is_empty() {
-        vars.push(("CNI_ARGS", e.args.clone()));
-    }
     let dirs = [PathBuf::from(REFERENCE_DIR)];
-    delegate_exec::run(&dirs, Exec { plugin, command, env: vars, config: conf }, Duration::from_secs(30))
+    delegate_exec::run(&dirs, Exec { plugin, command, env: e.vars(), config: conf }, Duration::from_secs(30))
         .await
 }
 
