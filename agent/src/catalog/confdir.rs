@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cni::config::NetworkConfigList;
+use crate::cni::{CniCode, ErrorCode};
 use crate::spec::resolve::OnDiskConfig;
 
 /// The CNI type of plexus's own config, which must never be picked as a delegate.
@@ -60,6 +61,13 @@ pub fn on_disk_configs(dirs: &[PathBuf]) -> Vec<OnDiskConfig> {
 pub struct DefaultNetworkMissing {
     pub dir: String,
     pub skipped: String,
+}
+
+/// The runtime may retry: the default network's plugin is usually still being installed.
+impl CniCode for DefaultNetworkMissing {
+    fn cni_code(&self) -> ErrorCode {
+        ErrorCode::TryAgainLater
+    }
 }
 
 /// The cluster default network: the first valid config of `dir` in lexical order, as

@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
 use crate::cni::config::NetworkConfigList;
+use crate::cni::Command;
 use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::DelegateError;
 
@@ -60,7 +61,7 @@ fn own_list(config: &Value) -> NetworkConfigList {
 
 /// A capability step's call: the same environment, this plugin as the list.
 fn sub<'b>(
-    command: &'b str,
+    command: Command,
     config: &'b Value,
     call: &NativeCall<'b>,
     own: &'b NetworkConfigList,
@@ -86,20 +87,23 @@ impl NativePlugin for WithCapabilities {
             }
             let own = own_list(call.config);
             match call.command {
-                "ADD" => {
+                Command::Add => {
                     let Some(mut result) = self.inner.invoke(call).await? else { return Ok(None) };
                     for (done, step) in steps.iter().enumerate() {
                         let config = chained(call.config, &result);
-                        match step.invoke(sub("ADD", &config, &call, &own)).await {
+                        match step.invoke(sub(Command::Add, &config, &call, &own)).await {
                             Ok(Some(r)) => result = r,
                             Ok(None) => {}
                             Err(e) => {
                                 for undo in steps[..done].iter().rev() {
-                                    if let Err(u) = undo.invoke(sub("DEL", call.config, &call, &own)).await {
+                                    if let Err(u) =
+                                        undo.invoke(sub(Command::Del, call.config, &call, &own)).await
+                                    {
                                         tracing::warn!("undoing a capability of a failed ADD: {u}");
                                     }
                                 }
-                                if let Err(u) = self.inner.invoke(NativeCall { command: "DEL", ..call }).await
+                                if let Err(u) =
+                                    self.inner.invoke(NativeCall { command: Command::Del, ..call }).await
                                 {
                                     tracing::warn!("undoing a failed ADD: {u}");
                                 }
@@ -109,11 +113,11 @@ impl NativePlugin for WithCapabilities {
                     }
                     Ok(Some(result))
                 }
-                "DEL" => {
+                Command::Del => {
                     // Every step runs even when one fails, so a retry has as little left to do.
                     let mut first_error = None;
                     for step in steps.iter().rev() {
-                        if let Err(e) = step.invoke(sub("DEL", call.config, &call, &own)).await {
+                        if let Err(e) = step.invoke(sub(Command::Del, call.config, &call, &own)).await {
                             first_error.get_or_insert(e);
                         }
                     }
@@ -123,10 +127,10 @@ impl NativePlugin for WithCapabilities {
                         None => own_del,
                     }
                 }
-                "CHECK" => {
+                Command::Check => {
                     self.inner.invoke(call).await?;
                     for step in &steps {
-                        step.invoke(sub("CHECK", call.config, &call, &own)).await?;
+                        step.invoke(sub(Command::Check, call.config, &call, &own)).await?;
                     }
                     Ok(None)
                 }
@@ -147,6 +151,7 @@ impl NativePlugin for WithCapabilities {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::ErrorCode;
     use crate::delegate::InvocationEnv;
     use serde_json::json;
     use std::sync::Mutex;
@@ -167,10 +172,15 @@ mod tests {
                     .lock()
                     .unwrap()
                     .push(format!("{} {} prev={prev} first={first:?}", self.name, call.command));
-                if self.fail.contains(&call.command) {
-                    return Err(crate::delegate::native::native_error(self.name, call.command, 7, "refused"));
+                if self.fail.contains(&call.command.as_str()) {
+                    return Err(crate::delegate::native::native_error(
+                        self.name,
+                        call.command,
+                        ErrorCode::InvalidNetworkConfig,
+                        "refused",
+                    ));
                 }
-                Ok((call.command == "ADD").then(|| json!({"cniVersion": "1.0.0", "tag": self.name})))
+                Ok((call.command == Command::Add).then(|| json!({"cniVersion": "1.0.0", "tag": self.name})))
             })
         }
     }
@@ -198,6 +208,7 @@ mod tests {
         config: &Value,
     ) -> Result<Option<Value>, DelegateError> {
         let env = env();
+        let command = Command::parse(command).expect("a CNI verb");
         w.invoke(NativeCall { command, config, env: &env, list: None }).await
     }
 

@@ -17,8 +17,8 @@ use crate::catalog::{Catalog, PodInfo};
 use crate::cni::result::CniResult;
 use crate::cni::AttachmentKey;
 use crate::cni::Command;
-use crate::cni::{CniError, ErrorCode, SUPPORTED_VERSIONS};
-use crate::delegate::{Delegator, InvocationEnv};
+use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
+use crate::delegate::{DelegateError, Delegator, InvocationEnv};
 use crate::netns;
 use crate::spec::delegate_conf::{default_delegate, secondary_delegate, DelegateConfig};
 use crate::spec::plan::plan_attachments;
@@ -51,8 +51,16 @@ pub struct Engine {
     locks: ContainerLocks,
 }
 
-fn state_error(e: StateError) -> CniError {
-    CniError::io(format!("recording attachment state failed: {e}"))
+impl From<StateError> for CniError {
+    fn from(e: StateError) -> Self {
+        CniError::new(e.cni_code(), format!("recording attachment state failed: {e}"))
+    }
+}
+
+/// A delegate's failure as the runtime gets it: the delegate's code, the attachment named in
+/// the message and as the details.
+fn attachment_error(network: &str, e: &DelegateError) -> CniError {
+    CniError::new(e.cni_code(), format!("attachment {network}: {e}")).with_details(network)
 }
 
 impl Engine {
@@ -122,12 +130,12 @@ impl Engine {
         let _serialized = self.locks.lock(&env.container_id).await;
         // Runtimes retry an ADD after a timeout without always sending DEL first; the old
         // attempt is undone so nothing of it lingers next to the new one.
-        if let Some(previous) = self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)? {
+        if let Some(previous) = self.state.load(&env.container_id, &env.ifname).await? {
             tracing::info!("ADD repeated without DEL: removing the previous attachments first");
             self.teardown(previous, env).await?;
         }
         let (pod, mut record) = self.prepare_add(env, conf).await?;
-        self.state.save(&record).await.map_err(state_error)?;
+        self.state.save(&record).await?;
 
         for i in 0..record.attachments.len() {
             let attachment = &record.attachments[i];
@@ -143,7 +151,7 @@ impl Engine {
             match added {
                 Ok(result) => record.attachments[i].result = result,
                 Err(e) => {
-                    let err = e.to_cni_error(&attachment.network);
+                    let err = attachment_error(&attachment.network, &e);
                     if let Some(pod) = &pod {
                         self.catalog.record_event(pod, "AttachmentFailed", &err.msg).await;
                     }
@@ -166,7 +174,7 @@ impl Engine {
         }
         record.complete = true;
         if let Err(e) = self.state.save(&record).await {
-            return Err(self.rollback(record, env, state_error(e)).await);
+            return Err(self.rollback(record, env, e.into()).await);
         }
         let statuses = network_statuses(&record);
         self.publish_status(pod.as_ref(), &statuses).await;
@@ -184,7 +192,7 @@ impl Engine {
         let default_dir = self.config.default_network_dir.clone();
         let (_, default_list) = blocking(move || confdir::default_network(&default_dir))
             .await?
-            .map_err(|e: DefaultNetworkMissing| CniError::try_again(e.to_string()))?;
+            .map_err(|e: DefaultNetworkMissing| CniError::from_error(&e))?;
         let default = AttachmentRecord {
             network: default_list.name.clone(),
             is_default: true,
@@ -322,7 +330,7 @@ impl Engine {
 
     async fn del(&self, env: &CniEnv) -> Result<(), CniError> {
         let _serialized = self.locks.lock(&env.container_id).await;
-        match self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)? {
+        match self.state.load(&env.container_id, &env.ifname).await? {
             Some(record) => self.teardown(record, env).await,
             // Nothing recorded: nothing was attached through plexus (DEL is idempotent).
             None => Ok(()),
@@ -346,12 +354,12 @@ impl Engine {
             }
         }
         if failed.is_empty() {
-            return self.state.remove(&record.container_id, &record.ifname).await.map_err(state_error);
+            return Ok(self.state.remove(&record.container_id, &record.ifname).await?);
         }
         failed.reverse();
         record.attachments = failed;
         record.complete = false;
-        self.state.save(&record).await.map_err(state_error)?;
+        self.state.save(&record).await?;
         Err(CniError::new(
             ErrorCode::DelegateFailed,
             format!("detaching {} attachment(s) failed: {}", failures.len(), failures.join("; ")),
@@ -362,16 +370,15 @@ impl Engine {
     async fn check(&self, env: &CniEnv, conf: &PlexusConf) -> Result<(), CniError> {
         require_version(conf, "0.4.0", "CHECK")?;
         let _serialized = self.locks.lock(&env.container_id).await;
-        let record =
-            self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)?.ok_or_else(|| {
-                CniError::new(
-                    ErrorCode::ContainerUnknown,
-                    format!(
-                        "no attachments are recorded for container {} interface {}",
-                        env.container_id, env.ifname
-                    ),
-                )
-            })?;
+        let record = self.state.load(&env.container_id, &env.ifname).await?.ok_or_else(|| {
+            CniError::new(
+                ErrorCode::ContainerUnknown,
+                format!(
+                    "no attachments are recorded for container {} interface {}",
+                    env.container_id, env.ifname
+                ),
+            )
+        })?;
         if !record.complete {
             return Err(CniError::new(ErrorCode::ContainerUnknown, "the container's ADD did not complete"));
         }
@@ -379,7 +386,7 @@ impl Engine {
             self.delegator
                 .check(&a.delegate, &invocation(env, &a.ifname), a.result.as_ref())
                 .await
-                .map_err(|e| e.to_cni_error(&a.network))?;
+                .map_err(|e| attachment_error(&a.network, &e))?;
         }
         check_default_route(&record, env).await
     }
@@ -412,7 +419,7 @@ impl Engine {
         };
         let valid: HashSet<AttachmentKey> = listed.into_iter().collect();
         let mut failures = Vec::new();
-        let records = self.state.list().await.map_err(state_error)?;
+        let records = self.state.list().await?;
         let mut kept = Vec::new();
         for record in records {
             let key =

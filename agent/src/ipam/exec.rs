@@ -5,7 +5,8 @@
 use serde_json::Value;
 
 use crate::cni::result::CniResult;
-use crate::delegate::exec::{self, Exec};
+use crate::cni::Command;
+use crate::delegate::exec::{self, Exec, OutputError};
 use crate::delegate::{DelegateError, InvocationEnv};
 
 use super::Ipam;
@@ -13,7 +14,7 @@ use super::Ipam;
 pub async fn run(
     ipam: &Ipam,
     plugin: &str,
-    command: &str,
+    command: Command,
     netconf: &Value,
     env: &InvocationEnv,
 ) -> Result<Option<Value>, DelegateError> {
@@ -28,14 +29,8 @@ pub async fn add(
     env: &InvocationEnv,
     cni_version: &str,
 ) -> Result<CniResult, DelegateError> {
-    let bad = |detail: String| DelegateError::BadOutput {
-        plugin: plugin.to_owned(),
-        command: "ADD".to_owned(),
-        detail,
-        stderr: String::new(),
-    };
-    let out = run(ipam, plugin, "ADD", netconf, env)
-        .await?
-        .ok_or_else(|| bad("it printed nothing; an IPAM plugin must print its result on ADD".into()))?;
-    CniResult::parse(&out, cni_version).map_err(|e| bad(e.to_string()))
+    let bad = |e: OutputError| DelegateError::bad_output(plugin, Command::Add, e, String::new());
+    let out =
+        run(ipam, plugin, Command::Add, netconf, env).await?.ok_or_else(|| bad(OutputError::NoResult))?;
+    CniResult::parse(&out, cni_version).map_err(|e| bad(e.into()))
 }

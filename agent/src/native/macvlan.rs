@@ -29,7 +29,7 @@ use super::announce;
 use super::link::{self, configure_ip, verify_ips, verify_routes, LinkError, LinkSnapshot, Mac, Netlink};
 use super::Failure;
 use crate::cni::result::{is_supported_version, CniResult, Interface};
-use crate::cni::ErrorCode;
+use crate::cni::{Command, ErrorCode};
 use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
@@ -54,14 +54,14 @@ impl NativePlugin for Macvlan {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
             let outcome = match call.command {
-                "ADD" => self.add(call.config, call.env).await.map(Some),
-                "DEL" => self.del(call.config, call.env).await.map(|()| None),
-                "CHECK" => self.check(call.config, call.env).await.map(|()| None),
-                "STATUS" => self.status(call.config).await.map(|()| None),
-                "GC" => self.gc(call.config).await.map(|()| None),
+                Command::Add => self.add(call.config, call.env).await.map(Some),
+                Command::Del => self.del(call.config, call.env).await.map(|()| None),
+                Command::Check => self.check(call.config, call.env).await.map(|()| None),
+                Command::Status => self.status(call.config).await.map(|()| None),
+                Command::Gc => self.gc(call.config).await.map(|()| None),
                 other => Err(Failure::new(
                     ErrorCode::InvalidEnvironment.code(),
-                    format!("unknown CNI_COMMAND {other:?}: use ADD, DEL, CHECK, STATUS or GC"),
+                    format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", other.as_str()),
                 )),
             };
             outcome.map_err(|failure| failure.into_delegate_error(TYPE, call.command))

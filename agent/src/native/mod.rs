@@ -16,7 +16,7 @@ pub mod sriov;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::cni::ErrorCode;
+use crate::cni::{Command, ErrorCode};
 use crate::delegate::native::native_error;
 use crate::delegate::{DelegateError, NativePlugins};
 use crate::ipam::Ipam;
@@ -85,9 +85,9 @@ impl Failure {
         Failure::new(ErrorCode::Internal.code(), msg)
     }
 
-    fn into_delegate_error(self, plugin: &str, command: &str) -> DelegateError {
+    fn into_delegate_error(self, plugin: &str, command: Command) -> DelegateError {
         match self {
-            Failure::Cni { code, msg } => native_error(plugin, command, code, msg),
+            Failure::Cni { code, msg } => native_error(plugin, command, ErrorCode::Delegate(code), msg),
             Failure::Delegate(e) => *e,
         }
     }

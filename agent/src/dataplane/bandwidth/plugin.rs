@@ -25,7 +25,7 @@ use super::plan::{entries, place, PlaceError};
 use super::store::Record;
 use super::{qdisc, Bandwidth, BandwidthError};
 use crate::cni::result::CniResult;
-use crate::cni::ErrorCode;
+use crate::cni::{Command, ErrorCode};
 use crate::dataplane::chained::{off_workers, pod_name, valid_attachments};
 use crate::dataplane::loader::Attach;
 use crate::dataplane::portmap::netdev;
@@ -52,11 +52,11 @@ fn config<T>(r: Result<T, BandwidthError>) -> Outcome<T> {
     r.map_err(|e| (ErrorCode::InvalidNetworkConfig, e))
 }
 
-fn code_of(code: ErrorCode, e: &BandwidthError) -> u32 {
+fn code_of(code: ErrorCode, e: &BandwidthError) -> ErrorCode {
     match code {
-        ErrorCode::PluginNotAvailable => code.code(),
-        _ if e.is_config() => ErrorCode::InvalidNetworkConfig.code(),
-        _ => ErrorCode::Internal.code(),
+        ErrorCode::PluginNotAvailable => code,
+        _ if e.is_config() => ErrorCode::InvalidNetworkConfig,
+        _ => ErrorCode::Internal,
     }
 }
 
@@ -64,19 +64,22 @@ impl NativePlugin for BandwidthPlugin {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
             let outcome = match call.command {
-                "ADD" => self.add(&call).await,
-                "DEL" => self.del(&call).await.map(|()| None),
-                "CHECK" => self.check(&call).await.map(|()| None),
-                "GC" => self.gc(&call).await.map(|()| None),
-                "STATUS" => {
+                Command::Add => self.add(&call).await,
+                Command::Del => self.del(&call).await.map(|()| None),
+                Command::Check => self.check(&call).await.map(|()| None),
+                Command::Gc => self.gc(&call).await.map(|()| None),
+                Command::Status => {
                     self.bandwidth.status().map(|()| None).map_err(|e| (ErrorCode::PluginNotAvailable, e))
                 }
                 other => {
                     return Err(native_error(
                         TYPE,
                         other,
-                        ErrorCode::InvalidEnvironment.code(),
-                        format!("unknown CNI_COMMAND {other:?}: use ADD, DEL, CHECK, STATUS or GC"),
+                        ErrorCode::InvalidEnvironment,
+                        format!(
+                            "unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC",
+                            other.as_str()
+                        ),
                     ))
                 }
             };

@@ -26,7 +26,7 @@ use super::topology::{pod_side, resolve, Attachment, TopologyError};
 use super::{netdev, Portmap, PortmapError};
 use crate::cni::config::NetworkConfigList;
 use crate::cni::result::CniResult;
-use crate::cni::ErrorCode;
+use crate::cni::{Command, ErrorCode};
 use crate::dataplane::chained::{off_workers, pod_name, valid_attachments};
 use crate::delegate::native::{native_error, NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
@@ -48,19 +48,22 @@ impl NativePlugin for PortmapPlugin {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
             let outcome = match call.command {
-                "ADD" => self.add(&call).await,
-                "DEL" => self.del(&call).await.map(|()| None),
-                "CHECK" => self.check(&call).await.map(|()| None),
-                "GC" => self.gc(&call).await.map(|()| None),
-                "STATUS" => {
+                Command::Add => self.add(&call).await,
+                Command::Del => self.del(&call).await.map(|()| None),
+                Command::Check => self.check(&call).await.map(|()| None),
+                Command::Gc => self.gc(&call).await.map(|()| None),
+                Command::Status => {
                     self.portmap.status().map(|()| None).map_err(|e| (ErrorCode::PluginNotAvailable, e))
                 }
                 other => {
                     return Err(native_error(
                         TYPE,
                         other,
-                        ErrorCode::InvalidEnvironment.code(),
-                        format!("unknown CNI_COMMAND {other:?}: use ADD, DEL, CHECK, STATUS or GC"),
+                        ErrorCode::InvalidEnvironment,
+                        format!(
+                            "unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC",
+                            other.as_str()
+                        ),
                     ))
                 }
             };
@@ -69,11 +72,11 @@ impl NativePlugin for PortmapPlugin {
     }
 }
 
-fn code_of(code: ErrorCode, e: &PortmapError) -> u32 {
+fn code_of(code: ErrorCode, e: &PortmapError) -> ErrorCode {
     match code {
-        ErrorCode::PluginNotAvailable => code.code(),
-        _ if e.is_config() => ErrorCode::InvalidNetworkConfig.code(),
-        _ => ErrorCode::Internal.code(),
+        ErrorCode::PluginNotAvailable => code,
+        _ if e.is_config() => ErrorCode::InvalidNetworkConfig,
+        _ => ErrorCode::Internal,
     }
 }
 

@@ -1,6 +1,6 @@
 //! What can go wrong, and the CNI error code each failure reaches the runtime with.
 
-use crate::cni::ErrorCode;
+use crate::cni::{CniCode, Command, ErrorCode};
 use crate::delegate::native::native_error;
 use crate::delegate::DelegateError;
 use crate::native::link::LinkError;
@@ -60,16 +60,16 @@ impl SriovError {
             SriovError::Environment(_) => ErrorCode::InvalidEnvironment.code(),
             SriovError::Busy { .. } | SriovError::LockTimeout { .. } => ErrorCode::TryAgainLater.code(),
             SriovError::State { .. } => ErrorCode::IoFailure.code(),
-            SriovError::Ipam(e) => e.code().code(),
+            SriovError::Ipam(e) => e.cni_code().code(),
             SriovError::Netlink { .. } | SriovError::Restore { .. } => 999,
         }
     }
 
     /// The error as the delegate layer reports it, as if the sriov binary had printed it.
-    pub fn into_delegate(self, command: &str) -> DelegateError {
+    pub fn into_delegate(self, command: Command) -> DelegateError {
         match self {
             SriovError::Ipam(e) => *e,
-            other => native_error("sriov", command, other.code(), other.to_string()),
+            other => native_error("sriov", command, ErrorCode::Delegate(other.code()), other.to_string()),
         }
     }
 }

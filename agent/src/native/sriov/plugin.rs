@@ -28,6 +28,7 @@ use super::state::{Owner, VfRecord, VfStore};
 use super::sysfs;
 use super::vf_netlink::{NetlinkPf, PfControl, VfSetting};
 use crate::cni::result::{CniResult, Interface};
+use crate::cni::{Command, ErrorCode};
 use crate::delegate::native::{native_error, NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
@@ -470,18 +471,23 @@ impl NativePlugin for SriovPlugin {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
             let outcome = match call.command {
-                "ADD" => self.add(call.config, call.env).await.map(Some),
-                "DEL" => self.del(call.config, call.env).await.map(|()| None),
-                "CHECK" => self.check(call.config, call.env).await.map(|()| None),
-                "GC" => self.gc(call.config).await.map(|()| None),
+                Command::Add => self.add(call.config, call.env).await.map(Some),
+                Command::Del => self.del(call.config, call.env).await.map(|()| None),
+                Command::Check => self.check(call.config, call.env).await.map(|()| None),
+                Command::Gc => self.gc(call.config).await.map(|()| None),
                 // Nothing to be ready for: every VF is found (or not) when a pod asks for it.
-                "STATUS" => Ok(None),
+                Command::Status => Ok(None),
                 other => {
-                    return Err(native_error("sriov", other, 4, format!("unknown CNI command {other:?}")));
+                    return Err(native_error(
+                        "sriov",
+                        other,
+                        ErrorCode::InvalidEnvironment,
+                        format!("unknown CNI command {:?}", other.as_str()),
+                    ));
                 }
             };
             outcome.map_err(|e| {
-                tracing::warn!(command = call.command, "sriov: {e}");
+                tracing::warn!(command = call.command.as_str(), "sriov: {e}");
                 e.into_delegate(call.command)
             })
         })
