@@ -292,8 +292,9 @@ pub fn encode() -> String {
     out
 }
 
-/// Whether the agent is ready, or why not. Runs on a blocking thread (it may read files).
-pub type ReadyCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Whether the agent is ready, or why not (any error: its text is the answer's body). Runs on
+/// a blocking thread (it may read files).
+pub type ReadyCheck = Arc<dyn Fn() -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
 
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await

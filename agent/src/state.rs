@@ -194,7 +194,13 @@ fn replace(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
         Ok(())
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp.0);
+        // The write's error is the one to report; a leftover temporary file is ignored by
+        // `list` (not .json) and the warning names it.
+        if let Err(e) = std::fs::remove_file(&tmp.0) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(file = %tmp.0.display(), "removing a temporary state file: {e}");
+            }
+        }
     }
     result
 }

@@ -235,9 +235,10 @@ impl Engine {
                 "pod {}/{} is not known to the agent's catalog yet; retry once it is",
                 args.namespace, args.name
             ))),
-            Err(e) => {
-                Err(CniError::try_again(format!("looking up pod {}/{}: {e}", args.namespace, args.name)))
-            }
+            Err(e) => Err(CniError::new(
+                e.cni_code(),
+                format!("looking up pod {}/{}: {e}", args.namespace, args.name),
+            )),
         }
     }
 
@@ -247,7 +248,7 @@ impl Engine {
         let Some(text) = pod.annotations.get(NETWORKS_ANNOTATION) else { return Ok(Vec::new()) };
         match parse_selection(text) {
             Ok(s) => Ok(s),
-            Err(e) if self.config.strict_annotations => Err(CniError::invalid_config(e.to_string())
+            Err(e) if self.config.strict_annotations => Err(CniError::from_error(&e)
                 .with_details(format!("pod {}/{} (strict annotations)", pod.namespace, pod.name))),
             Err(e) => {
                 tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name),
@@ -267,9 +268,10 @@ impl Engine {
         if selections.is_empty() {
             return Ok(Vec::new());
         }
-        let refuse = |msg: String| async move {
-            self.catalog.record_event(pod, "NetworkRefused", &msg).await;
-            CniError::invalid_config(msg).with_details(format!("pod {}/{}", pod.namespace, pod.name))
+        // A refusal is also told on the pod, where its owner looks.
+        let refuse = |err: CniError| async move {
+            self.catalog.record_event(pod, "NetworkRefused", &err.msg).await;
+            err.with_details(format!("pod {}/{}", pod.namespace, pod.name))
         };
         let planned = match plan_attachments(
             &pod.namespace,
@@ -278,7 +280,7 @@ impl Engine {
             &self.config.allowed_namespaces,
         ) {
             Ok(p) => p,
-            Err(e) => return Err(refuse(e.to_string()).await),
+            Err(e) => return Err(refuse(CniError::from_error(&e)).await),
         };
         let dirs = self.config.network_conf_dirs.clone();
         let on_disk = blocking(move || confdir::on_disk_configs(&dirs)).await?;
@@ -288,21 +290,21 @@ impl Engine {
             let nad = match self.catalog.nad(&p.namespace, &p.name).await {
                 Ok(Some(nad)) => nad,
                 Ok(None) => {
-                    return Err(refuse(format!(
+                    return Err(refuse(CniError::invalid_config(format!(
                         "network {network} does not exist: no NetworkAttachmentDefinition {network}; create it or \
                          fix the pod's {NETWORKS_ANNOTATION} annotation"
-                    ))
+                    )))
                     .await)
                 }
-                Err(e) => return Err(CniError::try_again(format!("looking up network {network}: {e}"))),
+                Err(e) => return Err(CniError::new(e.cni_code(), format!("looking up network {network}: {e}"))),
             };
             let (list, _origin) = match resolve_network_config(&nad, &on_disk) {
                 Ok(r) => r,
-                Err(e) => return Err(refuse(e.to_string()).await),
+                Err(e) => return Err(refuse(CniError::from_error(&e)).await),
             };
             let delegate = match secondary_delegate(&network, list, &p.selection) {
                 Ok(d) => d,
-                Err(e) => return Err(refuse(e.to_string()).await),
+                Err(e) => return Err(refuse(CniError::from_error(&e)).await),
             };
             out.push(AttachmentRecord {
                 network,
