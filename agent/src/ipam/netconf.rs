@@ -261,7 +261,7 @@ mod tests {
         for (v, want) in cases {
             let err = common(&v).unwrap_err();
             assert_eq!(err.cni_code().code(), 7, "{v}");
-            assert!(err.to_string().contains(want), "{v}: {}", err.to_string());
+            assert!(err.to_string().contains(want), "{v}: {}", err);
         }
         let err = common(&json!({"name": "n", "cniVersion": "9.9.9", "ipam": {}})).unwrap_err();
         assert_eq!(err.cni_code().code(), 1);
@@ -291,7 +291,7 @@ mod tests {
         for (e, want) in cases {
             let err = validate_env(&e).unwrap_err();
             assert_eq!(err.cni_code().code(), 4, "{e:?}");
-            assert!(err.to_string().contains(want), "{e:?}: {}", err.to_string());
+            assert!(err.to_string().contains(want), "{e:?}: {}", err);
         }
     }
 
@@ -316,7 +316,7 @@ mod tests {
             (json!([{"dst": "0.0.0.0/0", "gw": "x"}]), "invalid IP address: x"),
         ] {
             let err = routes(Some(&bad), "ipam.routes").unwrap_err();
-            assert!(err.to_string().contains(want), "{bad}: {}", err.to_string());
+            assert!(err.to_string().contains(want), "{bad}: {}", err);
         }
         let d = dns(
             Some(&json!({"nameservers": ["1.1.1.1"], "domain": "x", "search": ["a", "b"], "options": ["ndots:2"]})),

@@ -341,8 +341,8 @@ mod tests {
             ),
         ];
         for (err, code, want) in cases {
-            assert_eq!(err.cni_code().code(), code, "{}", err.to_string());
-            assert!(err.to_string().starts_with(want), "{}", err.to_string());
+            assert_eq!(err.cni_code().code(), code, "{}", err);
+            assert!(err.to_string().starts_with(want), "{}", err);
         }
         let mut v = conf(json!({"type": "static"}));
         v["runtimeConfig"] = json!({"ips": ["10.4.0.5"]});

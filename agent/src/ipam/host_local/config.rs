@@ -545,12 +545,8 @@ mod tests {
         for (ipam, want) in cases {
             let err = parse(&conf(ipam.clone()), "").unwrap_err();
             assert_eq!(err.cni_code().code(), 7, "{ipam}");
-            assert!(err.to_string().starts_with(want), "{ipam}:\n got {}\nwant {want}", err.to_string());
-            assert!(
-                err.to_string().len() > want.len(),
-                "{ipam}: the message says what to fix: {}",
-                err.to_string()
-            );
+            assert!(err.to_string().starts_with(want), "{ipam}:\n got {}\nwant {want}", err);
+            assert!(err.to_string().len() > want.len(), "{ipam}: the message says what to fix: {err}");
         }
     }
 
@@ -568,7 +564,7 @@ mod tests {
         ] {
             let err = parse(&v, args).unwrap_err();
             assert_eq!(err.cni_code().code(), 4, "{args}");
-            assert!(err.to_string().starts_with(want), "{args}: {}", err.to_string());
+            assert!(err.to_string().starts_with(want), "{args}: {}", err);
         }
         let mut v2 = v.clone();
         v2["runtimeConfig"] = json!({"ips": ["x"]});
