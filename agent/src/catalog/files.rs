@@ -56,10 +56,14 @@ fn load_dirs(dirs: &[PathBuf]) -> Objects {
             entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| is_manifest(p)).collect();
         paths.sort();
         for path in paths {
-            let parsed = std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|t| parse_objects(&t).map_err(|e| e.to_string()));
-            match parsed {
+            let text = match std::fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "skipping manifest: {e}");
+                    continue;
+                }
+            };
+            match parse_objects(&text) {
                 Ok(o) => {
                     all.nads.extend(o.nads);
                     all.pods.extend(o.pods);

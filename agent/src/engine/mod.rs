@@ -1,6 +1,7 @@
 //! The attachment engine: runs a pod's plan in order, undoes it on failure, records it
 //! durably, and tears it down (spec 6.2, 7.2, 7.3).
 
+mod error;
 pub mod locks;
 pub mod request;
 
@@ -27,6 +28,7 @@ use crate::spec::selection::{parse_selection, NetworkSelection};
 use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
 use crate::spec::NETWORKS_ANNOTATION;
 use crate::state::{AttachmentRecord, ContainerRecord, PodRef, StateError, StateStore};
+use error::{DetachError, DetachFailure};
 use locks::ContainerLocks;
 use request::{request_version, CniEnv, PlexusConf};
 
@@ -349,8 +351,12 @@ impl Engine {
         while let Some(a) = record.attachments.pop() {
             match self.delegator.del(&a.delegate, &invocation(&base, &a.ifname), a.result.as_ref()).await {
                 Ok(()) => tracing::info!(network = %a.network, ifname = %a.ifname, "detached"),
-                Err(e) => {
-                    failures.push(format!("{} ({}): {e}", a.network, a.ifname));
+                Err(source) => {
+                    failures.push(DetachFailure {
+                        network: a.network.clone(),
+                        ifname: a.ifname.clone(),
+                        source,
+                    });
                     failed.push(a);
                 }
             }
@@ -362,11 +368,8 @@ impl Engine {
         record.attachments = failed;
         record.complete = false;
         self.state.save(&record).await?;
-        Err(CniError::new(
-            ErrorCode::DelegateFailed,
-            format!("detaching {} attachment(s) failed: {}", failures.len(), failures.join("; ")),
-        )
-        .with_details(format!("container {}", record.container_id)))
+        let err = DetachError { container_id: record.container_id, failures };
+        Err(CniError::from_error(&err).with_details(format!("container {}", err.container_id)))
     }
 
     async fn check(&self, env: &CniEnv, conf: &PlexusConf) -> Result<(), CniError> {
