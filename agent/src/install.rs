@@ -51,7 +51,13 @@ pub fn install_shim(from: &Path, to_dir: &Path, name: &str) -> Result<Installed,
     let tmp = to_dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let written = write_synced(&tmp, &content).and_then(|()| std::fs::rename(&tmp, &target));
     if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
+        // The write's error is the one to report; a leftover is dot-prefixed, so no runtime
+        // runs it, and the warning names it.
+        if let Err(r) = std::fs::remove_file(&tmp) {
+            if r.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(file = %tmp.display(), "removing the unfinished copy: {r}");
+            }
+        }
         return Err(target_err(&target, e));
     }
     // The rename is durable once the directory is synced.
@@ -60,6 +66,8 @@ pub fn install_shim(from: &Path, to_dir: &Path, name: &str) -> Result<Installed,
 }
 
 fn write_synced(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    // A leftover of an earlier run with the same pid; usually there is none (NotFound), and
+    // any other failure to remove it makes the exclusive create below fail and say why.
     let _ = std::fs::remove_file(path);
     let mut f = OpenOptions::new().write(true).create_new(true).mode(0o755).open(path)?;
     f.write_all(content)?;

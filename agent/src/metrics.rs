@@ -23,6 +23,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::cni::Command;
+
 /// The default of `--metrics-addr`: local only, since the port tells about the node's pods.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:9465";
 
@@ -164,13 +166,10 @@ impl Drop for AddSlotGauge {
 
 impl Metrics {
     /// One CNI request answered; `code` is the CNI error code, 0 on success.
-    pub fn request(&self, verb: &str, code: u64, elapsed: Duration) {
-        // The verb comes from the runtime: unknown ones share a label, so they cannot grow
-        // the series without bound.
-        let verb = match verb {
-            "ADD" | "DEL" | "CHECK" | "STATUS" | "GC" | "VERSION" => verb,
-            _ => "other",
-        };
+    pub fn request(&self, verb: Option<Command>, code: u64, elapsed: Duration) {
+        // The verb comes from the runtime: unknown ones (`None`) share a label, so they cannot
+        // grow the series without bound.
+        let verb = verb.map_or("other", Command::as_str);
         let result = if code == 0 { "ok" } else { "error" };
         self.requests
             .get_or_create(&RequestLabels {
@@ -196,14 +195,9 @@ impl Metrics {
     }
 
     /// One plugin of a configlist run (natively or exec'd), whatever its outcome.
-    pub fn plugin(&self, plugin_type: &str, command: &str, elapsed: Duration) {
-        // Commands come from the agent itself, but keep the label set closed all the same.
-        let command = match command {
-            "ADD" | "DEL" | "CHECK" | "STATUS" | "GC" => command,
-            _ => "other",
-        };
+    pub fn plugin(&self, plugin_type: &str, command: Command, elapsed: Duration) {
         self.plugin_seconds
-            .get_or_create(&PluginLabels { r#type: plugin_type.into(), command: command.into() })
+            .get_or_create(&PluginLabels { r#type: plugin_type.into(), command: command.as_str().into() })
             .observe(elapsed.as_secs_f64());
     }
 
@@ -298,8 +292,9 @@ pub fn encode() -> String {
     out
 }
 
-/// Whether the agent is ready, or why not. Runs on a blocking thread (it may read files).
-pub type ReadyCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Whether the agent is ready, or why not (any error: its text is the answer's body). Runs on
+/// a blocking thread (it may read files).
+pub type ReadyCheck = Arc<dyn Fn() -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
 
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
@@ -374,10 +369,10 @@ mod tests {
 
     #[tokio::test]
     async fn serves_metrics_and_health() {
-        metrics().request("ADD", 0, Duration::from_millis(20));
+        metrics().request(Some(Command::Add), 0, Duration::from_millis(20));
         metrics().attachment("ns/net-a", "macvlan", true, Duration::from_millis(3));
         metrics().set_cached("pods", 3);
-        metrics().plugin("metrics-test-plugin", "ADD", Duration::from_micros(120));
+        metrics().plugin("metrics-test-plugin", Command::Add, Duration::from_micros(120));
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let ready: ReadyCheck = Arc::new(|| Err("no default network".into()));

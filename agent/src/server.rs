@@ -79,8 +79,9 @@ async fn handle_connection(
     let response = match serde_json::from_slice::<Request>(&buf) {
         Ok(req) => {
             let started = std::time::Instant::now();
-            let verb = req.command.clone();
-            let response = if verb == "ADD" {
+            // Unknown verbs are answered by the engine; the metric counts them as "other".
+            let verb = crate::cni::Command::parse(&req.command).ok();
+            let response = if verb == Some(crate::cni::Command::Add) {
                 let mut gauge = AddSlotGauge::waiting();
                 let _slot = add_slots.acquire().await.context("the ADD queue is closed")?;
                 gauge.running();
@@ -88,7 +89,7 @@ async fn handle_connection(
             } else {
                 engine.handle(req).await
             };
-            metrics().request(&verb, error_code(&response), started.elapsed());
+            metrics().request(verb, error_code(&response), started.elapsed());
             response
         }
         Err(e) => {

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::cni::{CniCode, ErrorCode};
 use crate::spec::delegate_conf::DelegateConfig;
 
 /// One attachment of a container: the default network or a selected one.
@@ -62,8 +63,16 @@ pub enum StateError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("state file {path} is corrupt: {source}; move it aside to let the agent start over")]
     Corrupt { path: PathBuf, source: serde_json::Error },
+    #[error("state record of container {container_id} cannot be encoded: {source}")]
+    Encode { container_id: String, source: serde_json::Error },
     #[error("state I/O task failed: {0}")]
-    Join(String),
+    Join(#[from] tokio::task::JoinError),
+}
+
+impl CniCode for StateError {
+    fn cni_code(&self) -> ErrorCode {
+        ErrorCode::IoFailure
+    }
 }
 
 /// The directory of records.
@@ -89,7 +98,8 @@ impl StateStore {
 
     pub async fn save(&self, record: &ContainerRecord) -> Result<(), StateError> {
         let path = self.path(&record.container_id, &record.ifname);
-        let body = serde_json::to_vec_pretty(record).map_err(|e| StateError::Join(e.to_string()))?;
+        let body = serde_json::to_vec_pretty(record)
+            .map_err(|source| StateError::Encode { container_id: record.container_id.clone(), source })?;
         blocking(move || atomic_write(&path, &body).map_err(|source| StateError::Io { path, source })).await
     }
 
@@ -153,7 +163,7 @@ fn read_record(path: &Path) -> Result<Option<ContainerRecord>, StateError> {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StateError> + Send + 'static,
 ) -> Result<T, StateError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| StateError::Join(e.to_string()))?
+    tokio::task::spawn_blocking(f).await?
 }
 
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new content,
@@ -184,7 +194,13 @@ fn replace(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
         Ok(())
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp.0);
+        // The write's error is the one to report; a leftover temporary file is ignored by
+        // `list` (not .json) and the warning names it.
+        if let Err(e) = std::fs::remove_file(&tmp.0) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(file = %tmp.0.display(), "removing a temporary state file: {e}");
+            }
+        }
     }
     result
 }

@@ -583,7 +583,8 @@ mod tests {
         let (release, released) = mpsc::channel::<()>();
         let server = thread::spawn(move || {
             let (stream, _) = listener.accept().expect("accept");
-            // Hold the connection open without answering until the test is done.
+            // Hold the connection open without answering until the test is done: it drops
+            // `release`, which ends this wait with an error that says just that.
             let _ = released.recv();
             drop(stream);
         });

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use plexus_agent::catalog::Catalog;
+use plexus_agent::cni::{Command, ErrorCode};
 use plexus_agent::delegate::native::native_error;
 use plexus_agent::delegate::{DelegateError, Delegator, NativeCall, NativePlugin, NativePlugins};
 use plexus_agent::engine::{Engine, EngineConfig};
@@ -63,7 +64,7 @@ struct FakePlugin {
 impl NativePlugin for FakePlugin {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         async move {
-            if call.command != "ADD" {
+            if call.command != Command::Add {
                 return Ok(None);
             }
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -74,7 +75,7 @@ impl NativePlugin for FakePlugin {
             }
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             if call.config["fail"] == true {
-                return Err(native_error("fake", "ADD", 11, "the fake plugin was told to fail"));
+                return Err(native_error("fake", Command::Add, ErrorCode::TryAgainLater, "the fake plugin was told to fail"));
             }
             let mut result = match &call.config["result"] {
                 Value::Null => json!({

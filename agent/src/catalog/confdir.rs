@@ -1,9 +1,11 @@
 //! CNI configuration directories as libcni and kubelet read them: `.conf`, `.json` and
 //! `.conflist` files in lexical order.
 
+use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::cni::config::NetworkConfigList;
+use crate::cni::config::{ConfigError, NetworkConfigList};
+use crate::cni::{CniCode, ErrorCode};
 use crate::spec::resolve::OnDiskConfig;
 
 /// The CNI type of plexus's own config, which must never be picked as a delegate.
@@ -13,12 +15,31 @@ pub const PLEXUS_TYPE: &str = "plexus";
 #[derive(Debug)]
 pub struct ConfigFile {
     pub path: PathBuf,
-    pub parsed: Result<(OnDiskConfig, NetworkConfigList), String>,
+    pub parsed: Result<(OnDiskConfig, NetworkConfigList), ConfigFileError>,
+}
+
+/// Why a file of a config directory is not a usable config.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("reading {}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{}: {source}", path.display())]
+    Invalid { path: PathBuf, source: ConfigError },
+    #[error("{}: a .conflist must hold a \"plugins\" list and a .conf/.json a single plugin", path.display())]
+    WrongShape { path: PathBuf },
 }
 
 /// Every config file of `dir`, sorted by file name. A missing directory has none.
 pub fn read_dir(dir: &Path) -> Vec<ConfigFile> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => {
+            // Read as a directory without configs, as kubelet does; the warning says why.
+            tracing::warn!(dir = %dir.display(), "reading the CNI config directory: {e}");
+            return Vec::new();
+        }
+    };
     let mut paths: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -28,15 +49,14 @@ pub fn read_dir(dir: &Path) -> Vec<ConfigFile> {
     paths.into_iter().map(|path| ConfigFile { parsed: parse_file(&path), path }).collect()
 }
 
-fn parse_file(path: &Path) -> Result<(OnDiskConfig, NetworkConfigList), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+fn parse_file(path: &Path) -> Result<(OnDiskConfig, NetworkConfigList), ConfigFileError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigFileError::Read { path: path.to_owned(), source })?;
     let is_list = path.extension().is_some_and(|e| e == "conflist");
-    let list = NetworkConfigList::parse(&text, None).map_err(|e| format!("{}: {e}", path.display()))?;
+    let list = NetworkConfigList::parse(&text, None)
+        .map_err(|source| ConfigFileError::Invalid { path: path.to_owned(), source })?;
     if is_list != text_has_plugins(&text) {
-        return Err(format!(
-            "{}: a .conflist must hold a \"plugins\" list and a .conf/.json a single plugin",
-            path.display()
-        ));
+        return Err(ConfigFileError::WrongShape { path: path.to_owned() });
     }
     let on_disk = OnDiskConfig { path: path.to_owned(), is_list, name: list.name.clone(), text };
     Ok((on_disk, list))
@@ -52,30 +72,46 @@ pub fn on_disk_configs(dirs: &[PathBuf]) -> Vec<OnDiskConfig> {
     dirs.iter().flat_map(|d| read_dir(d)).filter_map(|f| f.parsed.ok().map(|(c, _)| c)).collect()
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[error(
-    "the cluster default network is not ready: no valid CNI config in {dir}{skipped}; install the default \
-     network plugin (or fix its config) and retry"
+    "the cluster default network is not ready: no valid CNI config in {}{}; install the default \
+     network plugin (or fix its config) and retry",
+    dir.display(),
+    skipped(invalid)
 )]
 pub struct DefaultNetworkMissing {
-    pub dir: String,
-    pub skipped: String,
+    pub dir: PathBuf,
+    /// The files passed over because they are not valid configs.
+    pub invalid: Vec<ConfigFileError>,
+}
+
+fn skipped(invalid: &[ConfigFileError]) -> String {
+    if invalid.is_empty() {
+        return String::new();
+    }
+    let reasons: Vec<String> = invalid.iter().map(ToString::to_string).collect();
+    format!(" (invalid: {})", reasons.join("; "))
+}
+
+/// The runtime may retry: the default network's plugin is usually still being installed.
+impl CniCode for DefaultNetworkMissing {
+    fn cni_code(&self) -> ErrorCode {
+        ErrorCode::TryAgainLater
+    }
 }
 
 /// The cluster default network: the first valid config of `dir` in lexical order, as
 /// kubelet picks it, passing over plexus's own config.
 pub fn default_network(dir: &Path) -> Result<(OnDiskConfig, NetworkConfigList), DefaultNetworkMissing> {
-    let mut problems = Vec::new();
+    let mut invalid = Vec::new();
     for file in read_dir(dir) {
         match file.parsed {
             Ok((on_disk, list)) if list.plugin_type(0) != PLEXUS_TYPE => return Ok((on_disk, list)),
             Ok(_) => {}
-            Err(e) => problems.push(e),
+            Err(e) => invalid.push(e),
         }
     }
-    let skipped =
-        if problems.is_empty() { String::new() } else { format!(" (invalid: {})", problems.join("; ")) };
-    Err(DefaultNetworkMissing { dir: dir.display().to_string(), skipped })
+    Err(DefaultNetworkMissing { dir: dir.to_owned(), invalid })
 }
 
 #[cfg(test)]

@@ -27,9 +27,9 @@ pub struct FileCatalog {
 impl FileCatalog {
     fn load(dirs: Vec<PathBuf>) -> BoxFuture<'static, Result<Objects, CatalogError>> {
         async move {
-            tokio::task::spawn_blocking(move || load_dirs(&dirs)).await.map_err(|e| {
-                CatalogError::Unavailable { what: "manifest directories".into(), detail: e.to_string() }
-            })
+            tokio::task::spawn_blocking(move || load_dirs(&dirs))
+                .await
+                .map_err(|e| CatalogError::unavailable("manifest directories", e))
         }
         .boxed()
     }
@@ -42,15 +42,28 @@ impl FileCatalog {
 fn load_dirs(dirs: &[PathBuf]) -> Objects {
     let mut all = Objects::default();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                // A directory that cannot be read holds no manifests; the warning says why.
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %dir.display(), "skipping manifest directory: {e}");
+                }
+                continue;
+            }
+        };
         let mut paths: Vec<PathBuf> =
             entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| is_manifest(p)).collect();
         paths.sort();
         for path in paths {
-            let parsed = std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|t| parse_objects(&t).map_err(|e| e.to_string()));
-            match parsed {
+            let text = match std::fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "skipping manifest: {e}");
+                    continue;
+                }
+            };
+            match parse_objects(&text) {
                 Ok(o) => {
                     all.nads.extend(o.nads);
                     all.pods.extend(o.pods);
@@ -101,14 +114,8 @@ impl Catalog for FileCatalog {
         async move {
             tokio::task::spawn_blocking(move || atomic_write(&path, &body).map_err(|e| (path, e)))
                 .await
-                .map_err(|e| CatalogError::Unavailable {
-                    what: "network-status file".into(),
-                    detail: e.to_string(),
-                })?
-                .map_err(|(path, e)| CatalogError::Unavailable {
-                    what: path.display().to_string(),
-                    detail: e.to_string(),
-                })
+                .map_err(|e| CatalogError::unavailable("network-status file", e))?
+                .map_err(|(path, e)| CatalogError::unavailable(path.display().to_string(), e))
         }
         .boxed()
     }

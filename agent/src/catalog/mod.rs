@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 
+use crate::cni::{CniCode, ErrorCode};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 
 pub mod confdir;
@@ -23,8 +24,28 @@ pub struct PodInfo {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("reading {what}: {detail}")]
-    Unavailable { what: String, detail: String },
+    /// The source could not be read (or written); `source` says why.
+    #[error("reading {what}: {source}")]
+    Unavailable { what: String, source: Box<dyn std::error::Error + Send + Sync> },
+    /// Too many network-status publications are waiting already.
+    #[error("reading network-status: {max_pending} patches are already pending; not publishing this one")]
+    Backlog { max_pending: usize },
+}
+
+impl CatalogError {
+    pub fn unavailable(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        CatalogError::Unavailable { what: what.into(), source: Box::new(source) }
+    }
+}
+
+/// A catalog that cannot answer now may answer on the runtime's retry.
+impl CniCode for CatalogError {
+    fn cni_code(&self) -> ErrorCode {
+        ErrorCode::TryAgainLater
+    }
 }
 
 /// A source of NADs and pods, and the sink for what plexus reports on pods.

@@ -9,10 +9,10 @@ use serde_json::{Map, Value};
 
 use super::result::is_supported_version;
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("the CNI config is not valid JSON: {0}")]
-    NotJson(String),
+    NotJson(#[source] serde_json::Error),
     #[error("the CNI config must be a JSON object")]
     NotObject,
     #[error("the CNI config has no \"cniVersion\"; add one, e.g. \"cniVersion\": \"1.0.0\"")]
@@ -48,7 +48,7 @@ impl NetworkConfigList {
     /// Parses config text. `default_name` fills a missing `name` (spec 3.4.2: the NAD's
     /// name is injected when `Spec.Config` omits it).
     pub fn parse(text: &str, default_name: Option<&str>) -> Result<Self, ConfigError> {
-        let value: Value = serde_json::from_str(text).map_err(|e| ConfigError::NotJson(e.to_string()))?;
+        let value: Value = serde_json::from_str(text).map_err(ConfigError::NotJson)?;
         Self::from_value(value, default_name)
     }
 
@@ -191,10 +191,10 @@ mod tests {
     fn missing_name_is_filled_from_default() {
         let l = NetworkConfigList::parse(r#"{"cniVersion":"0.3.0","type":"x"}"#, Some("nad")).unwrap();
         assert_eq!(l.name, "nad");
-        assert_eq!(
+        assert!(matches!(
             NetworkConfigList::parse(r#"{"cniVersion":"0.3.0","type":"x"}"#, None),
             Err(ConfigError::MissingName)
-        );
+        ));
     }
 
     #[test]

@@ -66,7 +66,7 @@ fn sub<'b>(
     call: &NativeCall<'b>,
     own: &'b NetworkConfigList,
 ) -> NativeCall<'b> {
-    NativeCall { command: command.as_str(), config, env: call.env, list: Some(own) }
+    NativeCall { command, config, env: call.env, list: Some(own) }
 }
 
 /// `config` with `prevResult` set.
@@ -85,10 +85,8 @@ impl NativePlugin for WithCapabilities {
             if steps.is_empty() {
                 return self.inner.invoke(call).await;
             }
-            // A verb the plugin does not know: the plugin alone refuses it.
-            let Ok(command) = Command::parse(call.command) else { return self.inner.invoke(call).await };
             let own = own_list(call.config);
-            match command {
+            match call.command {
                 Command::Add => {
                     let Some(mut result) = self.inner.invoke(call).await? else { return Ok(None) };
                     for (done, step) in steps.iter().enumerate() {
@@ -104,10 +102,8 @@ impl NativePlugin for WithCapabilities {
                                         tracing::warn!("undoing a capability of a failed ADD: {u}");
                                     }
                                 }
-                                if let Err(u) = self
-                                    .inner
-                                    .invoke(NativeCall { command: Command::Del.as_str(), ..call })
-                                    .await
+                                if let Err(u) =
+                                    self.inner.invoke(NativeCall { command: Command::Del, ..call }).await
                                 {
                                     tracing::warn!("undoing a failed ADD: {u}");
                                 }
@@ -140,7 +136,7 @@ impl NativePlugin for WithCapabilities {
                 }
                 // STATUS and GC: the plugin's own, then each capability's (GC drops the limits
                 // and mappings of attachments no longer valid).
-                Command::Status | Command::Gc | Command::Version => {
+                command @ (Command::Status | Command::Gc | Command::Version) => {
                     let answer = self.inner.invoke(call).await?;
                     for step in &steps {
                         step.invoke(sub(command, call.config, &call, &own)).await?;
@@ -155,6 +151,7 @@ impl NativePlugin for WithCapabilities {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::ErrorCode;
     use crate::delegate::InvocationEnv;
     use serde_json::json;
     use std::sync::Mutex;
@@ -175,10 +172,15 @@ mod tests {
                     .lock()
                     .unwrap()
                     .push(format!("{} {} prev={prev} first={first:?}", self.name, call.command));
-                if self.fail.contains(&call.command) {
-                    return Err(crate::delegate::native::native_error(self.name, call.command, 7, "refused"));
+                if self.fail.contains(&call.command.as_str()) {
+                    return Err(crate::delegate::native::native_error(
+                        self.name,
+                        call.command,
+                        ErrorCode::InvalidNetworkConfig,
+                        "refused",
+                    ));
                 }
-                Ok((call.command == "ADD").then(|| json!({"cniVersion": "1.0.0", "tag": self.name})))
+                Ok((call.command == Command::Add).then(|| json!({"cniVersion": "1.0.0", "tag": self.name})))
             })
         }
     }
@@ -206,6 +208,7 @@ mod tests {
         config: &Value,
     ) -> Result<Option<Value>, DelegateError> {
         let env = env();
+        let command = Command::parse(command).expect("a CNI verb");
         w.invoke(NativeCall { command, config, env: &env, list: None }).await
     }
 

@@ -25,7 +25,7 @@ pub trait Chained: Feature<Entry: std::fmt::Display> {
     const TYPE: &'static str;
     /// The plugin's config.
     type Conf: Send + Sync + 'static;
-    type Error: std::error::Error + CniCode + From<ServiceError> + From<PrevResultError> + Send + 'static;
+    type Error: std::error::Error + CniCode + From<ServiceError> + From<PrevResultError> + Send + Sync + 'static;
 
     fn parse(config: &Value) -> Result<Self::Conf, Self::Error>;
     fn chain(conf: &Self::Conf) -> &ChainArgs;
@@ -143,21 +143,23 @@ impl<D: Chained> ChainedPlugin<D> {
 impl<D: Chained> NativePlugin for ChainedPlugin<D> {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
-            let failed =
-                |e: D::Error| native_error(D::TYPE, call.command, e.cni_code().code(), e.to_string());
-            match Command::parse(call.command) {
-                Ok(Command::Add) => self.add(&call).await.map_err(failed),
-                Ok(Command::Del) => self.del(&call).await.map(|()| None).map_err(failed),
-                Ok(Command::Check) => self.check(&call).await.map(|()| None).map_err(failed),
-                Ok(Command::Gc) => self.gc(&call).await.map(|()| None).map_err(failed),
-                Ok(Command::Status) => self.service.status().map(|()| None).map_err(|e| {
-                    native_error(D::TYPE, call.command, ErrorCode::PluginNotAvailable.code(), e.to_string())
+            let failed = |e: D::Error| DelegateError::native(D::TYPE, call.command, e);
+            match call.command {
+                Command::Add => self.add(&call).await.map_err(failed),
+                Command::Del => self.del(&call).await.map(|()| None).map_err(failed),
+                Command::Check => self.check(&call).await.map(|()| None).map_err(failed),
+                Command::Gc => self.gc(&call).await.map(|()| None).map_err(failed),
+                Command::Status => self.service.status().map(|()| None).map_err(|e| {
+                    native_error(D::TYPE, call.command, ErrorCode::PluginNotAvailable, e.to_string())
                 }),
-                Ok(Command::Version) | Err(_) => Err(native_error(
+                Command::Version => Err(native_error(
                     D::TYPE,
                     call.command,
-                    ErrorCode::InvalidEnvironment.code(),
-                    format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", call.command),
+                    ErrorCode::InvalidEnvironment,
+                    format!(
+                        "unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC",
+                        call.command.as_str()
+                    ),
                 )),
             }
         })

@@ -7,35 +7,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::env::InvocationEnv;
 use super::exec::{self, DelegateError, Exec};
 use super::native::{NativeCall, NativePlugins};
 use crate::cni::result::compare_versions;
-use crate::cni::AttachmentKey;
+use crate::cni::{AttachmentKey, Command};
 use crate::metrics::metrics;
 use crate::spec::delegate_conf::DelegateConfig;
-
-/// The per-attachment CNI variables a delegate runs with.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InvocationEnv {
-    pub container_id: String,
-    pub netns: String,
-    pub ifname: String,
-    pub args: String,
-}
-
-impl InvocationEnv {
-    fn vars(&self) -> Vec<(&'static str, String)> {
-        let mut v = vec![
-            ("CNI_CONTAINERID", self.container_id.clone()),
-            ("CNI_NETNS", self.netns.clone()),
-            ("CNI_IFNAME", self.ifname.clone()),
-        ];
-        if !self.args.is_empty() {
-            v.push(("CNI_ARGS", self.args.clone()));
-        }
-        v
-    }
-}
 
 /// Runs configlists: each plugin natively when the agent implements its type, else by
 /// exec'ing the binary from `bin_dirs`.
@@ -56,7 +34,7 @@ impl Delegator {
         &self,
         d: &DelegateConfig,
         i: usize,
-        command: &str,
+        command: Command,
         env: &InvocationEnv,
         conf: Value,
     ) -> Result<Option<Value>, DelegateError> {
@@ -65,7 +43,7 @@ impl Delegator {
         let out = if let Some(native) = self.natives.get(plugin) {
             native.invoke(NativeCall { command, config: &conf, env, list: Some(&d.list) }).await
         } else {
-            let vars = if matches!(command, "STATUS" | "GC") { Vec::new() } else { env.vars() };
+            let vars = if matches!(command, Command::Status | Command::Gc) { Vec::new() } else { env.vars() };
             exec::run(&self.bin_dirs, Exec { plugin, command, env: vars, config: &conf }, self.timeout).await
         };
         metrics().plugin(plugin, command, started.elapsed());
@@ -79,7 +57,7 @@ impl Delegator {
         let mut prev: Option<Value> = None;
         for i in 0..d.list.plugins.len() {
             let conf = d.list.plugin_config(i, &d.runtime_config, prev.as_ref());
-            let out = self.run(d, i, "ADD", env, conf).await?;
+            let out = self.run(d, i, Command::Add, env, conf).await?;
             // A plugin that prints nothing passes the previous result on.
             if out.is_some() {
                 prev = out;
@@ -101,7 +79,7 @@ impl Delegator {
         let mut first_error = None;
         for i in (0..d.list.plugins.len()).rev() {
             let conf = d.list.plugin_config(i, &d.runtime_config, prev);
-            if let Err(e) = self.run(d, i, "DEL", env, conf).await {
+            if let Err(e) = self.run(d, i, Command::Del, env, conf).await {
                 tracing::warn!(plugin = d.list.plugin_type(i), "DEL failed: {e}");
                 first_error.get_or_insert(e);
             }
@@ -121,7 +99,7 @@ impl Delegator {
         }
         for i in 0..d.list.plugins.len() {
             let conf = d.list.plugin_config(i, &d.runtime_config, cached);
-            self.run(d, i, "CHECK", env, conf).await?;
+            self.run(d, i, Command::Check, env, conf).await?;
         }
         Ok(())
     }
@@ -133,7 +111,7 @@ impl Delegator {
         }
         for i in 0..d.list.plugins.len() {
             let conf = d.list.plugin_config(i, &Default::default(), None);
-            self.run(d, i, "STATUS", &InvocationEnv::default(), conf).await?;
+            self.run(d, i, Command::Status, &InvocationEnv::default(), conf).await?;
         }
         Ok(())
     }
@@ -147,7 +125,7 @@ impl Delegator {
         for i in 0..d.list.plugins.len() {
             let mut conf = d.list.plugin_config(i, &Default::default(), None);
             conf["cni.dev/valid-attachments"] = json!(valid);
-            if let Err(e) = self.run(d, i, "GC", &InvocationEnv::default(), conf).await {
+            if let Err(e) = self.run(d, i, Command::Gc, &InvocationEnv::default(), conf).await {
                 first_error.get_or_insert(e);
             }
         }

@@ -2,12 +2,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
-use crate::cni::{CniError, ErrorCode};
+use crate::cni::result::ResultError;
+use crate::cni::{CniCode, Command, ErrorCode};
 
 /// How a delegate plugin failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -16,21 +18,38 @@ pub enum DelegateError {
     NotFound { plugin: String, dirs: String },
     #[error("CNI plugin type {0:?} is not a plain binary name")]
     BadType(String),
-    #[error("starting CNI plugin {path}: {detail}")]
-    Spawn { path: String, detail: String },
+    #[error("starting CNI plugin {}: {source}", path.display())]
+    Spawn { path: PathBuf, source: Arc<std::io::Error> },
     #[error("CNI plugin {plugin} {command} did not finish within {timeout:?} and was killed")]
-    Timeout { plugin: String, command: String, timeout: Duration },
+    Timeout { plugin: String, command: Command, timeout: Duration },
+    /// The plugin answered a CNI error (an exec'd plugin printed it; a native one built it
+    /// with [`native_error`](super::native::native_error)).
     #[error(
-        "CNI plugin {plugin} {command} failed with code {code}: {msg}{}{}",
+        "CNI plugin {plugin} {command} failed with code {}: {msg}{}{}",
+        code.code(),
         opt(details),
         opt_stderr(stderr)
     )]
-    Failed { plugin: String, command: String, code: u32, msg: String, details: String, stderr: String },
+    Failed { plugin: String, command: Command, code: ErrorCode, msg: String, details: String, stderr: String },
+    /// A native plugin failed; its own error, which knows its CNI code, is the source.
+    #[error("CNI plugin {plugin} {command} failed with code {}: {source}", source.cni_code().code())]
+    Native { plugin: String, command: Command, source: Arc<dyn CniCode + Send + Sync> },
     #[error(
-        "CNI plugin {plugin} {command} printed output that is not CNI JSON: {detail}{}",
+        "CNI plugin {plugin} {command} printed output that is not CNI JSON: {source}{}",
         opt_stderr(stderr)
     )]
-    BadOutput { plugin: String, command: String, detail: String, stderr: String },
+    BadOutput { plugin: String, command: Command, source: Arc<OutputError>, stderr: String },
+}
+
+/// What is wrong with what a plugin printed.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Result(#[from] ResultError),
+    #[error("it printed nothing; an IPAM plugin must print its result on ADD")]
+    NoResult,
 }
 
 fn opt(details: &str) -> String {
@@ -51,18 +70,37 @@ fn opt_stderr(stderr: &str) -> String {
 }
 
 impl DelegateError {
-    /// The code the runtime sees: the plugin's own when it gave one.
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            DelegateError::Failed { code, .. } => ErrorCode::Delegate(*code),
-            DelegateError::NotFound { .. } | DelegateError::BadType(_) => ErrorCode::InvalidNetworkConfig,
-            _ => ErrorCode::DelegateFailed,
-        }
+    /// A native plugin's failure, keeping its error (and so its code) as the source.
+    pub fn native(plugin: &str, command: Command, source: impl CniCode + Send + Sync + 'static) -> Self {
+        DelegateError::Native { plugin: plugin.to_owned(), command, source: Arc::new(source) }
     }
 
-    pub fn to_cni_error(&self, attachment: &str) -> CniError {
-        CniError::new(self.code(), format!("attachment {attachment}: {self}"))
-            .with_details(attachment.to_owned())
+    pub fn bad_output(
+        plugin: &str,
+        command: Command,
+        source: impl Into<OutputError>,
+        stderr: String,
+    ) -> Self {
+        DelegateError::BadOutput {
+            plugin: plugin.to_owned(),
+            command,
+            source: Arc::new(source.into()),
+            stderr,
+        }
+    }
+}
+
+impl CniCode for DelegateError {
+    /// The plugin's own code when it gave one.
+    fn cni_code(&self) -> ErrorCode {
+        match self {
+            DelegateError::Failed { code, .. } => *code,
+            DelegateError::Native { source, .. } => source.cni_code(),
+            DelegateError::NotFound { .. } | DelegateError::BadType(_) => ErrorCode::InvalidNetworkConfig,
+            DelegateError::Spawn { .. } | DelegateError::Timeout { .. } | DelegateError::BadOutput { .. } => {
+                ErrorCode::DelegateFailed
+            }
+        }
     }
 }
 
@@ -70,7 +108,7 @@ impl DelegateError {
 #[derive(Debug, Clone)]
 pub struct Exec<'a> {
     pub plugin: &'a str,
-    pub command: &'a str,
+    pub command: Command,
     /// CNI_* variables, in addition to CNI_COMMAND and CNI_PATH.
     pub env: Vec<(&'static str, String)>,
     pub config: &'a Value,
@@ -120,7 +158,7 @@ pub async fn run(
     let mut cmd = tokio::process::Command::new(&path);
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()))
-        .env("CNI_COMMAND", exec.command)
+        .env("CNI_COMMAND", exec.command.as_str())
         .env("CNI_PATH", cni_path)
         .envs(exec.env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::piped())
@@ -129,21 +167,19 @@ pub async fn run(
         .kill_on_drop(true);
     let mut child = spawn(&mut cmd)
         .await
-        .map_err(|e| DelegateError::Spawn { path: path.display().to_string(), detail: e.to_string() })?;
-    let stdin_bytes = serde_json::to_vec(exec.config).unwrap_or_default();
+        .map_err(|e| DelegateError::Spawn { path: path.clone(), source: Arc::new(e) })?;
     if let Some(mut stdin) = child.stdin.take() {
-        // A plugin may exit without reading stdin; its exit status tells what happened.
-        let _ = stdin.write_all(&stdin_bytes).await;
+        // A plugin may exit without reading stdin (EPIPE here); its exit status and output,
+        // read next, tell what happened, so this write's error adds nothing.
+        let _ = stdin.write_all(exec.config.to_string().as_bytes()).await;
     }
     let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(o)) => o,
-        Ok(Err(e)) => {
-            return Err(DelegateError::Spawn { path: path.display().to_string(), detail: e.to_string() })
-        }
+        Ok(Err(e)) => return Err(DelegateError::Spawn { path, source: Arc::new(e) }),
         Err(_) => {
             return Err(DelegateError::Timeout {
                 plugin: exec.plugin.to_owned(),
-                command: exec.command.to_owned(),
+                command: exec.command,
                 timeout,
             })
         }
@@ -156,22 +192,17 @@ pub async fn run(
         return match parsed {
             None => Ok(None),
             Some(Ok(v)) => Ok(Some(v)),
-            Some(Err(e)) => Err(DelegateError::BadOutput {
-                plugin: exec.plugin.to_owned(),
-                command: exec.command.to_owned(),
-                detail: e.to_string(),
-                stderr,
-            }),
+            Some(Err(e)) => Err(DelegateError::bad_output(exec.plugin, exec.command, e, stderr)),
         };
     }
     let (code, msg, details) = match parsed {
         Some(Ok(v)) if v.get("code").is_some() => (
-            v.get("code").and_then(Value::as_u64).unwrap_or(100) as u32,
+            plugin_code(&v),
             v.get("msg").and_then(Value::as_str).unwrap_or_default().to_owned(),
             v.get("details").and_then(Value::as_str).unwrap_or_default().to_owned(),
         ),
         _ => (
-            ErrorCode::DelegateFailed.code(),
+            ErrorCode::DelegateFailed,
             format!(
                 "exited with {}{}",
                 output.status,
@@ -182,12 +213,21 @@ pub async fn run(
     };
     Err(DelegateError::Failed {
         plugin: exec.plugin.to_owned(),
-        command: exec.command.to_owned(),
+        command: exec.command,
         code,
         msg,
         details,
         stderr,
     })
+}
+
+/// The code of a CNI error a plugin printed; one that is not a number is a plugin failure
+/// without a code of its own.
+fn plugin_code(error: &Value) -> ErrorCode {
+    match error.get("code").and_then(Value::as_u64).map(u32::try_from) {
+        Some(Ok(code)) => ErrorCode::Delegate(code),
+        _ => ErrorCode::DelegateFailed,
+    }
 }
 
 #[cfg(test)]
@@ -202,7 +242,7 @@ mod tests {
     }
 
     fn exec<'a>(plugin: &'a str, config: &'a Value) -> Exec<'a> {
-        Exec { plugin, command: "ADD", env: vec![("CNI_IFNAME", "net1".into())], config }
+        Exec { plugin, command: Command::Add, env: vec![("CNI_IFNAME", "net1".into())], config }
     }
 
     #[tokio::test]
@@ -232,10 +272,10 @@ mod tests {
         let conf = serde_json::json!({});
         let err =
             run(&[d.path().to_owned()], exec("failer", &conf), Duration::from_secs(5)).await.unwrap_err();
-        assert!(matches!(err, DelegateError::Failed { code: 7, .. }));
+        assert!(matches!(err, DelegateError::Failed { code: ErrorCode::Delegate(7), .. }));
         let text = err.to_string();
         assert!(text.contains("bad master") && text.contains("eth9") && text.contains("oops"), "{text}");
-        assert_eq!(err.code().code(), 7);
+        assert_eq!(err.cni_code().code(), 7);
     }
 
     #[tokio::test]
@@ -246,7 +286,7 @@ mod tests {
         let dirs = [d.path().to_owned()];
         let conf = serde_json::json!({});
         let err = run(&dirs, exec("crasher", &conf), Duration::from_secs(5)).await.unwrap_err();
-        assert_eq!(err.code().code(), 100);
+        assert_eq!(err.cni_code().code(), 100);
         assert!(err.to_string().contains("segfault"));
         let err = run(&dirs, exec("sleeper", &conf), Duration::from_millis(200)).await.unwrap_err();
         assert!(matches!(err, DelegateError::Timeout { .. }));

@@ -11,15 +11,16 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::chain::InvocationEnv;
+use super::env::InvocationEnv;
 use super::exec::DelegateError;
 use crate::cni::config::NetworkConfigList;
+use crate::cni::{Command, ErrorCode};
 
 /// One invocation of a native plugin.
 #[derive(Debug, Clone, Copy)]
 pub struct NativeCall<'a> {
     /// ADD, DEL, CHECK, STATUS or GC.
-    pub command: &'a str,
+    pub command: Command,
     /// The plugin's config exactly as a binary would read it on stdin.
     pub config: &'a Value,
     /// Empty for STATUS and GC.
@@ -60,11 +61,18 @@ impl std::fmt::Debug for NativePlugins {
     }
 }
 
-/// A CNI error from a native plugin, shaped like one a binary would print.
-pub fn native_error(plugin: &str, command: &str, code: u32, msg: impl Into<String>) -> DelegateError {
+/// A CNI error from a native plugin, shaped like one a binary would print. A plugin whose
+/// error type implements [`CniCode`](crate::cni::CniCode) hands it to [`DelegateError::native`]
+/// instead, which keeps it as the source.
+pub fn native_error(
+    plugin: &str,
+    command: Command,
+    code: ErrorCode,
+    msg: impl Into<String>,
+) -> DelegateError {
     DelegateError::Failed {
         plugin: plugin.to_owned(),
-        command: command.to_owned(),
+        command,
         code,
         msg: msg.into(),
         details: String::new(),

@@ -1,6 +1,7 @@
 //! The attachment engine: runs a pod's plan in order, undoes it on failure, records it
 //! durably, and tears it down (spec 6.2, 7.2, 7.3).
 
+mod error;
 pub mod locks;
 pub mod request;
 
@@ -17,8 +18,8 @@ use crate::catalog::{Catalog, PodInfo};
 use crate::cni::result::CniResult;
 use crate::cni::AttachmentKey;
 use crate::cni::Command;
-use crate::cni::{CniError, ErrorCode, SUPPORTED_VERSIONS};
-use crate::delegate::{Delegator, InvocationEnv};
+use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
+use crate::delegate::{DelegateError, Delegator, InvocationEnv};
 use crate::netns;
 use crate::spec::delegate_conf::{default_delegate, secondary_delegate, DelegateConfig};
 use crate::spec::plan::plan_attachments;
@@ -27,6 +28,7 @@ use crate::spec::selection::{parse_selection, NetworkSelection};
 use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
 use crate::spec::NETWORKS_ANNOTATION;
 use crate::state::{AttachmentRecord, ContainerRecord, PodRef, StateError, StateStore};
+use error::{DetachError, DetachFailure};
 use locks::ContainerLocks;
 use request::{request_version, CniEnv, PlexusConf};
 
@@ -51,8 +53,16 @@ pub struct Engine {
     locks: ContainerLocks,
 }
 
-fn state_error(e: StateError) -> CniError {
-    CniError::io(format!("recording attachment state failed: {e}"))
+impl From<StateError> for CniError {
+    fn from(e: StateError) -> Self {
+        CniError::new(e.cni_code(), format!("recording attachment state failed: {e}"))
+    }
+}
+
+/// A delegate's failure as the runtime gets it: the delegate's code, the attachment named in
+/// the message and as the details.
+fn attachment_error(network: &str, e: &DelegateError) -> CniError {
+    CniError::new(e.cni_code(), format!("attachment {network}: {e}")).with_details(network)
 }
 
 impl Engine {
@@ -122,12 +132,12 @@ impl Engine {
         let _serialized = self.locks.lock(&env.container_id).await;
         // Runtimes retry an ADD after a timeout without always sending DEL first; the old
         // attempt is undone so nothing of it lingers next to the new one.
-        if let Some(previous) = self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)? {
+        if let Some(previous) = self.state.load(&env.container_id, &env.ifname).await? {
             tracing::info!("ADD repeated without DEL: removing the previous attachments first");
             self.teardown(previous, env).await?;
         }
         let (pod, mut record) = self.prepare_add(env, conf).await?;
-        self.state.save(&record).await.map_err(state_error)?;
+        self.state.save(&record).await?;
 
         for i in 0..record.attachments.len() {
             let attachment = &record.attachments[i];
@@ -143,7 +153,7 @@ impl Engine {
             match added {
                 Ok(result) => record.attachments[i].result = result,
                 Err(e) => {
-                    let err = e.to_cni_error(&attachment.network);
+                    let err = attachment_error(&attachment.network, &e);
                     if let Some(pod) = &pod {
                         self.catalog.record_event(pod, "AttachmentFailed", &err.msg).await;
                     }
@@ -166,7 +176,7 @@ impl Engine {
         }
         record.complete = true;
         if let Err(e) = self.state.save(&record).await {
-            return Err(self.rollback(record, env, state_error(e)).await);
+            return Err(self.rollback(record, env, e.into()).await);
         }
         let statuses = network_statuses(&record);
         self.publish_status(pod.as_ref(), &statuses).await;
@@ -184,7 +194,7 @@ impl Engine {
         let default_dir = self.config.default_network_dir.clone();
         let (_, default_list) = blocking(move || confdir::default_network(&default_dir))
             .await?
-            .map_err(|e: DefaultNetworkMissing| CniError::try_again(e.to_string()))?;
+            .map_err(|e: DefaultNetworkMissing| CniError::from_error(&e))?;
         let default = AttachmentRecord {
             network: default_list.name.clone(),
             is_default: true,
@@ -227,9 +237,10 @@ impl Engine {
                 "pod {}/{} is not known to the agent's catalog yet; retry once it is",
                 args.namespace, args.name
             ))),
-            Err(e) => {
-                Err(CniError::try_again(format!("looking up pod {}/{}: {e}", args.namespace, args.name)))
-            }
+            Err(e) => Err(CniError::new(
+                e.cni_code(),
+                format!("looking up pod {}/{}: {e}", args.namespace, args.name),
+            )),
         }
     }
 
@@ -239,7 +250,7 @@ impl Engine {
         let Some(text) = pod.annotations.get(NETWORKS_ANNOTATION) else { return Ok(Vec::new()) };
         match parse_selection(text) {
             Ok(s) => Ok(s),
-            Err(e) if self.config.strict_annotations => Err(CniError::invalid_config(e.to_string())
+            Err(e) if self.config.strict_annotations => Err(CniError::from_error(&e)
                 .with_details(format!("pod {}/{} (strict annotations)", pod.namespace, pod.name))),
             Err(e) => {
                 tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name),
@@ -259,9 +270,10 @@ impl Engine {
         if selections.is_empty() {
             return Ok(Vec::new());
         }
-        let refuse = |msg: String| async move {
-            self.catalog.record_event(pod, "NetworkRefused", &msg).await;
-            CniError::invalid_config(msg).with_details(format!("pod {}/{}", pod.namespace, pod.name))
+        // A refusal is also told on the pod, where its owner looks.
+        let refuse = |err: CniError| async move {
+            self.catalog.record_event(pod, "NetworkRefused", &err.msg).await;
+            err.with_details(format!("pod {}/{}", pod.namespace, pod.name))
         };
         let planned = match plan_attachments(
             &pod.namespace,
@@ -270,7 +282,7 @@ impl Engine {
             &self.config.allowed_namespaces,
         ) {
             Ok(p) => p,
-            Err(e) => return Err(refuse(e.to_string()).await),
+            Err(e) => return Err(refuse(CniError::from_error(&e)).await),
         };
         let dirs = self.config.network_conf_dirs.clone();
         let on_disk = blocking(move || confdir::on_disk_configs(&dirs)).await?;
@@ -280,21 +292,21 @@ impl Engine {
             let nad = match self.catalog.nad(&p.namespace, &p.name).await {
                 Ok(Some(nad)) => nad,
                 Ok(None) => {
-                    return Err(refuse(format!(
+                    return Err(refuse(CniError::invalid_config(format!(
                         "network {network} does not exist: no NetworkAttachmentDefinition {network}; create it or \
                          fix the pod's {NETWORKS_ANNOTATION} annotation"
-                    ))
+                    )))
                     .await)
                 }
-                Err(e) => return Err(CniError::try_again(format!("looking up network {network}: {e}"))),
+                Err(e) => return Err(CniError::new(e.cni_code(), format!("looking up network {network}: {e}"))),
             };
             let (list, _origin) = match resolve_network_config(&nad, &on_disk) {
                 Ok(r) => r,
-                Err(e) => return Err(refuse(e.to_string()).await),
+                Err(e) => return Err(refuse(CniError::from_error(&e)).await),
             };
             let delegate = match secondary_delegate(&network, list, &p.selection) {
                 Ok(d) => d,
-                Err(e) => return Err(refuse(e.to_string()).await),
+                Err(e) => return Err(refuse(CniError::from_error(&e)).await),
             };
             out.push(AttachmentRecord {
                 network,
@@ -322,7 +334,7 @@ impl Engine {
 
     async fn del(&self, env: &CniEnv) -> Result<(), CniError> {
         let _serialized = self.locks.lock(&env.container_id).await;
-        match self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)? {
+        match self.state.load(&env.container_id, &env.ifname).await? {
             Some(record) => self.teardown(record, env).await,
             // Nothing recorded: nothing was attached through plexus (DEL is idempotent).
             None => Ok(()),
@@ -339,39 +351,39 @@ impl Engine {
         while let Some(a) = record.attachments.pop() {
             match self.delegator.del(&a.delegate, &invocation(&base, &a.ifname), a.result.as_ref()).await {
                 Ok(()) => tracing::info!(network = %a.network, ifname = %a.ifname, "detached"),
-                Err(e) => {
-                    failures.push(format!("{} ({}): {e}", a.network, a.ifname));
+                Err(source) => {
+                    failures.push(DetachFailure {
+                        network: a.network.clone(),
+                        ifname: a.ifname.clone(),
+                        source,
+                    });
                     failed.push(a);
                 }
             }
         }
         if failed.is_empty() {
-            return self.state.remove(&record.container_id, &record.ifname).await.map_err(state_error);
+            return Ok(self.state.remove(&record.container_id, &record.ifname).await?);
         }
         failed.reverse();
         record.attachments = failed;
         record.complete = false;
-        self.state.save(&record).await.map_err(state_error)?;
-        Err(CniError::new(
-            ErrorCode::DelegateFailed,
-            format!("detaching {} attachment(s) failed: {}", failures.len(), failures.join("; ")),
-        )
-        .with_details(format!("container {}", record.container_id)))
+        self.state.save(&record).await?;
+        let err = DetachError { container_id: record.container_id, failures };
+        Err(CniError::from_error(&err).with_details(format!("container {}", err.container_id)))
     }
 
     async fn check(&self, env: &CniEnv, conf: &PlexusConf) -> Result<(), CniError> {
         require_version(conf, "0.4.0", "CHECK")?;
         let _serialized = self.locks.lock(&env.container_id).await;
-        let record =
-            self.state.load(&env.container_id, &env.ifname).await.map_err(state_error)?.ok_or_else(|| {
-                CniError::new(
-                    ErrorCode::ContainerUnknown,
-                    format!(
-                        "no attachments are recorded for container {} interface {}",
-                        env.container_id, env.ifname
-                    ),
-                )
-            })?;
+        let record = self.state.load(&env.container_id, &env.ifname).await?.ok_or_else(|| {
+            CniError::new(
+                ErrorCode::ContainerUnknown,
+                format!(
+                    "no attachments are recorded for container {} interface {}",
+                    env.container_id, env.ifname
+                ),
+            )
+        })?;
         if !record.complete {
             return Err(CniError::new(ErrorCode::ContainerUnknown, "the container's ADD did not complete"));
         }
@@ -379,7 +391,7 @@ impl Engine {
             self.delegator
                 .check(&a.delegate, &invocation(env, &a.ifname), a.result.as_ref())
                 .await
-                .map_err(|e| e.to_cni_error(&a.network))?;
+                .map_err(|e| attachment_error(&a.network, &e))?;
         }
         check_default_route(&record, env).await
     }
@@ -412,7 +424,7 @@ impl Engine {
         };
         let valid: HashSet<AttachmentKey> = listed.into_iter().collect();
         let mut failures = Vec::new();
-        let records = self.state.list().await.map_err(state_error)?;
+        let records = self.state.list().await?;
         let mut kept = Vec::new();
         for record in records {
             let key =

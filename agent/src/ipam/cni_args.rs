@@ -1,11 +1,30 @@
 //! CNI_ARGS (`K1=V1;K2=V2`) read as libcni's `types.LoadArgs` reads it into a plugin's args
 //! struct, so the same CNI_ARGS fail or succeed here as with the reference plugin.
 
+/// Why CNI_ARGS cannot be loaded, in libcni's words followed by what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgsError {
+    #[error("ARGS: invalid pair {0:?}; CNI_ARGS must be KEY=VALUE pairs separated by ';'")]
+    InvalidPair(String),
+    #[error("ARGS: error parsing value of pair {pair:?}: {source}")]
+    Value { pair: String, source: InvalidValue },
+    #[error("ARGS: unknown args {0:?}; add IgnoreUnknown=1 to CNI_ARGS or drop the unknown keys")]
+    Unknown(Vec<String>),
+}
+
+/// Why the value of a known key does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidValue(pub String);
+
 /// Reads `args`, handing each pair to `set`, which returns `Ok(true)` when the key is a field
 /// of the plugin's args, `Ok(false)` when it is not, and `Err(reason)` when the value does not
 /// parse. Keys the plugin does not know are an error unless `IgnoreUnknown` is true, as in
 /// libcni (kubelet always passes `IgnoreUnknown=1`).
-pub fn load_args(args: &str, mut set: impl FnMut(&str, &str) -> Result<bool, String>) -> Result<(), String> {
+pub fn load_args(
+    args: &str,
+    mut set: impl FnMut(&str, &str) -> Result<bool, InvalidValue>,
+) -> Result<(), ArgsError> {
     if args.is_empty() {
         return Ok(());
     }
@@ -14,34 +33,30 @@ pub fn load_args(args: &str, mut set: impl FnMut(&str, &str) -> Result<bool, Str
     for pair in args.split(';') {
         let kv: Vec<&str> = pair.split('=').collect();
         let [key, value] = kv[..] else {
-            return Err(format!(
-                "ARGS: invalid pair {pair:?}; CNI_ARGS must be KEY=VALUE pairs separated by ';'"
-            ));
+            return Err(ArgsError::InvalidPair(pair.to_owned()));
         };
-        let parse_error = |reason: String| format!("ARGS: error parsing value of pair {pair:?}: {reason}");
+        let parse_error = |source: InvalidValue| ArgsError::Value { pair: pair.to_owned(), source };
         if key == "IgnoreUnknown" {
             ignore_unknown = parse_bool(value).map_err(parse_error)?;
             continue;
         }
         if !set(key, value).map_err(parse_error)? {
-            unknown.push(pair);
+            unknown.push(pair.to_owned());
         }
     }
     if !unknown.is_empty() && !ignore_unknown {
-        return Err(format!(
-            "ARGS: unknown args {unknown:?}; add IgnoreUnknown=1 to CNI_ARGS or drop the unknown keys"
-        ));
+        return Err(ArgsError::Unknown(unknown));
     }
     Ok(())
 }
 
 /// libcni's `UnmarshallableBool`.
-fn parse_bool(value: &str) -> Result<bool, String> {
+fn parse_bool(value: &str) -> Result<bool, InvalidValue> {
     let lower = value.to_lowercase();
     match lower.as_str() {
         "1" | "true" => Ok(true),
         "0" | "false" => Ok(false),
-        _ => Err(format!("boolean unmarshal error: invalid input {lower}")),
+        _ => Err(InvalidValue(format!("boolean unmarshal error: invalid input {lower}"))),
     }
 }
 
@@ -50,14 +65,14 @@ mod tests {
     use super::*;
 
     /// Loads `args` for a plugin whose only field is IP, returning its last value.
-    fn ip_arg(args: &str) -> Result<Option<String>, String> {
+    fn ip_arg(args: &str) -> Result<Option<String>, ArgsError> {
         let mut ip = None;
         load_args(args, |k, v| {
             if k != "IP" {
                 return Ok(false);
             }
             if v == "bad" {
-                return Err("invalid IP address bad".into());
+                return Err(InvalidValue("invalid IP address bad".into()));
             }
             ip = Some(v.to_owned());
             Ok(true)
@@ -75,7 +90,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_need_ignore_unknown() {
-        let err = ip_arg("K8S_POD_NAME=x;IP=1").unwrap_err();
+        let err = ip_arg("K8S_POD_NAME=x;IP=1").unwrap_err().to_string();
         assert!(err.starts_with(r#"ARGS: unknown args ["K8S_POD_NAME=x"]"#), "{err}");
         for yes in ["1", "true", "TRUE", "True"] {
             let args = format!("IgnoreUnknown={yes};K8S_POD_NAME=x;IP=1");
@@ -100,7 +115,7 @@ mod tests {
             ),
         ];
         for (args, want) in cases {
-            let err = ip_arg(args).unwrap_err();
+            let err = ip_arg(args).unwrap_err().to_string();
             assert!(err.starts_with(want), "{args}: {err}");
         }
     }

@@ -5,32 +5,20 @@
 use serde_json::Value;
 
 use crate::cni::result::CniResult;
-use crate::delegate::exec::{self, Exec};
+use crate::cni::Command;
+use crate::delegate::exec::{self, Exec, OutputError};
 use crate::delegate::{DelegateError, InvocationEnv};
 
 use super::Ipam;
 
-/// The CNI variables of the attachment, as the delegator passes them to any plugin.
-fn vars(env: &InvocationEnv) -> Vec<(&'static str, String)> {
-    let mut v = vec![
-        ("CNI_CONTAINERID", env.container_id.clone()),
-        ("CNI_NETNS", env.netns.clone()),
-        ("CNI_IFNAME", env.ifname.clone()),
-    ];
-    if !env.args.is_empty() {
-        v.push(("CNI_ARGS", env.args.clone()));
-    }
-    v
-}
-
 pub async fn run(
     ipam: &Ipam,
     plugin: &str,
-    command: &str,
+    command: Command,
     netconf: &Value,
     env: &InvocationEnv,
 ) -> Result<Option<Value>, DelegateError> {
-    exec::run(&ipam.bin_dirs, Exec { plugin, command, env: vars(env), config: netconf }, ipam.timeout).await
+    exec::run(&ipam.bin_dirs, Exec { plugin, command, env: env.vars(), config: netconf }, ipam.timeout).await
 }
 
 /// ADD: the plugin must print a result, in any CNI version.
@@ -41,14 +29,8 @@ pub async fn add(
     env: &InvocationEnv,
     cni_version: &str,
 ) -> Result<CniResult, DelegateError> {
-    let bad = |detail: String| DelegateError::BadOutput {
-        plugin: plugin.to_owned(),
-        command: "ADD".to_owned(),
-        detail,
-        stderr: String::new(),
-    };
-    let out = run(ipam, plugin, "ADD", netconf, env)
-        .await?
-        .ok_or_else(|| bad("it printed nothing; an IPAM plugin must print its result on ADD".into()))?;
-    CniResult::parse(&out, cni_version).map_err(|e| bad(e.to_string()))
+    let bad = |e: OutputError| DelegateError::bad_output(plugin, Command::Add, e, String::new());
+    let out =
+        run(ipam, plugin, Command::Add, netconf, env).await?.ok_or_else(|| bad(OutputError::NoResult))?;
+    CniResult::parse(&out, cni_version).map_err(|e| bad(e.into()))
 }

@@ -7,13 +7,11 @@
 //! shares their on-disk state and lock); any other type is exec'd from the plugin directories
 //! exactly as the reference plugins exec it.
 //!
-//! Errors are CNI errors: 7 for a config that must be fixed (the message says how), 4 for bad
-//! CNI variables (CNI_ARGS included), 5 for I/O, 11 when host-local's lock stays held, and 999,
-//! the reference plugins' own code, with the reference's message, for what the reference
-//! allocator refuses (range exhausted, address taken, duplicate ADD).
+//! Errors are CNI errors; [`error`] says which code each failure gets.
 
 mod addr;
 mod cni_args;
+pub mod error;
 mod exec;
 pub mod host_local;
 mod netconf;
@@ -27,13 +25,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cni::result::CniResult;
-use crate::cni::ErrorCode;
-use crate::delegate::native::native_error;
+use crate::cni::Command;
 use crate::delegate::{DelegateError, InvocationEnv};
-
-/// The code the reference plugins give every error they raise themselves (libcni's
-/// `ErrInternal`), kept so callers see what they would see with the reference plugin.
-pub const REFERENCE_ERROR_CODE: u32 = 999;
+pub use error::IpamError;
 
 /// IPAM for a parent plugin.
 #[derive(Debug, Clone)]
@@ -42,36 +36,6 @@ pub struct Ipam {
     pub bin_dirs: Vec<PathBuf>,
     /// Per exec'd plugin run; for host-local, how long to wait for its lock.
     pub timeout: Duration,
-}
-
-/// A native IPAM failure, before it becomes the parent's [`DelegateError`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IpamError {
-    pub code: u32,
-    pub msg: String,
-}
-
-impl IpamError {
-    pub fn invalid_config(msg: impl Into<String>) -> Self {
-        IpamError { code: ErrorCode::InvalidNetworkConfig.code(), msg: msg.into() }
-    }
-
-    pub fn invalid_env(msg: impl Into<String>) -> Self {
-        IpamError { code: ErrorCode::InvalidEnvironment.code(), msg: msg.into() }
-    }
-
-    pub fn io(msg: impl Into<String>) -> Self {
-        IpamError { code: ErrorCode::IoFailure.code(), msg: msg.into() }
-    }
-
-    pub fn try_again(msg: impl Into<String>) -> Self {
-        IpamError { code: ErrorCode::TryAgainLater.code(), msg: msg.into() }
-    }
-
-    /// What the reference plugin refuses, with its code.
-    pub fn reference(msg: impl Into<String>) -> Self {
-        IpamError { code: REFERENCE_ERROR_CODE, msg: msg.into() }
-    }
 }
 
 const STATIC: &str = "static";
@@ -86,7 +50,7 @@ impl Ipam {
     ///
     /// The result's `ips` carry no interface index: the parent sets it.
     pub async fn add(&self, netconf: &Value, env: &InvocationEnv) -> Result<CniResult, DelegateError> {
-        const ADD: &str = "ADD";
+        const ADD: Command = Command::Add;
         let result = match ipam_type(netconf).map_err(|e| delegate_error("ipam", ADD, e))? {
             STATIC => static_add(netconf, env).map_err(|e| delegate_error(STATIC, ADD, e)),
             HOST_LOCAL => {
@@ -104,7 +68,7 @@ impl Ipam {
 
     /// Releases what ADD allocated; idempotent (nothing to release is success).
     pub async fn del(&self, netconf: &Value, env: &InvocationEnv) -> Result<(), DelegateError> {
-        const DEL: &str = "DEL";
+        const DEL: Command = Command::Del;
         match ipam_type(netconf).map_err(|e| delegate_error("ipam", DEL, e))? {
             // Static allocates nothing; the reference's DEL does not even read the config.
             STATIC => Ok(()),
@@ -117,7 +81,7 @@ impl Ipam {
 
     /// CHECK, with the parent's config (its `prevResult` included, which static compares).
     pub async fn check(&self, netconf: &Value, env: &InvocationEnv) -> Result<(), DelegateError> {
-        const CHECK: &str = "CHECK";
+        const CHECK: Command = Command::Check;
         match ipam_type(netconf).map_err(|e| delegate_error("ipam", CHECK, e))? {
             STATIC => static_check(netconf, env).map_err(|e| delegate_error(STATIC, CHECK, e)),
             HOST_LOCAL => {
@@ -128,8 +92,10 @@ impl Ipam {
     }
 }
 
-fn delegate_error(plugin: &str, command: &str, e: IpamError) -> DelegateError {
-    native_error(plugin, command, e.code, e.msg)
+/// The error as the parent reports it: as if the IPAM plugin `plugin` had failed, its own
+/// error kept as the source.
+fn delegate_error(plugin: &str, command: Command, e: IpamError) -> DelegateError {
+    DelegateError::native(plugin, command, e)
 }
 
 /// `ipam.type`, the only key read before knowing who handles the config.

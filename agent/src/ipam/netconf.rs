@@ -51,13 +51,10 @@ pub fn common(netconf: &Value) -> Result<Common<'_>, IpamError> {
     };
     // The result is built in this version, so it must be one plexus can write.
     if !crate::cni::result::is_supported_version(&cni_version) {
-        return Err(IpamError {
-            code: crate::cni::ErrorCode::IncompatibleVersion.code(),
-            msg: format!(
-                "incompatible CNI versions: config is {cni_version:?}, plexus supports {}",
-                crate::cni::SUPPORTED_VERSIONS.join(", ")
-            ),
-        });
+        return Err(IpamError::Version(format!(
+            "incompatible CNI versions: config is {cni_version:?}, plexus supports {}",
+            crate::cni::SUPPORTED_VERSIONS.join(", ")
+        )));
     }
     let ipam = match top.get("ipam") {
         Some(Value::Object(ipam)) => ipam,
@@ -225,6 +222,7 @@ pub fn allows_many_per_family(cni_version: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::CniCode;
     use serde_json::json;
 
     fn env(id: &str, ifname: &str) -> InvocationEnv {
@@ -262,12 +260,16 @@ mod tests {
         ];
         for (v, want) in cases {
             let err = common(&v).unwrap_err();
-            assert_eq!(err.code, 7, "{v}");
-            assert!(err.msg.contains(want), "{v}: {}", err.msg);
+            assert_eq!(err.cni_code().code(), 7, "{v}");
+            assert!(err.to_string().contains(want), "{v}: {}", err);
         }
         let err = common(&json!({"name": "n", "cniVersion": "9.9.9", "ipam": {}})).unwrap_err();
-        assert_eq!(err.code, 1);
-        assert!(err.msg.starts_with("incompatible CNI versions: config is \"9.9.9\""), "{}", err.msg);
+        assert_eq!(err.cni_code().code(), 1);
+        assert!(
+            err.to_string().starts_with("incompatible CNI versions: config is \"9.9.9\""),
+            "{}",
+            err.to_string()
+        );
     }
 
     #[test]
@@ -288,8 +290,8 @@ mod tests {
         ];
         for (e, want) in cases {
             let err = validate_env(&e).unwrap_err();
-            assert_eq!(err.code, 4, "{e:?}");
-            assert!(err.msg.contains(want), "{e:?}: {}", err.msg);
+            assert_eq!(err.cni_code().code(), 4, "{e:?}");
+            assert!(err.to_string().contains(want), "{e:?}: {}", err);
         }
     }
 
@@ -314,7 +316,7 @@ mod tests {
             (json!([{"dst": "0.0.0.0/0", "gw": "x"}]), "invalid IP address: x"),
         ] {
             let err = routes(Some(&bad), "ipam.routes").unwrap_err();
-            assert!(err.msg.contains(want), "{bad}: {}", err.msg);
+            assert!(err.to_string().contains(want), "{bad}: {}", err);
         }
         let d = dns(
             Some(&json!({"nameservers": ["1.1.1.1"], "domain": "x", "search": ["a", "b"], "options": ["ndots:2"]})),
@@ -328,7 +330,7 @@ mod tests {
         assert_eq!(dns(None, "dns").unwrap(), Dns::default());
         assert!(dns(Some(&json!({"nameservers": "1.1.1.1"})), "dns")
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("nameservers"));
     }
 

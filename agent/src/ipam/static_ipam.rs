@@ -122,8 +122,7 @@ fn env_addresses(cni_args: &str) -> Result<Vec<Address>, IpamError> {
             _ => return Ok(false),
         }
         Ok(true)
-    })
-    .map_err(IpamError::invalid_env)?;
+    })?;
     let mut addresses = Vec::new();
     if !ip.is_empty() {
         for item in ip.split(',') {
@@ -195,6 +194,7 @@ impl StaticConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::CniCode;
     use serde_json::json;
 
     fn conf(ipam: Value) -> Value {
@@ -287,8 +287,10 @@ mod tests {
         let mut v = conf(ipam.clone());
         v["cniVersion"] = json!("0.2.0");
         let err = parse(&v, "").unwrap_err();
-        assert_eq!(err.code, 7);
-        assert!(err.msg.starts_with("CNI version 0.2.0 does not support more than 1 address per family"));
+        assert_eq!(err.cni_code().code(), 7);
+        assert!(err
+            .to_string()
+            .starts_with("CNI version 0.2.0 does not support more than 1 address per family"));
         v["cniVersion"] = json!("0.3.1");
         assert!(parse(&v, "").is_ok());
         let one_each =
@@ -339,15 +341,17 @@ mod tests {
             ),
         ];
         for (err, code, want) in cases {
-            assert_eq!(err.code, code, "{}", err.msg);
-            assert!(err.msg.starts_with(want), "{}", err.msg);
+            assert_eq!(err.cni_code().code(), code, "{}", err);
+            assert!(err.to_string().starts_with(want), "{}", err);
         }
         let mut v = conf(json!({"type": "static"}));
         v["runtimeConfig"] = json!({"ips": ["10.4.0.5"]});
         let err = parse(&v, "").unwrap_err();
-        assert!(err.msg.starts_with("an entry in the 'ips' field is NOT in CIDR notation, got: '10.4.0.5'"));
+        assert!(err
+            .to_string()
+            .starts_with("an entry in the 'ips' field is NOT in CIDR notation, got: '10.4.0.5'"));
         v["runtimeConfig"] = json!({"ips": [5]});
-        assert!(parse(&v, "").unwrap_err().msg.contains("runtimeConfig.ips"));
+        assert!(parse(&v, "").unwrap_err().to_string().contains("runtimeConfig.ips"));
     }
 
     #[test]
@@ -364,9 +368,9 @@ mod tests {
         assert!(c.check(Some(&prev("10.1.0.1", "10.1.0.5/24")), "net1").is_ok());
         assert!(c.check(Some(&prev("10.1.0.1", "10.1.0.9/24")), "net1").is_ok(), "absent is no error");
         let err = c.check(Some(&prev("10.1.0.2", "10.1.0.5/24")), "net1").unwrap_err();
-        assert_eq!(err.msg, "static: Failed to match addr 10.1.0.5 on interface net1");
+        assert_eq!(err.to_string(), "static: Failed to match addr 10.1.0.5 on interface net1");
         let err = c.check(None, "net1").unwrap_err();
-        assert!(err.msg.starts_with("Required prevResult missing"));
+        assert!(err.to_string().starts_with("Required prevResult missing"));
         assert!(c.check(Some(&json!({"ips": "x"})), "net1").is_err());
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::host_local::store::DiskStore;
 use super::*;
+use crate::cni::ErrorCode;
 use crate::delegate::exec::{self as delegate_exec, Exec};
 
 const REFERENCE_DIR: &str = "/usr/lib/cni";
@@ -38,30 +39,29 @@ fn ipam() -> Ipam {
 }
 
 /// Runs the reference plugin of `conf`'s ipam type, as a parent plugin would exec it.
-async fn reference(command: &str, conf: &Value, e: &InvocationEnv) -> Result<Option<Value>, DelegateError> {
+async fn reference(
+    command: Command,
+    conf: &Value,
+    e: &InvocationEnv,
+) -> Result<Option<Value>, DelegateError> {
     // A config without an ipam type goes to host-local, to see how it refuses it.
     let plugin = conf["ipam"]["type"].as_str().unwrap_or("host-local");
-    let mut vars = vec![
-        ("CNI_CONTAINERID", e.container_id.clone()),
-        ("CNI_NETNS", e.netns.clone()),
-        ("CNI_IFNAME", e.ifname.clone()),
-    ];
-    if !e.args.is_empty() {
-        vars.push(("CNI_ARGS", e.args.clone()));
-    }
     let dirs = [PathBuf::from(REFERENCE_DIR)];
-    delegate_exec::run(&dirs, Exec { plugin, command, env: vars, config: conf }, Duration::from_secs(30))
+    delegate_exec::run(&dirs, Exec { plugin, command, env: e.vars(), config: conf }, Duration::from_secs(30))
         .await
 }
 
 async fn reference_add(conf: &Value, e: &InvocationEnv) -> Result<CniResult, DelegateError> {
-    let out = reference("ADD", conf, e).await?.expect("the reference ADD printed a result");
+    let out = reference(Command::Add, conf, e).await?.expect("the reference ADD printed a result");
     Ok(CniResult::parse(&out, "").expect("the reference result parses"))
 }
 
+/// The code and message of a CNI error, whether the reference binary printed it or native
+/// IPAM returned it.
 fn code_msg(e: &DelegateError) -> (u32, String) {
     match e {
-        DelegateError::Failed { code, msg, .. } => (*code, msg.clone()),
+        DelegateError::Failed { code, msg, .. } => (code.code(), msg.clone()),
+        DelegateError::Native { source, .. } => (source.cni_code().code(), source.to_string()),
         other => panic!("not a CNI error: {other}"),
     }
 }
@@ -131,7 +131,7 @@ async fn static_results_match_the_reference() {
         let got = ipam().add(&conf, &e).await.unwrap_or_else(|err| panic!("{conf} {args}: {err}"));
         assert_eq!(got, want, "{conf} {args}");
         // And in the wire format of the version asked for.
-        let printed = reference("ADD", &conf, &e).await.unwrap().unwrap();
+        let printed = reference(Command::Add, &conf, &e).await.unwrap().unwrap();
         let version = conf["cniVersion"].as_str().unwrap();
         let mut mine = got.to_version(version).unwrap();
         // libcni up to 1.0 prints an empty "dns" object that plexus omits from 1.0.0 on.
@@ -169,8 +169,8 @@ async fn static_errors_carry_the_reference_message() {
     ];
     for (conf, args, code) in cases {
         let e = env("c1", "net1", args);
-        let (ref_code, ref_msg) = code_msg(&reference("ADD", &conf, &e).await.unwrap_err());
-        assert_eq!(ref_code, REFERENCE_ERROR_CODE);
+        let (ref_code, ref_msg) = code_msg(&reference(Command::Add, &conf, &e).await.unwrap_err());
+        assert_eq!(ref_code, ErrorCode::Internal.code());
         let (my_code, my_msg) = code_msg(&ipam().add(&conf, &e).await.unwrap_err());
         assert_eq!(my_code, code, "{conf} {args}: {my_msg}");
         assert!(my_msg.starts_with(&ref_msg), "{conf} {args}:\n mine {my_msg}\n  ref {ref_msg}");
@@ -192,7 +192,7 @@ async fn static_check_and_del_behave_like_the_reference() {
         (Value::Null, false),
     ] {
         let c = conf(prev);
-        let want = reference("CHECK", &c, &e).await;
+        let want = reference(Command::Check, &c, &e).await;
         let got = ipam().check(&c, &e).await;
         assert_eq!(got.is_ok(), ok, "{c}: {got:?}");
         assert_eq!(want.is_ok(), ok, "{c}: {want:?}");
@@ -240,7 +240,7 @@ async fn host_local_takes_turns_with_the_reference_on_one_range() {
 
     // Exhausted: both refuse the same way.
     let e = env("late", "net1", "");
-    let (ref_code, ref_msg) = code_msg(&reference("ADD", &conf, &e).await.unwrap_err());
+    let (ref_code, ref_msg) = code_msg(&reference(Command::Add, &conf, &e).await.unwrap_err());
     let (code, msg) = code_msg(&ipam().add(&conf, &e).await.unwrap_err());
     assert_eq!((code, msg.as_str()), (ref_code, ref_msg.as_str()));
     assert_eq!(
@@ -251,9 +251,9 @@ async fn host_local_takes_turns_with_the_reference_on_one_range() {
 
     // Each reads the other's files: CHECK finds them, a second ADD is refused as a duplicate.
     ipam().check(&conf, &env("c0", "net1", "")).await.unwrap();
-    reference("CHECK", &conf, &env("c1", "net1", "")).await.unwrap();
+    reference(Command::Check, &conf, &env("c1", "net1", "")).await.unwrap();
     // The duplicate check comes before the search for a free address, so this names plexus's file.
-    let (_, ref_dup) = code_msg(&reference("ADD", &conf, &env("c1", "net1", "")).await.unwrap_err());
+    let (_, ref_dup) = code_msg(&reference(Command::Add, &conf, &env("c1", "net1", "")).await.unwrap_err());
     assert_eq!(ref_dup, "failed to allocate for range 0: 10.20.0.3 has been allocated to c1, duplicate allocation is not allowed");
 
     // Each releases the other's allocations.
@@ -262,7 +262,7 @@ async fn host_local_takes_turns_with_the_reference_on_one_range() {
         if i % 2 == 0 {
             ipam().del(&conf, &e).await.unwrap();
         } else {
-            reference("DEL", &conf, &e).await.unwrap();
+            reference(Command::Del, &conf, &e).await.unwrap();
         }
     }
     assert!(ip_files(&dir).is_empty(), "{:?}", ip_files(&dir));
@@ -274,7 +274,8 @@ async fn host_local_takes_turns_with_the_reference_on_one_range() {
 
     // Now a duplicate ADD, after the range has room again.
     let (dup_code, dup) = code_msg(&ipam().add(&conf, &env("n1", "net1", "")).await.unwrap_err());
-    let (ref_code, ref_dup) = code_msg(&reference("ADD", &conf, &env("n2", "net1", "")).await.unwrap_err());
+    let (ref_code, ref_dup) =
+        code_msg(&reference(Command::Add, &conf, &env("n2", "net1", "")).await.unwrap_err());
     assert_eq!(dup, "failed to allocate for range 0: 10.20.0.2 has been allocated to n1, duplicate allocation is not allowed");
     assert_eq!(ref_dup, "failed to allocate for range 0: 10.20.0.3 has been allocated to n2, duplicate allocation is not allowed");
     assert_eq!((dup_code, ref_code), (999, 999));
@@ -285,7 +286,7 @@ async fn host_local_takes_turns_with_the_reference_on_one_range() {
     }
     ipam().del(&conf, &env("never", "net1", "")).await.unwrap();
     let (code, msg) = code_msg(&ipam().check(&conf, &env("n1", "net1", "")).await.unwrap_err());
-    let (_, ref_msg) = code_msg(&reference("CHECK", &conf, &env("n1", "net1", "")).await.unwrap_err());
+    let (_, ref_msg) = code_msg(&reference(Command::Check, &conf, &env("n1", "net1", "")).await.unwrap_err());
     assert_eq!((code, msg.as_str()), (999, ref_msg.as_str()));
 }
 
@@ -327,17 +328,18 @@ async fn host_local_dual_stack_and_requested_addresses_interoperate() {
 
     // Requested addresses: what one holds, the other cannot have. Free one v4 address each.
     ipam().del(&conf, &env("d0", "eth1", "")).await.unwrap();
-    reference("DEL", &conf, &env("d1", "eth1", "")).await.unwrap();
+    reference(Command::Del, &conf, &env("d1", "eth1", "")).await.unwrap();
     let mut want = conf.clone();
     want["runtimeConfig"] = json!({"ips": ["fd30::80"]});
     let r = ipam().add(&want, &env("r1", "eth1", "")).await.unwrap();
     assert_eq!(addresses(&r), ["10.30.0.100/24", "fd30::80/120"]);
     let taken = "failed to allocate for range 1: requested IP address fd30::80 is not available in range set fd30::1-fd30::ff";
-    let (code, ref_msg) = code_msg(&reference("ADD", &want, &env("r2", "eth1", "")).await.unwrap_err());
+    let (code, ref_msg) =
+        code_msg(&reference(Command::Add, &want, &env("r2", "eth1", "")).await.unwrap_err());
     assert_eq!((code, ref_msg.as_str()), (999, taken));
     let (code, msg) = code_msg(&ipam().add(&want, &env("r3", "eth1", "")).await.unwrap_err());
     assert_eq!((code, msg.as_str()), (999, taken));
-    reference("DEL", &conf, &env("r1", "eth1", "")).await.unwrap();
+    reference(Command::Del, &conf, &env("r1", "eth1", "")).await.unwrap();
     let r = reference_add(&want, &env("r2", "eth1", "IgnoreUnknown=1;K8S_POD_NAME=x")).await.unwrap();
     assert_eq!(addresses(&r), ["10.30.0.100/24", "fd30::80/120"]);
 
@@ -345,7 +347,7 @@ async fn host_local_dual_stack_and_requested_addresses_interoperate() {
     let mut nowhere = conf.clone();
     nowhere["args"] = json!({"cni": {"ips": ["10.99.0.1"]}});
     let (_, msg) = code_msg(&ipam().add(&nowhere, &env("x", "eth1", "")).await.unwrap_err());
-    let (_, ref_msg) = code_msg(&reference("ADD", &nowhere, &env("x", "eth1", "")).await.unwrap_err());
+    let (_, ref_msg) = code_msg(&reference(Command::Add, &nowhere, &env("x", "eth1", "")).await.unwrap_err());
     assert_eq!(msg, ref_msg);
     assert_eq!(msg, "failed to allocate all requested IPs: 10.99.0.1");
     let r = ipam().add(&conf, &env("y", "eth1", "IP=10.30.0.101")).await.unwrap();
@@ -393,7 +395,7 @@ async fn host_local_concurrent_native_and_reference_allocations_are_unique() {
             if i % 3 == 0 {
                 ipam().del(&conf, &e).await
             } else {
-                reference("DEL", &conf, &e).await.map(drop)
+                reference(Command::Del, &conf, &e).await.map(drop)
             }
         }));
     }
@@ -464,8 +466,8 @@ async fn host_local_config_errors_carry_the_reference_message() {
     ];
     for (conf, args, code) in cases {
         let e = env("c1", "net1", args);
-        let (ref_code, ref_msg) = code_msg(&reference("ADD", &conf, &e).await.unwrap_err());
-        assert_eq!(ref_code, REFERENCE_ERROR_CODE, "{ref_msg}");
+        let (ref_code, ref_msg) = code_msg(&reference(Command::Add, &conf, &e).await.unwrap_err());
+        assert_eq!(ref_code, ErrorCode::Internal.code(), "{ref_msg}");
         let (my_code, my_msg) = code_msg(&ipam().add(&conf, &e).await.unwrap_err());
         assert_eq!(my_code, code, "{conf} {args}: {my_msg}");
         assert!(my_msg.starts_with(&ref_msg), "{conf} {args}:\n mine {my_msg}\n  ref {ref_msg}");

@@ -81,11 +81,9 @@ impl KubeCatalog {
     pub async fn wait_synced(&self, timeout: Duration) -> bool {
         let mut nads = self.nads_synced.clone();
         let mut pods = self.pods_synced.clone();
-        let both = async {
-            let _ = nads.wait_for(|s| *s).await;
-            let _ = pods.wait_for(|s| *s).await;
-        };
-        tokio::time::timeout(timeout, both).await.is_ok()
+        // An error means the watcher ended before its cache synced: it never will.
+        let both = async { nads.wait_for(|s| *s).await.is_ok() && pods.wait_for(|s| *s).await.is_ok() };
+        matches!(tokio::time::timeout(timeout, both).await, Ok(true))
     }
 
     pub fn cached_pods(&self) -> usize {
@@ -112,7 +110,7 @@ impl KubeCatalog {
             Ok(Err(source)) => Err(KubeError::Api { what: what.clone(), source }),
             Err(_) => Err(KubeError::Timeout { what: what.clone(), timeout }),
         };
-        result.map_err(|e| CatalogError::Unavailable { what, detail: e.to_string() })
+        result.map_err(|e| CatalogError::unavailable(what, e))
     }
 }
 

@@ -140,13 +140,7 @@ impl StatusPublisher {
         if shared.pending.fetch_add(1, Ordering::SeqCst) >= shared.policy.max_pending {
             shared.pending.fetch_sub(1, Ordering::SeqCst);
             metrics().status_patch("dropped");
-            return Err(CatalogError::Unavailable {
-                what: "network-status".into(),
-                detail: format!(
-                    "{} patches are already pending; not publishing this one",
-                    shared.policy.max_pending
-                ),
-            });
+            return Err(CatalogError::Backlog { max_pending: shared.policy.max_pending });
         }
         let key = format!("{}/{}", pod.namespace, pod.name);
         let (generation, serial) = {

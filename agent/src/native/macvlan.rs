@@ -30,7 +30,7 @@ pub use error::{LinkMismatch, MacvlanError};
 use super::announce;
 use crate::cni::result::{is_supported_version, CniResult, Interface};
 use crate::cni::{Command, ErrorCode};
-use crate::delegate::native::{native_error, NativeCall, NativePlugin};
+use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
 use crate::netlink::{
@@ -55,24 +55,18 @@ impl Macvlan {
 impl NativePlugin for Macvlan {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
-            let unknown = || {
-                native_error(
-                    TYPE,
-                    call.command,
-                    ErrorCode::InvalidEnvironment.code(),
-                    format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", call.command),
-                )
-            };
-            let Ok(command) = Command::parse(call.command) else { return Err(unknown()) };
-            let outcome = match command {
+            let outcome = match call.command {
                 Command::Add => self.add(call.config, call.env).await.map(Some),
                 Command::Del => self.del(call.config, call.env).await.map(|()| None),
                 Command::Check => self.check(call.config, call.env).await.map(|()| None),
                 Command::Status => self.status(call.config).await.map(|()| None),
                 Command::Gc => self.gc(call.config).await.map(|()| None),
-                Command::Version => return Err(unknown()),
+                other => Err(MacvlanError::new(
+                    ErrorCode::InvalidEnvironment,
+                    format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", other.as_str()),
+                )),
             };
-            outcome.map_err(|failure| failure.into_delegate_error(TYPE, command))
+            outcome.map_err(|failure| failure.into_delegate_error(TYPE, call.command))
         })
     }
 }

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::selection::{Bandwidth, NetworkSelection};
 use crate::cni::config::NetworkConfigList;
+use crate::cni::{CniCode, ErrorCode};
 
 /// A configlist ready to run, with the runtime config each plugin may receive.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +29,13 @@ pub struct CapabilityError {
     pub key: &'static str,
     /// The CNI capability.
     pub capability: &'static str,
+}
+
+/// A capability no plugin declares is a config the user must fix.
+impl CniCode for CapabilityError {
+    fn cni_code(&self) -> ErrorCode {
+        ErrorCode::InvalidNetworkConfig
+    }
 }
 
 /// Builds the delegate config of a secondary attachment. Fails when the selection asks for

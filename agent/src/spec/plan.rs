@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use super::selection::NetworkSelection;
+use crate::cni::{CniCode, ErrorCode};
 
 /// One attachment the engine will make, in selection order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +35,13 @@ pub enum PlanError {
     NamespaceNotAllowed { pod_namespace: String, namespace: String, name: String },
     #[error("interface {ifname:?} requested for network {network} is already used by {holder}; choose another name")]
     InterfaceInUse { ifname: String, network: String, holder: String },
+}
+
+/// A plan refused is a selection the user must change.
+impl CniCode for PlanError {
+    fn cni_code(&self) -> ErrorCode {
+        ErrorCode::InvalidNetworkConfig
+    }
 }
 
 /// Plans the attachments of a pod. Generated names are `net1`, `net2`, ... in order, never

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::cni::config::{ConfigError, NetworkConfigList};
+use crate::cni::{CniCode, ErrorCode};
 
 /// The parts of a NetworkAttachmentDefinition object plexus reads (spec 3.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,7 +34,7 @@ pub enum ConfigOrigin {
     OnDisk(PathBuf),
 }
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error("NetworkAttachmentDefinition {nad}: spec.config is invalid: {source}")]
     InvalidSpecConfig { nad: String, source: ConfigError },
@@ -44,6 +45,13 @@ pub enum ResolveError {
          in the CNI config directories; add spec.config or a .conflist/.conf with that \"name\""
     )]
     NotFound { nad: String, name: String },
+}
+
+/// A network without a usable config is a config the user must fix.
+impl CniCode for ResolveError {
+    fn cni_code(&self) -> ErrorCode {
+        ErrorCode::InvalidNetworkConfig
+    }
 }
 
 impl NetworkAttachmentDefinition {

@@ -9,6 +9,8 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::cni::{CniCode, ErrorCode};
+
 use super::validate::{is_kernel_ifname, is_mac, is_nad_name, is_namespace, parse_ip_with_optional_prefix};
 
 /// One element of the selection: a request to attach one network (spec 4.1.2.1).
@@ -85,6 +87,18 @@ pub struct Bandwidth {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid k8s.v1.cni.cncf.io/networks annotation: {0}")]
 pub struct SelectionError(pub String);
+
+/// Why one key of an element is invalid; the element's context is added by its caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct InvalidField(String);
+
+/// An invalid selection is a config the user must fix.
+impl CniCode for SelectionError {
+    fn cni_code(&self) -> ErrorCode {
+        ErrorCode::InvalidNetworkConfig
+    }
+}
 
 fn invalid<T>(msg: impl Into<String>) -> Result<T, SelectionError> {
     Err(SelectionError(msg.into()))
@@ -173,7 +187,7 @@ fn parse_json_item(index: usize, item: &Value) -> Result<NetworkSelection, Selec
                     sel.namespace = Some(ns.to_owned());
                 }
             }
-            "ips" => sel.ips = Some(parse_ips(value).map_err(|e| SelectionError(ctx(&e)))?),
+            "ips" => sel.ips = Some(parse_ips(value).map_err(|e| SelectionError(ctx(&e.to_string())))?),
             "mac" => {
                 let mac = string(value).ok_or_else(|| SelectionError(ctx("\"mac\" must be a string")))?;
                 if !is_mac(mac) {
@@ -195,11 +209,15 @@ fn parse_json_item(index: usize, item: &Value) -> Result<NetworkSelection, Selec
                 _ => return invalid(ctx("\"cni-args\" must be an object")),
             },
             "portMappings" => {
-                sel.port_mappings = Some(parse_port_mappings(value).map_err(|e| SelectionError(ctx(&e)))?)
+                sel.port_mappings =
+                    Some(parse_port_mappings(value).map_err(|e| SelectionError(ctx(&e.to_string())))?)
             }
-            "bandwidth" => sel.bandwidth = Some(parse_bandwidth(value).map_err(|e| SelectionError(ctx(&e)))?),
+            "bandwidth" => {
+                sel.bandwidth = Some(parse_bandwidth(value).map_err(|e| SelectionError(ctx(&e.to_string())))?)
+            }
             "default-route" => {
-                sel.default_route = Some(parse_default_route(value).map_err(|e| SelectionError(ctx(&e)))?)
+                sel.default_route =
+                    Some(parse_default_route(value).map_err(|e| SelectionError(ctx(&e.to_string())))?)
             }
             // Reverse-domain keys belong to other implementations (spec 4.1.2.1); keys
             // without a period are reserved for future spec versions. Neither changes
@@ -244,36 +262,48 @@ fn check_interface(index: usize, ifname: &str) -> Result<(), SelectionError> {
     }
 }
 
-fn parse_ips(value: &Value) -> Result<Vec<String>, String> {
-    let Value::Array(items) = value else { return Err("\"ips\" must be a list of strings".into()) };
+fn parse_ips(value: &Value) -> Result<Vec<String>, InvalidField> {
+    let Value::Array(items) = value else {
+        return Err(InvalidField("\"ips\" must be a list of strings".into()));
+    };
     if items.is_empty() {
-        return Err("\"ips\" must contain at least one address (spec 4.1.2.1.3)".into());
+        return Err(InvalidField("\"ips\" must contain at least one address (spec 4.1.2.1.3)".into()));
     }
     items
         .iter()
         .map(|ip| match ip.as_str() {
             Some(s) if parse_ip_with_optional_prefix(s).is_some() => Ok(s.to_owned()),
-            _ => Err(format!("\"ips\" element {ip} is not an IPv4 or IPv6 address with optional /prefix")),
+            _ => Err(InvalidField(format!(
+                "\"ips\" element {ip} is not an IPv4 or IPv6 address with optional /prefix"
+            ))),
         })
         .collect()
 }
 
-fn parse_port_mappings(value: &Value) -> Result<Vec<PortMapping>, String> {
-    let Value::Array(items) = value else { return Err("\"portMappings\" must be a list of objects".into()) };
+fn parse_port_mappings(value: &Value) -> Result<Vec<PortMapping>, InvalidField> {
+    let Value::Array(items) = value else {
+        return Err(InvalidField("\"portMappings\" must be a list of objects".into()));
+    };
     if items.is_empty() {
-        return Err("\"portMappings\" must contain at least one mapping (spec 4.1.2.1.7)".into());
+        return Err(InvalidField(
+            "\"portMappings\" must contain at least one mapping (spec 4.1.2.1.7)".into(),
+        ));
     }
     items.iter().enumerate().map(|(i, m)| parse_port_mapping(i, m)).collect()
 }
 
-fn parse_port_mapping(i: usize, value: &Value) -> Result<PortMapping, String> {
-    let Value::Object(m) = value else { return Err(format!("portMappings[{i}] must be an object")) };
-    let port = |key: &str| -> Result<u16, String> {
+fn parse_port_mapping(i: usize, value: &Value) -> Result<PortMapping, InvalidField> {
+    let Value::Object(m) = value else {
+        return Err(InvalidField(format!("portMappings[{i}] must be an object")));
+    };
+    let port = |key: &str| -> Result<u16, InvalidField> {
         match m.get(key) {
-            None => Err(format!("portMappings[{i}] has no \"{key}\"; it is required")),
+            None => Err(InvalidField(format!("portMappings[{i}] has no \"{key}\"; it is required"))),
             Some(v) => match v.as_u64() {
                 Some(p @ 1..=65535) => Ok(p as u16),
-                _ => Err(format!("portMappings[{i}].{key} is {v}; it must be an integer from 1 to 65535")),
+                _ => Err(InvalidField(format!(
+                    "portMappings[{i}].{key} is {v}; it must be an integer from 1 to 65535"
+                ))),
             },
         }
     };
@@ -285,34 +315,43 @@ fn parse_port_mapping(i: usize, value: &Value) -> Result<PortMapping, String> {
             "TCP" => Protocol::Tcp,
             "UDP" => Protocol::Udp,
             "SCTP" => Protocol::Sctp,
-            _ => return Err(format!("portMappings[{i}].protocol {p:?} must be TCP, UDP or SCTP")),
+            _ => {
+                return Err(InvalidField(format!(
+                    "portMappings[{i}].protocol {p:?} must be TCP, UDP or SCTP"
+                )))
+            }
         },
-        Some(v) => return Err(format!("portMappings[{i}].protocol is {v}; it must be a string")),
+        Some(v) => {
+            return Err(InvalidField(format!("portMappings[{i}].protocol is {v}; it must be a string")))
+        }
     };
     // hostIP is CNI CONVENTIONS' key for binding a mapping to one host address.
     let host_ip = match m.get("hostIP") {
         None => None,
         Some(Value::String(s)) if s.is_empty() => None,
-        Some(Value::String(s)) => {
-            Some(s.parse().map_err(|_| format!("portMappings[{i}].hostIP {s:?} is not an IP address"))?)
-        }
-        Some(v) => return Err(format!("portMappings[{i}].hostIP is {v}; it must be a string")),
+        Some(Value::String(s)) => Some(
+            s.parse()
+                .map_err(|_| InvalidField(format!("portMappings[{i}].hostIP {s:?} is not an IP address")))?,
+        ),
+        Some(v) => return Err(InvalidField(format!("portMappings[{i}].hostIP is {v}; it must be a string"))),
     };
     Ok(PortMapping { host_port, container_port, protocol, host_ip })
 }
 
-fn parse_bandwidth(value: &Value) -> Result<Bandwidth, String> {
-    let Value::Object(m) = value else { return Err("\"bandwidth\" must be an object".into()) };
+fn parse_bandwidth(value: &Value) -> Result<Bandwidth, InvalidField> {
+    let Value::Object(m) = value else { return Err(InvalidField("\"bandwidth\" must be an object".into())) };
     if m.is_empty() {
-        return Err("\"bandwidth\" must contain at least one of ingressRate, ingressBurst, egressRate, \
+        return Err(InvalidField(
+            "\"bandwidth\" must contain at least one of ingressRate, ingressBurst, egressRate, \
                     egressBurst (spec 4.1.2.1.8)"
-            .into());
+                .into(),
+        ));
     }
     let mut bw = Bandwidth::default();
     for (key, v) in m {
         let n = match v.as_u64() {
             Some(n) if n > 0 => n,
-            _ => return Err(format!("bandwidth.{key} is {v}; it must be a non-zero integer")),
+            _ => return Err(InvalidField(format!("bandwidth.{key} is {v}; it must be a non-zero integer"))),
         };
         match key.as_str() {
             "ingressRate" => bw.ingress_rate = Some(n),
@@ -320,30 +359,32 @@ fn parse_bandwidth(value: &Value) -> Result<Bandwidth, String> {
             "egressRate" => bw.egress_rate = Some(n),
             "egressBurst" => bw.egress_burst = Some(n),
             other => {
-                return Err(format!(
+                return Err(InvalidField(format!(
                 "bandwidth key {other:?} is unknown; use ingressRate, ingressBurst, egressRate, egressBurst"
-            ))
+            )))
             }
         }
     }
     if bw.ingress_burst.is_some() && bw.ingress_rate.is_none() {
-        return Err("bandwidth.ingressBurst is set without ingressRate; set the rate too".into());
+        return Err(InvalidField(
+            "bandwidth.ingressBurst is set without ingressRate; set the rate too".into(),
+        ));
     }
     if bw.egress_burst.is_some() && bw.egress_rate.is_none() {
-        return Err("bandwidth.egressBurst is set without egressRate; set the rate too".into());
+        return Err(InvalidField("bandwidth.egressBurst is set without egressRate; set the rate too".into()));
     }
     Ok(bw)
 }
 
-fn parse_default_route(value: &Value) -> Result<Vec<IpAddr>, String> {
+fn parse_default_route(value: &Value) -> Result<Vec<IpAddr>, InvalidField> {
     let Value::Array(items) = value else {
-        return Err("\"default-route\" must be a list of gateway addresses".into());
+        return Err(InvalidField("\"default-route\" must be a list of gateway addresses".into()));
     };
     items
         .iter()
         .map(|gw| match gw.as_str().map(str::parse::<IpAddr>) {
             Some(Ok(ip)) => Ok(ip),
-            _ => Err(format!("\"default-route\" element {gw} is not an IP address")),
+            _ => Err(InvalidField(format!("\"default-route\" element {gw} is not an IP address"))),
         })
         .collect()
 }

@@ -17,6 +17,7 @@ use ipnet::IpNet;
 
 use super::config::RangeSet;
 use crate::cni::result::IpConfig;
+use crate::cni::{CniCode, ErrorCode};
 use crate::ipam::addr::{go_string, next_ip, with_prefix};
 
 /// Whose allocation a file is: its content is `<containerID>\r\n<ifname>`.
@@ -70,23 +71,41 @@ pub trait Store {
     fn release(&mut self, file: &str) -> io::Result<()>;
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why no address was allocated.
+#[derive(Debug, thiserror::Error)]
 pub enum AllocError {
-    /// What the reference reports with its own message (its code 999).
+    /// What the reference refuses, with its own message.
+    #[error("{0}")]
     Refused(String),
-    /// The store failed.
-    Io(String),
+    /// The store failed, while allocating from range set `range` when known.
+    #[error("{}{source}", range_prefix(*range))]
+    Io { range: Option<usize>, source: io::Error },
+}
+
+fn range_prefix(range: Option<usize>) -> String {
+    range.map(|index| format!("failed to allocate for range {index}: ")).unwrap_or_default()
 }
 
 impl AllocError {
-    fn io(e: io::Error) -> Self {
-        AllocError::Io(e.to_string())
+    fn io(source: io::Error) -> Self {
+        AllocError::Io { range: None, source }
     }
 
-    fn prefixed(self, prefix: &str) -> Self {
+    /// The error of allocating from range set `index`, as the reference words it.
+    fn in_range(self, index: usize) -> Self {
         match self {
-            AllocError::Refused(m) => AllocError::Refused(format!("{prefix}: {m}")),
-            AllocError::Io(m) => AllocError::Io(format!("{prefix}: {m}")),
+            AllocError::Refused(m) => AllocError::Refused(format!("{}{m}", range_prefix(Some(index)))),
+            AllocError::Io { source, .. } => AllocError::Io { range: Some(index), source },
+        }
+    }
+}
+
+impl CniCode for AllocError {
+    fn cni_code(&self) -> ErrorCode {
+        match self {
+            // libcni's ErrInternal, the code the reference answers with.
+            AllocError::Refused(_) => ErrorCode::Internal,
+            AllocError::Io { .. } => ErrorCode::IoFailure,
         }
     }
 }
@@ -172,7 +191,7 @@ pub fn allocate(
             Ok(config) => configs.push(config),
             Err(e) => {
                 undo(store, &configs);
-                return Err(e.prefixed(&format!("failed to allocate for range {index}")));
+                return Err(e.in_range(index));
             }
         }
     }
@@ -469,6 +488,14 @@ pub mod tests {
         RangeSet(vec![range("10.9.0.0/29", "10.9.0.1", "10.9.0.6", "10.9.0.1")])
     }
 
+    /// The message of a refusal; anything else fails the test.
+    fn refused(r: Result<Vec<String>, AllocError>) -> String {
+        match r {
+            Err(AllocError::Refused(m)) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn add(s: &mut FakeStore, sets: &[RangeSet], req: &[&str], id: &str) -> Result<Vec<String>, AllocError> {
         let req: Vec<IpAddr> = req.iter().map(|r| ip(r)).collect();
         allocate(s, sets, &req, Owner::new(id, "eth0")).map(|c| {
@@ -493,11 +520,8 @@ pub mod tests {
         }
         assert_eq!(add(&mut s, &[small()], &[], "c6").unwrap(), ["10.9.0.2/29 gw 10.9.0.1"], "wraps around");
         assert_eq!(
-            add(&mut s, &[small()], &[], "c7"),
-            Err(AllocError::Refused(
-                "failed to allocate for range 0: no IP addresses available in range set: 10.9.0.1-10.9.0.6"
-                    .into()
-            ))
+            refused(add(&mut s, &[small()], &[], "c7")),
+            "failed to allocate for range 0: no IP addresses available in range set: 10.9.0.1-10.9.0.6"
         );
     }
 
@@ -506,19 +530,18 @@ pub mod tests {
         let mut s = FakeStore::default();
         add(&mut s, &[small()], &[], "c1").unwrap();
         assert_eq!(
-            add(&mut s, &[small()], &[], "c1"),
-            Err(AllocError::Refused(
-                "failed to allocate for range 0: 10.9.0.2 has been allocated to c1, duplicate allocation is not allowed".into()
-            ))
+            refused(add(&mut s, &[small()], &[], "c1")),
+            "failed to allocate for range 0: 10.9.0.2 has been allocated to c1, duplicate allocation is not allowed"
         );
         assert_eq!(s.files.len(), 1, "the earlier allocation survives");
         // Another interface of the same container is another attachment.
         allocate(&mut s, &[small()], &[], Owner::new("c1", "net1")).unwrap();
         // A file in the older format counts as the container's too.
         s.files.insert("10.9.0.6".into(), "old\n".into());
-        assert!(add(&mut s, &[small()], &[], "old").unwrap_err().eq(&AllocError::Refused(
-            "failed to allocate for range 0: 10.9.0.6 has been allocated to old, duplicate allocation is not allowed".into()
-        )));
+        assert_eq!(
+            refused(add(&mut s, &[small()], &[], "old")),
+            "failed to allocate for range 0: 10.9.0.6 has been allocated to old, duplicate allocation is not allowed"
+        );
     }
 
     #[test]
@@ -531,10 +554,6 @@ pub mod tests {
             ["10.1.0.50/24 gw 10.1.0.1", "fd00::2/120 gw fd00::1"]
         );
         assert_eq!(s.last[&0], ip("10.1.0.50"), "a requested address also moves the round robin");
-        let refused = |r: Result<Vec<String>, AllocError>| match r {
-            Err(AllocError::Refused(m)) => m,
-            other => panic!("{other:?}"),
-        };
         assert_eq!(
             refused(add(&mut s, &both, &["10.1.0.50"], "b")),
             "failed to allocate for range 0: requested IP address 10.1.0.50 is not available in range set 10.1.0.1-10.1.0.254"

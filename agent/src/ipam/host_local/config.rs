@@ -14,7 +14,7 @@ use crate::cni::result::Route;
 use crate::ipam::addr::{
     self, canonical, go_string, net_contains, parse_cidr, parse_ip, same_family, to_u128,
 };
-use crate::ipam::cni_args::load_args;
+use crate::ipam::cni_args::{load_args, InvalidValue};
 use crate::ipam::netconf;
 use crate::ipam::IpamError;
 
@@ -163,11 +163,10 @@ pub fn parse(netconf: &Value, cni_args: &str) -> Result<HostLocalConfig, IpamErr
         env_ip = if value.is_empty() {
             None
         } else {
-            Some(requested_ip(value).ok_or_else(|| format!("invalid IP address {value}"))?)
+            Some(requested_ip(value).ok_or_else(|| InvalidValue(format!("invalid IP address {value}")))?)
         };
         Ok(true)
-    })
-    .map_err(IpamError::invalid_env)?;
+    })?;
     requested.extend(env_ip);
     for (source, ips) in [("args.cni.ips", args_ips), ("runtimeConfig.ips", runtime_ips)] {
         for text in ips {
@@ -200,9 +199,7 @@ pub fn parse(netconf: &Value, cni_args: &str) -> Result<HostLocalConfig, IpamErr
     let sets = raw_sets
         .into_iter()
         .enumerate()
-        .map(|(i, set)| {
-            canonical_set(set).map_err(|e| IpamError::invalid_config(format!("invalid range set {i}: {e}")))
-        })
+        .map(|(i, set)| canonical_set(set).map_err(|source| IpamError::Range { set: i, source }))
         .collect::<Result<Vec<_>, _>>()?;
 
     let v4 = sets.iter().filter(|s| s.is_ipv4()).count();
@@ -283,21 +280,30 @@ fn raw_range_sets(v: Option<&Value>, path: &str) -> Result<Vec<Vec<RawRange>>, I
     }
 }
 
+/// Why a range or range set is refused; the message says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidRange(String);
+
+fn invalid_range(msg: impl Into<String>) -> InvalidRange {
+    InvalidRange(msg.into())
+}
+
 /// The reference's `RangeSet.Canonicalize`.
-fn canonical_set(raw: Vec<RawRange>) -> Result<RangeSet, String> {
+fn canonical_set(raw: Vec<RawRange>) -> Result<RangeSet, InvalidRange> {
     if raw.is_empty() {
-        return Err("empty range set; give each range set at least one {\"subnet\": ...}".into());
+        return Err(invalid_range("empty range set; give each range set at least one {\"subnet\": ...}"));
     }
     let ranges = raw.into_iter().map(canonical_range).collect::<Result<Vec<_>, _>>()?;
     if ranges.iter().any(|r| !same_family(r.range_start, ranges[0].range_start)) {
-        return Err("mixed address families; put IPv4 and IPv6 ranges in separate range sets".into());
+        return Err(invalid_range("mixed address families; put IPv4 and IPv6 ranges in separate range sets"));
     }
     for (i, a) in ranges.iter().enumerate() {
         for b in &ranges[i + 1..] {
             if a.overlaps(b) {
-                return Err(format!(
+                return Err(invalid_range(format!(
                     "subnets {a} and {b} overlap; the ranges of a set must not share addresses"
-                ));
+                )));
             }
         }
     }
@@ -307,50 +313,50 @@ fn canonical_set(raw: Vec<RawRange>) -> Result<RangeSet, String> {
 /// The reference's `Range.Canonicalize`: defaults for the gateway (.1), rangeStart (.1, the
 /// gateway being skipped when allocating) and rangeEnd (the last address, minus the
 /// broadcast address for IPv4).
-fn canonical_range(raw: RawRange) -> Result<Range, String> {
+fn canonical_range(raw: RawRange) -> Result<Range, InvalidRange> {
     let Some(given) = raw.subnet else {
-        return Err("a range has no \"subnet\"; add one, e.g. \"subnet\": \"10.1.0.0/24\"".into());
+        return Err(invalid_range("a range has no \"subnet\"; add one, e.g. \"subnet\": \"10.1.0.0/24\""));
     };
     if given.prefix_len() > given.max_prefix_len() - 2 {
-        return Err(format!(
+        return Err(invalid_range(format!(
             "Network {given} too small to allocate from; use a subnet with at least two host addresses"
-        ));
+        )));
     }
     // Go keeps the 16-byte mask of an IPv4-mapped subnet while making its address IPv4.
     if let IpNet::V6(v6) = given {
         if v6.addr().to_ipv4_mapped().is_some() {
-            return Err(format!(
+            return Err(invalid_range(format!(
                 "IPNet IP and Mask version mismatch; write the IPv4 subnet {given} as plain IPv4"
-            ));
+            )));
         }
     }
     let subnet = given.trunc();
     if subnet.addr() != given.addr() {
-        return Err(format!(
+        return Err(invalid_range(format!(
             "Network has host bits set. For a subnet mask of length {} the network address is {}; \
              write the subnet as {subnet}",
             subnet.prefix_len(),
             go_string(subnet.addr())
-        ));
+        )));
     }
     let first = addr::next_ip(subnet.network());
     let gateway = raw.gateway.unwrap_or(first);
     if !same_family(gateway, subnet.addr()) {
-        return Err(format!(
+        return Err(invalid_range(format!(
             "gateway {} is not of the family of network {subnet}; give a gateway of the subnet's family",
             go_string(gateway)
-        ));
+        )));
     }
     let in_subnet = |ip: IpAddr| same_family(ip, subnet.addr()) && net_contains(&subnet, ip);
     let range_start = match raw.range_start {
         Some(start) => {
             // The reference's Contains also compares with rangeEnd when it is given.
             if !in_subnet(start) || raw.range_end.is_some_and(|end| to_u128(start) > to_u128(end)) {
-                return Err(format!(
+                return Err(invalid_range(format!(
                     "RangeStart {} not in network {subnet}; rangeStart must be inside the subnet and not \
                      after rangeEnd",
                     go_string(start)
-                ));
+                )));
             }
             start
         }
@@ -359,11 +365,11 @@ fn canonical_range(raw: RawRange) -> Result<Range, String> {
     let range_end = match raw.range_end {
         Some(end) => {
             if !in_subnet(end) || to_u128(end) < to_u128(range_start) {
-                return Err(format!(
+                return Err(invalid_range(format!(
                     "RangeEnd {} not in network {subnet}; rangeEnd must be inside the subnet and not \
                      before rangeStart",
                     go_string(end)
-                ));
+                )));
             }
             end
         }
@@ -384,6 +390,7 @@ fn last_ip(subnet: &IpNet) -> IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::CniCode;
     use serde_json::json;
 
     fn ip(s: &str) -> IpAddr {
@@ -475,7 +482,9 @@ mod tests {
         let mut v = conf(ipam);
         v["cniVersion"] = json!("0.2.0");
         let err = parse(&v, "").unwrap_err();
-        assert!(err.msg.starts_with("CNI version 0.2.0 does not support more than 1 address per family"));
+        assert!(err
+            .to_string()
+            .starts_with("CNI version 0.2.0 does not support more than 1 address per family"));
         v["cniVersion"] = json!("0.3.0");
         assert!(parse(&v, "").is_ok());
     }
@@ -535,9 +544,9 @@ mod tests {
         ];
         for (ipam, want) in cases {
             let err = parse(&conf(ipam.clone()), "").unwrap_err();
-            assert_eq!(err.code, 7, "{ipam}");
-            assert!(err.msg.starts_with(want), "{ipam}:\n got {}\nwant {want}", err.msg);
-            assert!(err.msg.len() > want.len(), "{ipam}: the message says what to fix: {}", err.msg);
+            assert_eq!(err.cni_code().code(), 7, "{ipam}");
+            assert!(err.to_string().starts_with(want), "{ipam}:\n got {}\nwant {want}", err);
+            assert!(err.to_string().len() > want.len(), "{ipam}: the message says what to fix: {err}");
         }
     }
 
@@ -554,15 +563,15 @@ mod tests {
             ("IP", r#"ARGS: invalid pair "IP""#),
         ] {
             let err = parse(&v, args).unwrap_err();
-            assert_eq!(err.code, 4, "{args}");
-            assert!(err.msg.starts_with(want), "{args}: {}", err.msg);
+            assert_eq!(err.cni_code().code(), 4, "{args}");
+            assert!(err.to_string().starts_with(want), "{args}: {}", err);
         }
         let mut v2 = v.clone();
         v2["runtimeConfig"] = json!({"ips": ["x"]});
-        assert!(parse(&v2, "").unwrap_err().msg.starts_with("invalid IP address x"));
+        assert!(parse(&v2, "").unwrap_err().to_string().starts_with("invalid IP address x"));
         let mut v3 = v.clone();
         v3["args"] = json!({"cni": {"ips": "10.1.0.5"}});
-        assert!(parse(&v3, "").unwrap_err().msg.contains("args.cni.ips"));
+        assert!(parse(&v3, "").unwrap_err().to_string().contains("args.cni.ips"));
     }
 
     #[test]

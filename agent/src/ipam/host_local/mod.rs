@@ -13,7 +13,7 @@ pub mod store;
 
 use std::time::{Duration, Instant};
 
-use allocator::{AllocError, Owner};
+use allocator::Owner;
 pub use config::HostLocalConfig;
 use store::{DiskStore, StoreError};
 
@@ -35,8 +35,7 @@ pub async fn add(
             None => Dns::default(),
         };
         let mut store = DiskStore::open(&cfg.network_dir(), deadline).map_err(|e| store_error(e, timeout))?;
-        let ips = allocator::allocate(&mut store, &cfg.ranges, &cfg.requested, Owner::new(&id, &ifname))
-            .map_err(alloc_error)?;
+        let ips = allocator::allocate(&mut store, &cfg.ranges, &cfg.requested, Owner::new(&id, &ifname))?;
         Ok(CniResult { cni_version: cfg.cni_version, interfaces: Vec::new(), ips, routes: cfg.routes, dns })
     })
     .await
@@ -54,7 +53,7 @@ pub async fn del(cfg: HostLocalConfig, env: &InvocationEnv, timeout: Duration) -
             return Ok(());
         };
         allocator::release(&mut store, Owner::new(&id, &ifname))
-            .map_err(|e| IpamError::io(format!("host-local: releasing in {}: {e}", dir.display())))
+            .map_err(|e| IpamError::io(format!("host-local: releasing in {}", dir.display()), e))
     })
     .await
 }
@@ -67,7 +66,7 @@ pub async fn check(cfg: HostLocalConfig, env: &InvocationEnv, timeout: Duration)
         let dir = cfg.network_dir();
         let found = match DiskStore::open_existing(&dir, deadline).map_err(|e| store_error(e, timeout))? {
             Some(store) => allocator::has_allocation(&store, Owner::new(&id, &ifname))
-                .map_err(|e| IpamError::io(format!("host-local: reading {}: {e}", dir.display())))?,
+                .map_err(|e| IpamError::io(format!("host-local: reading {}", dir.display()), e))?,
             None => false,
         };
         if found {
@@ -82,23 +81,12 @@ pub async fn check(cfg: HostLocalConfig, env: &InvocationEnv, timeout: Duration)
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, IpamError> + Send + 'static,
 ) -> Result<T, IpamError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| IpamError::io(format!("host-local: the file worker failed: {e}")))?
+    tokio::task::spawn_blocking(work).await?
 }
 
 fn store_error(e: StoreError, timeout: Duration) -> IpamError {
     match e {
-        StoreError::Busy(_) => {
-            IpamError::try_again(format!("host-local: {e} for more than {timeout:?}; try again"))
-        }
-        StoreError::Io(..) => IpamError::io(format!("host-local: {e}")),
-    }
-}
-
-fn alloc_error(e: AllocError) -> IpamError {
-    match e {
-        AllocError::Refused(msg) => IpamError::reference(msg),
-        AllocError::Io(msg) => IpamError::io(msg),
+        StoreError::Busy(_) => IpamError::Locked { source: e, timeout },
+        StoreError::Io { .. } => IpamError::Store(e),
     }
 }

@@ -36,13 +36,14 @@ pub fn read(path: &Path) -> Result<Dns, IpamError> {
             "open {}: {e}; fix or remove ipam.resolvConf",
             path.display()
         ))),
-        Err(e) => Err(IpamError::io(format!("open {}: {e}", path.display()))),
+        Err(e) => Err(IpamError::io(format!("open {}", path.display()), e)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::{CniCode, ErrorCode};
 
     #[test]
     fn parses_like_the_reference() {
@@ -60,7 +61,7 @@ mod tests {
     #[test]
     fn a_missing_file_is_a_config_error() {
         let err = read(Path::new("/nonexistent/resolv.conf")).unwrap_err();
-        assert_eq!(err.code, 7);
-        assert!(err.msg.starts_with("open /nonexistent/resolv.conf: "), "{}", err.msg);
+        assert_eq!(err.cni_code(), ErrorCode::InvalidNetworkConfig);
+        assert!(err.to_string().starts_with("open /nonexistent/resolv.conf: "), "{err}");
     }
 }

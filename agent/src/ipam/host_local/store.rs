@@ -29,21 +29,18 @@ const LAST_IP_PREFIX: &str = "last_reserved_ip.";
 const LOCK_FILE: &str = "lock";
 
 /// Why the store could not be used.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// Another process held the lock past the deadline.
+    #[error("the host-local lock {} is held by another process", .0.display())]
     Busy(PathBuf),
-    Io(PathBuf, io::Error),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
 }
 
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreError::Busy(p) => {
-                write!(f, "the host-local lock {} is held by another process", p.display())
-            }
-            StoreError::Io(p, e) => write!(f, "{}: {e}", p.display()),
-        }
+impl StoreError {
+    fn io(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+        move |source| StoreError::Io { path: path.to_owned(), source }
     }
 }
 
@@ -57,11 +54,7 @@ pub struct DiskStore {
 impl DiskStore {
     /// Creates the directory if needed and takes the lock, waiting until `deadline`.
     pub fn open(dir: &Path, deadline: Instant) -> Result<DiskStore, StoreError> {
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(dir)
-            .map_err(|e| StoreError::Io(dir.to_owned(), e))?;
+        DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(StoreError::io(dir))?;
         Self::lock(dir, deadline)
     }
 
@@ -70,9 +63,11 @@ impl DiskStore {
     pub fn open_existing(dir: &Path, deadline: Instant) -> Result<Option<DiskStore>, StoreError> {
         match fs::metadata(dir) {
             Ok(m) if m.is_dir() => Self::lock(dir, deadline).map(Some),
-            Ok(_) => Err(StoreError::Io(dir.to_owned(), io::Error::other("is not a directory"))),
+            Ok(_) => {
+                Err(StoreError::io(dir)(io::Error::new(io::ErrorKind::NotADirectory, "is not a directory")))
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::Io(dir.to_owned(), e)),
+            Err(e) => Err(StoreError::io(dir)(e)),
         }
     }
 
@@ -86,14 +81,14 @@ impl DiskStore {
             .truncate(false)
             .mode(0o750)
             .open(&path)
-            .map_err(|e| StoreError::Io(path.clone(), e))?;
+            .map_err(StoreError::io(&path))?;
         // Polled rather than blocking, so a wedged holder costs a timeout, not a thread forever.
         let mut pause = Duration::from_millis(1);
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(lock) => return Ok(DiskStore { dir: dir.to_owned(), _lock: lock }),
                 Err((f, Errno::EWOULDBLOCK)) | Err((f, Errno::EINTR)) => file = f,
-                Err((_, e)) => return Err(StoreError::Io(path, io::Error::from(e))),
+                Err((_, e)) => return Err(StoreError::io(&path)(io::Error::from(e))),
             }
             if Instant::now() >= deadline {
                 return Err(StoreError::Busy(path));
@@ -142,7 +137,11 @@ impl Store for DiskStore {
             };
         if let Err(e) = file.write_all(record.as_bytes()) {
             drop(file);
-            let _ = fs::remove_file(&path);
+            // The write's error is the one to report; a file left behind keeps its address
+            // taken until someone removes it, which the warning says.
+            if let Err(r) = fs::remove_file(&path) {
+                tracing::warn!(file = %path.display(), "host-local: removing a partly written file: {r}");
+            }
             return Err(e);
         }
         drop(file);

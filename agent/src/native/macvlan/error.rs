@@ -1,7 +1,6 @@
 //! How a macvlan invocation fails, and the CNI code the runtime gets for it.
 
 use crate::cni::{CniCode, Command, ErrorCode};
-use crate::delegate::native::native_error;
 use crate::delegate::DelegateError;
 use crate::netlink::{LinkError, NamespaceError};
 
@@ -39,7 +38,7 @@ impl CniCode for MacvlanError {
             MacvlanError::Cni { code, .. } => *code,
             MacvlanError::Link(e) => e.cni_code(),
             MacvlanError::Mismatch(_) => ErrorCode::Internal,
-            MacvlanError::Delegate(e) => e.code(),
+            MacvlanError::Delegate(e) => e.cni_code(),
         }
     }
 }
@@ -66,7 +65,7 @@ impl MacvlanError {
     pub(super) fn into_delegate_error(self, plugin: &str, command: Command) -> DelegateError {
         match self {
             MacvlanError::Delegate(e) => *e,
-            other => native_error(plugin, command.as_str(), other.cni_code().code(), other.to_string()),
+            other => DelegateError::native(plugin, command, other),
         }
     }
 }

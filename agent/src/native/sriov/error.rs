@@ -1,7 +1,6 @@
 //! What can go wrong, and the CNI error code each failure reaches the runtime with.
 
 use crate::cni::{CniCode, Command, ErrorCode};
-use crate::delegate::native::native_error;
 use crate::delegate::DelegateError;
 use crate::netlink::{describe, LinkError, MacError, NamespaceError};
 
@@ -88,7 +87,7 @@ impl SriovError {
     pub fn into_delegate(self, command: Command) -> DelegateError {
         match self {
             SriovError::Ipam(e) => *e,
-            other => native_error("sriov", command.as_str(), other.cni_code().code(), other.to_string()),
+            other => DelegateError::native("sriov", command, other),
         }
     }
 }
@@ -103,7 +102,7 @@ impl CniCode for SriovError {
             SriovError::Environment(_) => ErrorCode::InvalidEnvironment,
             SriovError::Busy { .. } | SriovError::LockTimeout { .. } => ErrorCode::TryAgainLater,
             SriovError::State { .. } => ErrorCode::IoFailure,
-            SriovError::Ipam(e) => e.code(),
+            SriovError::Ipam(e) => e.cni_code(),
             SriovError::Link(e) => e.cni_code(),
             SriovError::Netlink { .. }
             | SriovError::Pf { .. }

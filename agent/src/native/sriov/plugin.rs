@@ -466,27 +466,25 @@ fn require_env(env: &InvocationEnv) -> Result<(), SriovError> {
 impl NativePlugin for SriovPlugin {
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
-            let unknown = |other: &str| {
-                native_error(
-                    "sriov",
-                    other,
-                    ErrorCode::InvalidEnvironment.code(),
-                    format!("unknown CNI command {other:?}"),
-                )
-            };
-            let Ok(command) = Command::parse(call.command) else { return Err(unknown(call.command)) };
-            let outcome = match command {
+            let outcome = match call.command {
                 Command::Add => self.add(call.config, call.env).await.map(Some),
                 Command::Del => self.del(call.config, call.env).await.map(|()| None),
                 Command::Check => self.check(call.config, call.env).await.map(|()| None),
                 Command::Gc => self.gc(call.config).await.map(|()| None),
                 // Nothing to be ready for: every VF is found (or not) when a pod asks for it.
                 Command::Status => Ok(None),
-                Command::Version => return Err(unknown(call.command)),
+                other => {
+                    return Err(native_error(
+                        "sriov",
+                        other,
+                        ErrorCode::InvalidEnvironment,
+                        format!("unknown CNI command {:?}", other.as_str()),
+                    ));
+                }
             };
             outcome.map_err(|e| {
-                tracing::warn!(command = %command, "sriov: {e}");
-                e.into_delegate(command)
+                tracing::warn!(command = call.command.as_str(), "sriov: {e}");
+                e.into_delegate(call.command)
             })
         })
     }

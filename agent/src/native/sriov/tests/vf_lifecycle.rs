@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::fixture::{unique, FakePf, TestNetns};
+use crate::cni::{CniCode, Command};
 use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
@@ -140,11 +141,12 @@ async fn call(
     config: &Value,
     env: &InvocationEnv,
 ) -> Result<Option<Value>, DelegateError> {
+    let command = Command::parse(command).expect("a CNI verb");
     plugin.invoke(NativeCall { command, config, env, list: None }).await
 }
 
 fn code(err: &DelegateError) -> u32 {
-    err.code().code()
+    err.cni_code().code()
 }
 
 #[tokio::test]
