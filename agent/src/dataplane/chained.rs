@@ -25,7 +25,13 @@ pub trait Chained: Feature<Entry: std::fmt::Display> {
     const TYPE: &'static str;
     /// The plugin's config.
     type Conf: Send + Sync + 'static;
-    type Error: std::error::Error + CniCode + From<ServiceError> + From<PrevResultError> + Send + Sync + 'static;
+    type Error: std::error::Error
+        + CniCode
+        + From<ServiceError>
+        + From<PrevResultError>
+        + Send
+        + Sync
+        + 'static;
 
     fn parse(config: &Value) -> Result<Self::Conf, Self::Error>;
     fn chain(conf: &Self::Conf) -> &ChainArgs;
