@@ -8,7 +8,7 @@
 //!   pod's MAC as destination), what the pod sends on the master's transmit path (keyed by the
 //!   pod's MAC as source). Traffic between macvlans of one master never reaches the master and
 //!   is not limited.
-//! - SR-IOV: the VF's traffic bypasses the host; the VF limits itself (`maxTxRate`).
+//! - SR-IOV: the VF's traffic bypasses the host; the VF limits itself (`max_tx_rate`).
 //!
 //! Bursts: the programs keep the bucket as time at the rate (`burst_ns`), and a policer's
 //! bucket has a floor that a shaper's does not. A TCP flow faster than its limit (on a short
@@ -217,7 +217,7 @@ pub fn entries(place: &Place, limits: &Limits, paces: bool) -> Vec<Entry> {
 pub enum PlaceError {
     #[error(
         "network {0}: SR-IOV VF traffic bypasses the host, so plexus-bandwidth cannot shape it; \
-         the VF limits itself: set maxTxRate (Mbit/s) in the sriov plugin's config"
+         the VF limits itself: set max_tx_rate (Mbit/s) in the sriov plugin's config"
     )]
     Sriov(String),
     #[error(
@@ -413,7 +413,7 @@ mod tests {
     fn unshapeable_attachments_are_refused_saying_why() {
         let r = prev(json!({"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": "/x"}]}));
         let at = |t: Value| place("n", Some(&plugin(t)), &r, "net1", &node(), None).unwrap_err();
-        assert!(at(json!({"type": "sriov"})).to_string().contains("maxTxRate"));
+        assert!(at(json!({"type": "sriov"})).to_string().contains("max_tx_rate"));
         assert!(matches!(at(json!({"type": "ipvlan"})), PlaceError::Unsupported { .. }));
         assert_eq!(at(json!({"type": "macvlan", "master": "lan0"})), PlaceError::NoPodMac("net1".into()));
         assert_eq!(
