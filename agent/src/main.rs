@@ -89,12 +89,12 @@ async fn catalog(opts: &AgentOptions) -> anyhow::Result<(Arc<dyn Catalog>, Synce
 
 async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let (catalog, synced) = catalog(&opts).await?;
-    if let Some(addr) = opts.metrics_socket_addr().map_err(anyhow::Error::msg)? {
+    if let Some(addr) = opts.metrics_socket_addr()? {
         let listener =
             metrics::bind(addr).await.with_context(|| format!("binding the metrics address {addr}"))?;
         let default_dir = opts.default_network_dir.clone();
         let ready: metrics::ReadyCheck = Arc::new(move || {
-            confdir::default_network(&default_dir).map_err(|e| e.to_string())?;
+            confdir::default_network(&default_dir)?;
             if synced() {
                 Ok(())
             } else {

@@ -221,16 +221,25 @@ pub struct AgentOptions {
 
 impl AgentOptions {
     /// `--metrics-addr`, `None` when switched off.
-    pub fn metrics_socket_addr(&self) -> Result<Option<std::net::SocketAddr>, String> {
+    pub fn metrics_socket_addr(&self) -> Result<Option<std::net::SocketAddr>, MetricsAddrError> {
         match self.metrics_addr.as_str() {
             "" | "off" => Ok(None),
-            a => a.parse().map(Some).map_err(|e| format!("--metrics-addr {a:?}: {e} (use HOST:PORT or off)")),
+            a => a.parse().map(Some).map_err(|source| MetricsAddrError { addr: a.to_owned(), source }),
         }
     }
 
     pub fn delegate_timeout(&self) -> Duration {
         Duration::from_secs(self.delegate_timeout_secs)
     }
+}
+
+/// `--metrics-addr` is neither HOST:PORT nor `off`.
+#[derive(Debug, thiserror::Error)]
+#[error("--metrics-addr {addr:?}: {source} (use HOST:PORT or off)")]
+pub struct MetricsAddrError {
+    pub addr: String,
+    #[source]
+    pub source: std::net::AddrParseError,
 }
 
 #[cfg(test)]

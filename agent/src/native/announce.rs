@@ -23,6 +23,9 @@ pub enum NotifyError {
 
     #[error("setting net.ipv4.conf.{ifname}.arp_notify: {source}")]
     ArpNotify { ifname: String, source: io::Error },
+
+    #[error("setting net.ipv6.conf.{ifname}.ndisc_notify: {source}")]
+    NdiscNotify { ifname: String, source: io::Error },
 }
 
 /// Makes the kernel announce on its own from now on (what the current reference plugins set):
@@ -35,9 +38,13 @@ pub async fn enable_kernel_notify(netns: &Path, ifname: &str) -> Result<(), Noti
         if let Err(source) = write_sysctl(&["net", "ipv4", "conf", &ifname, "arp_notify"], "1") {
             return Err(NotifyError::ArpNotify { ifname, source });
         }
-        // Absent when the kernel has no IPv6; nothing to announce then.
-        let _ = write_sysctl(&["net", "ipv6", "conf", &ifname, "ndisc_notify"], "1");
-        Ok(())
+        match write_sysctl(&["net", "ipv6", "conf", &ifname, "ndisc_notify"], "1") {
+            // Absent when the kernel has no IPv6 (or it is off for the link): nothing to announce.
+            Err(source) if source.kind() != io::ErrorKind::NotFound => {
+                Err(NotifyError::NdiscNotify { ifname, source })
+            }
+            _ => Ok(()),
+        }
     })
     .await?
 }

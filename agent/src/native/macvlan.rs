@@ -24,7 +24,7 @@ use nix::errno::Errno;
 use rtnetlink::LinkMacVlan;
 use serde_json::Value;
 
-pub use config::{mac_from_cni_args, mode_from_name, mode_name, MacvlanConf, Settings};
+pub use config::{mac_from_cni_args, mode_from_name, mode_name, ConfigError, MacvlanConf, Settings};
 pub use error::{LinkMismatch, MacvlanError};
 
 use super::announce;
@@ -92,7 +92,7 @@ impl Macvlan {
     async fn add(&self, config: &Value, env: &InvocationEnv) -> Result<Value, MacvlanError> {
         let conf = parse(config)?;
         let version = result_version(&conf)?;
-        let settings = conf.settings(&env.args).map_err(MacvlanError::config)?;
+        let settings = conf.settings(&env.args)?;
         let pod = pod_of(env)?;
         let pod_ns = Netlink::pod(pod.netns).await?;
         let host_ns = if conf.link_in_container { None } else { Some(Netlink::agent()?) };
@@ -175,7 +175,7 @@ impl Macvlan {
 
     async fn check(&self, config: &Value, env: &InvocationEnv) -> Result<(), MacvlanError> {
         let conf = parse(config)?;
-        let settings = conf.settings(&env.args).map_err(MacvlanError::config)?;
+        let settings = conf.settings(&env.args)?;
         let pod = pod_of(env)?;
         if conf.is_layer3() {
             self.ipam.check(config, env).await.map_err(MacvlanError::delegate)?;
@@ -236,7 +236,7 @@ impl Macvlan {
 }
 
 fn parse(config: &Value) -> Result<MacvlanConf, MacvlanError> {
-    MacvlanConf::parse(config).map_err(|e| MacvlanError::config(format!("failed to load netconf: {e}")))
+    Ok(MacvlanConf::parse(config)?)
 }
 
 /// The version the result is printed in: the config's.

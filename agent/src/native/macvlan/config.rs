@@ -21,7 +21,8 @@ use serde_json::Value;
 
 use crate::cni::json::{FieldError, JsonObject};
 use crate::cni::result::Dns;
-use crate::netlink::Mac;
+use crate::cni::{CniCode, ErrorCode};
+use crate::netlink::{Mac, MacError};
 
 /// The keys of a macvlan config that matter, types checked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -51,9 +52,39 @@ pub struct Settings {
     pub mac: Option<Mac>,
 }
 
+/// What is wrong with a macvlan config or its per-pod arguments: the user fixes it (code 7).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to load netconf: {0}")]
+    Load(#[source] FieldError),
+    #[error("unknown macvlan mode {0:?}: use bridge, private, vepa or passthru")]
+    Mode(String),
+    #[error("mtu {0} is invalid: use 0 (the master's MTU) or a positive MTU")]
+    Mtu(i64),
+    #[error("invalid MAC address: {0}")]
+    Mac(#[source] MacError),
+    #[error(
+        "invalid MAC address {0:?}: an interface needs a unicast address (the lowest bit of the first byte \
+         clear, not all zeros), e.g. \"0a:58:0a:01:00:05\""
+    )]
+    NotUnicast(String),
+    #[error("CNI_ARGS: invalid pair {0:?}; write KEY=VALUE pairs separated by ';'")]
+    ArgsPair(String),
+    #[error("CNI_ARGS: IgnoreUnknown={0:?} is not a boolean")]
+    ArgsIgnoreUnknown(String),
+    #[error("CNI_ARGS: unknown args {0:?}; the runtime should pass IgnoreUnknown=1")]
+    ArgsUnknown(Vec<String>),
+}
+
+impl CniCode for ConfigError {
+    fn cni_code(&self) -> ErrorCode {
+        ErrorCode::InvalidNetworkConfig
+    }
+}
+
 impl MacvlanConf {
-    pub fn parse(config: &Value) -> Result<MacvlanConf, String> {
-        Self::read(config).map_err(|e| e.to_string())
+    pub fn parse(config: &Value) -> Result<MacvlanConf, ConfigError> {
+        Self::read(config).map_err(ConfigError::Load)
     }
 
     fn read(config: &Value) -> Result<MacvlanConf, FieldError> {
@@ -75,11 +106,9 @@ impl MacvlanConf {
     }
 
     /// Mode, MTU and MAC, checked. `cni_args` is CNI_ARGS, whose `MAC=` the reference reads.
-    pub fn settings(&self, cni_args: &str) -> Result<Settings, String> {
+    pub fn settings(&self, cni_args: &str) -> Result<Settings, ConfigError> {
         let mode = mode_from_name(&self.mode)?;
-        let mtu = u32::try_from(self.mtu).map_err(|_| {
-            format!("mtu {} is invalid: use 0 (the master's MTU) or a positive MTU", self.mtu)
-        })?;
+        let mtu = u32::try_from(self.mtu).map_err(|_| ConfigError::Mtu(self.mtu))?;
         // Later sources win, as in the reference: config, then CNI_ARGS, then runtimeConfig.
         let mac_text = [self.runtime_mac.clone(), mac_from_cni_args(cni_args)?, self.mac.clone()]
             .into_iter()
@@ -95,13 +124,13 @@ impl MacvlanConf {
 }
 
 /// The reference's `modeFromString`.
-pub fn mode_from_name(name: &str) -> Result<MacVlanMode, String> {
+pub fn mode_from_name(name: &str) -> Result<MacVlanMode, ConfigError> {
     match name {
         "" | "bridge" => Ok(MacVlanMode::Bridge),
         "private" => Ok(MacVlanMode::Private),
         "vepa" => Ok(MacVlanMode::Vepa),
         "passthru" => Ok(MacVlanMode::Passthrough),
-        other => Err(format!("unknown macvlan mode {other:?}: use bridge, private, vepa or passthru")),
+        other => Err(ConfigError::Mode(other.to_owned())),
     }
 }
 
@@ -118,13 +147,10 @@ pub fn mode_name(mode: MacVlanMode) -> String {
     }
 }
 
-fn parse_mac(text: &str) -> Result<Mac, String> {
-    let mac: Mac = text.parse().map_err(|e| format!("invalid MAC address: {e}"))?;
+fn parse_mac(text: &str) -> Result<Mac, ConfigError> {
+    let mac: Mac = text.parse().map_err(ConfigError::Mac)?;
     if !mac.is_unicast() || mac.is_zero() {
-        return Err(format!(
-            "invalid MAC address {text:?}: an interface needs a unicast address (the lowest bit of the \
-             first byte clear, not all zeros), e.g. \"0a:58:0a:01:00:05\""
-        ));
+        return Err(ConfigError::NotUnicast(text.to_owned()));
     }
     Ok(mac)
 }
@@ -132,7 +158,7 @@ fn parse_mac(text: &str) -> Result<Mac, String> {
 /// `MAC` from CNI_ARGS, parsed as libcni's `LoadArgs` does for the reference's `MacEnvArgs`:
 /// `KEY=VALUE` pairs separated by `;`, every pair well formed, and unknown keys an error unless
 /// `IgnoreUnknown` is true.
-pub fn mac_from_cni_args(args: &str) -> Result<Option<String>, String> {
+pub fn mac_from_cni_args(args: &str) -> Result<Option<String>, ConfigError> {
     if args.is_empty() {
         return Ok(None);
     }
@@ -142,7 +168,7 @@ pub fn mac_from_cni_args(args: &str) -> Result<Option<String>, String> {
     for pair in args.split(';') {
         let parts: Vec<&str> = pair.split('=').collect();
         let [key, value] = parts[..] else {
-            return Err(format!("CNI_ARGS: invalid pair {pair:?}; write KEY=VALUE pairs separated by ';'"));
+            return Err(ConfigError::ArgsPair(pair.to_owned()));
         };
         match key {
             "MAC" => mac = Some(value.to_owned()),
@@ -150,14 +176,14 @@ pub fn mac_from_cni_args(args: &str) -> Result<Option<String>, String> {
                 ignore_unknown = match value {
                     "1" | "true" | "True" => true,
                     "0" | "false" | "False" => false,
-                    _ => return Err(format!("CNI_ARGS: IgnoreUnknown={value:?} is not a boolean")),
+                    _ => return Err(ConfigError::ArgsIgnoreUnknown(value.to_owned())),
                 }
             }
             _ => unknown.push(pair),
         }
     }
     if !unknown.is_empty() && !ignore_unknown {
-        return Err(format!("CNI_ARGS: unknown args {unknown:?}; the runtime should pass IgnoreUnknown=1"));
+        return Err(ConfigError::ArgsUnknown(unknown.into_iter().map(str::to_owned).collect()));
     }
     // An empty MAC= means "none", as for the reference.
     Ok(mac.filter(|m| !m.is_empty()))
@@ -212,7 +238,7 @@ mod tests {
             assert_eq!(mode_name(mode), name);
         }
         assert_eq!(mode_from_name("").unwrap(), MacVlanMode::Bridge);
-        let err = mode_from_name("passthrough").unwrap_err();
+        let err = mode_from_name("passthrough").unwrap_err().to_string();
         assert!(err.contains("\"passthrough\"") && err.contains("passthru"), "{err}");
     }
 
@@ -231,15 +257,18 @@ mod tests {
         assert_eq!(mac_from_cni_args("").unwrap(), None);
         assert_eq!(mac_from_cni_args("MAC=0a:00:00:00:00:01").unwrap().as_deref(), Some("0a:00:00:00:00:01"));
         assert_eq!(mac_from_cni_args("IgnoreUnknown=true;X=1;MAC=").unwrap(), None);
-        assert!(mac_from_cni_args("K8S_POD_NAME=p").unwrap_err().contains("unknown args"));
-        assert!(mac_from_cni_args("IgnoreUnknown=1;broken").unwrap_err().contains("invalid pair"));
-        assert!(mac_from_cni_args("IgnoreUnknown=1;A=b=c").unwrap_err().contains("invalid pair"));
-        assert!(mac_from_cni_args("IgnoreUnknown=yes").unwrap_err().contains("not a boolean"));
+        assert!(mac_from_cni_args("K8S_POD_NAME=p").unwrap_err().to_string().contains("unknown args"));
+        assert!(mac_from_cni_args("IgnoreUnknown=1;broken")
+            .unwrap_err()
+            .to_string()
+            .contains("invalid pair"));
+        assert!(mac_from_cni_args("IgnoreUnknown=1;A=b=c").unwrap_err().to_string().contains("invalid pair"));
+        assert!(mac_from_cni_args("IgnoreUnknown=yes").unwrap_err().to_string().contains("not a boolean"));
     }
 
     #[test]
     fn bad_values_say_what_to_write() {
-        let conf = |v: Value| MacvlanConf::parse(&v).unwrap().settings("").unwrap_err();
+        let conf = |v: Value| MacvlanConf::parse(&v).unwrap().settings("").unwrap_err().to_string();
         assert!(conf(json!({"mtu": -1})).contains("use 0 (the master's MTU)"));
         assert!(conf(json!({"mac": "01:00:5e:00:00:01"})).contains("unicast"));
         assert!(conf(json!({"mac": "00:00:00:00:00:00"})).contains("unicast"));
@@ -262,7 +291,7 @@ mod tests {
             (json!([1]), "(the macvlan config itself): expected an object, got an array"),
         ];
         for (config, want) in cases {
-            let err = MacvlanConf::parse(&config).unwrap_err();
+            let err = MacvlanConf::parse(&config).unwrap_err().to_string();
             assert!(err.contains(want), "{config}: {err}");
         }
     }

@@ -1,5 +1,6 @@
 //! How a macvlan invocation fails, and the CNI code the runtime gets for it.
 
+use super::config::ConfigError;
 use crate::cni::{CniCode, Command, ErrorCode};
 use crate::delegate::DelegateError;
 use crate::netlink::{LinkError, NamespaceError};
@@ -10,6 +11,10 @@ pub enum MacvlanError {
     /// A CNI error of the plugin's own.
     #[error("{msg}")]
     Cni { code: ErrorCode, msg: String },
+
+    /// The config or the pod's arguments ask for something impossible (code 7).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 
     /// A link operation failed (libcni's "internal" code).
     #[error(transparent)]
@@ -36,6 +41,7 @@ impl CniCode for MacvlanError {
     fn cni_code(&self) -> ErrorCode {
         match self {
             MacvlanError::Cni { code, .. } => *code,
+            MacvlanError::Config(e) => e.cni_code(),
             MacvlanError::Link(e) => e.cni_code(),
             MacvlanError::Mismatch(_) => ErrorCode::Internal,
             MacvlanError::Delegate(e) => e.cni_code(),
