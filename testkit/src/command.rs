@@ -5,12 +5,18 @@ use std::process::Command;
 use crate::error::{or_panic, Error, Result};
 
 /// Arguments as a caller has them: a slice of words, or one string split on whitespace
-/// (`"link set lo up"`).
+/// (`"link set lo up"`, or `&format!("link set {ifname} up")`).
 pub trait Words {
     fn words(&self) -> Vec<&str>;
 }
 
 impl Words for &str {
+    fn words(&self) -> Vec<&str> {
+        self.split_whitespace().collect()
+    }
+}
+
+impl Words for &String {
     fn words(&self) -> Vec<&str> {
         self.split_whitespace().collect()
     }
@@ -79,6 +85,7 @@ mod tests {
     fn a_command_line_runs_as_a_string_or_as_words() {
         assert_eq!(run("echo a b"), "a b\n");
         assert_eq!(run(&["echo", "a b"]), "a b\n");
+        assert_eq!(run(&format!("echo {}  b", "a")), "a b\n");
     }
 
     #[test]

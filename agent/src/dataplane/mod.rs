@@ -36,7 +36,7 @@ pub mod records;
 pub mod service;
 
 #[cfg(test)]
-mod tests;
+mod kernel_tests;
 
 use std::path::PathBuf;
 

@@ -1,64 +1,22 @@
 //! The link operations against the kernel: root, each test in network namespaces of its own
 //! (made with `ip`, an oracle independent of the code under test).
 
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use netlink_packet_route::link::MacVlanMode;
 use nix::errno::Errno;
+use plexus_testkit::{run, Netns};
 
 use super::*;
 use crate::cni::result::{CniResult, Interface, IpConfig, Route};
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-/// A named network namespace, deleted on drop (also when the test panics).
-struct Ns {
-    name: String,
-}
-
-impl Ns {
-    fn new() -> Ns {
-        let name = format!("lk-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        run(&["ip", "netns", "add", &name]);
-        Ns { name }
-    }
-
-    fn path(&self) -> PathBuf {
-        PathBuf::from("/run/netns").join(&self.name)
-    }
-
-    fn ip(&self, args: &str) -> String {
-        let mut argv = vec!["ip", "-n", &self.name];
-        argv.extend(args.split_whitespace());
-        run(&argv)
-    }
-
-    fn has(&self, ifname: &str) -> bool {
-        Command::new("ip")
-            .args(["-n", &self.name, "link", "show", "dev", ifname])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
-    }
-}
-
-fn run(argv: &[&str]) -> String {
-    let output = Command::new(argv[0]).args(&argv[1..]).output().expect("ip (iproute2) must be installed");
-    assert!(output.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).into_owned()
+/// A namespace of the test's own, as the kernel makes it (`lo` down).
+fn empty() -> Netns {
+    Netns::empty("lk-test")
 }
 
 /// A "host" with a veth x0 (peer x0p, which keeps it company) and a "pod" that already has a
 /// link named x0, so nothing can travel under its own name.
-fn host_and_pod() -> (Ns, Ns) {
-    let (host, pod) = (Ns::new(), Ns::new());
+fn host_and_pod() -> (Netns, Netns) {
+    let (host, pod) = (empty(), empty());
     host.ip("link add x0 type veth peer name x0p");
     pod.ip("link add x0 type veth peer name x0q");
     (host, pod)
@@ -72,12 +30,12 @@ async fn move_into_renames_inside_and_move_out_brings_the_link_back_under_its_na
 
     let inside = move_into(&from, &link, &to, "net5").await.unwrap();
     assert_eq!(inside.name, "net5");
-    assert!(pod.has("net5") && pod.has("x0") && !host.has("x0"));
+    assert!(pod.has_link("net5") && pod.has_link("x0") && !host.has_link("x0"));
     assert!(!pod.ip("link").contains("plx"), "no temporary name left behind");
 
     let back = move_out(&to, &inside, &from, "x0").await.unwrap();
     assert_eq!(back.name, "x0");
-    assert!(host.has("x0") && !pod.has("net5"));
+    assert!(host.has_link("x0") && !pod.has_link("net5"));
 }
 
 #[tokio::test]
@@ -88,7 +46,7 @@ async fn move_into_a_taken_name_fails_and_leaves_the_link_where_it_was() {
     let err = move_into(&from, &link, &to, "x0").await.unwrap_err();
     assert!(err.is(Errno::EEXIST), "{err}");
     assert!(err.to_string().contains("an interface named x0 is already there"), "{err}");
-    assert!(host.has("x0"), "the link stays on the host under its name");
+    assert!(host.has_link("x0"), "the link stays on the host under its name");
 }
 
 #[tokio::test]
@@ -101,10 +59,10 @@ async fn a_link_created_in_another_namespace_exists_only_there() {
     let made = to.require("mv9").await.unwrap();
     assert!(made.is_macvlan() && made.parent_netnsid.is_some(), "{made:?}");
     assert_eq!(made.parent_index, Some(master.index));
-    assert!(!host.has("mv9"));
+    assert!(!host.has_link("mv9"));
 }
 
-fn result_for(ifname: &str, netns: &Ns) -> CniResult {
+fn result_for(ifname: &str, netns: &Netns) -> CniResult {
     let ip = |address: &str, gateway: &str| IpConfig {
         address: address.parse().unwrap(),
         gateway: Some(gateway.parse().unwrap()),
@@ -133,7 +91,7 @@ fn result_for(ifname: &str, netns: &Ns) -> CniResult {
 
 #[tokio::test]
 async fn configure_ip_applies_addresses_and_routes_that_verify_then_checks() {
-    let pod = Ns::new();
+    let pod = empty();
     pod.ip("link add net1 type veth peer name peer1");
     pod.ip("link set peer1 up");
     let ns = Netlink::pod(&pod.path()).await.unwrap();
@@ -171,7 +129,7 @@ async fn configure_ip_applies_addresses_and_routes_that_verify_then_checks() {
 
 #[tokio::test]
 async fn an_ip_for_another_interface_is_refused_before_anything_changes() {
-    let pod = Ns::new();
+    let pod = empty();
     pod.ip("link add net1 type veth peer name peer1");
     let ns = Netlink::pod(&pod.path()).await.unwrap();
     let result = result_for("eth9", &pod);
@@ -182,7 +140,7 @@ async fn an_ip_for_another_interface_is_refused_before_anything_changes() {
 
 #[tokio::test]
 async fn the_default_route_interface_is_the_first_default_routes() {
-    let pod = Ns::new();
+    let pod = empty();
     let ns = Netlink::pod(&pod.path()).await.unwrap();
     assert_eq!(ns.default_route_interface().await.unwrap(), None);
     pod.ip("link add uplink type veth peer name uplinkp");
@@ -195,7 +153,7 @@ async fn the_default_route_interface_is_the_first_default_routes() {
 
 #[tokio::test]
 async fn clsact_is_added_once_and_a_second_add_is_fine() {
-    let pod = Ns::new();
+    let pod = empty();
     pod.ip("link add br0 type bridge");
     pod.ip("link add x0 type veth peer name x0p");
     pod.ip("link set x0 master br0");
@@ -207,7 +165,7 @@ async fn clsact_is_added_once_and_a_second_add_is_fine() {
 
     ns.add_clsact(x0.index).await.unwrap();
     ns.add_clsact(x0.index).await.expect("EEXIST counts as done");
-    let qdiscs = run(&["tc", "-n", &pod.name, "qdisc", "show", "dev", "x0"]);
+    let qdiscs = run(&["tc", "-n", pod.name.as_str(), "qdisc", "show", "dev", "x0"]);
     assert!(qdiscs.contains("qdisc clsact ffff:"), "{qdiscs}");
     assert!(ns.filters(x0.index, FilterHook::Ingress).await.unwrap().is_empty());
     let root = ns.root_qdisc_kind(x0.index).await.unwrap();

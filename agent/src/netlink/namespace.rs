@@ -94,11 +94,26 @@ fn namespace_type(file: &File) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::Netlink;
 
     #[tokio::test]
     async fn a_missing_namespace_is_reported_by_path() {
         let err = run_in(Path::new("/nonexistent/netns"), || ()).await.unwrap_err();
         assert!(matches!(err, NamespaceError::Open { .. }), "{err:?}");
         assert!(err.to_string().contains("/nonexistent/netns"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_pods_socket_names_a_missing_netns() {
+        let missing = Path::new("/var/run/netns/plx-nt-does-not-exist");
+        let err = Netlink::pod(missing).await.expect_err("no such netns");
+        assert!(matches!(err, NamespaceError::Open { .. }), "{err:?}");
+        assert!(err.to_string().contains("/var/run/netns/plx-nt-does-not-exist"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_pods_socket_refuses_a_namespace_of_another_kind() {
+        let err = Netlink::pod(Path::new("/proc/self/ns/uts")).await.expect_err("not a network namespace");
+        assert!(matches!(err, NamespaceError::Enter { .. }), "{err:?}");
     }
 }

@@ -7,7 +7,7 @@ mod links;
 mod routes;
 
 #[cfg(test)]
-mod tests;
+mod kernel_tests;
 
 pub use error::NetnsError;
 pub use routes::{default_routes, replace_default_routes};

@@ -23,7 +23,7 @@ pub mod store;
 pub mod table;
 
 #[cfg(test)]
-mod tests;
+mod kernel_tests;
 
 use config::Limits;
 use plan::Direction;

@@ -27,7 +27,7 @@ pub mod table;
 pub mod topology;
 
 #[cfg(test)]
-mod tests;
+mod kernel_tests;
 
 use crate::cni::{CniCode, ErrorCode};
 use crate::dataplane::chained::PrevResultError;

@@ -1,5 +1,6 @@
-//! Tests of the sriov type that need root and a real kernel: network namespaces, veths, and
-//! iproute2 under strace. Unit tests of the pure parts live next to the code.
+//! Tests of the sriov type against a real kernel: network namespaces, veths, and iproute2 under
+//! strace. Those that need root are named `kernel_*` (`--skip kernel` leaves them out). Unit
+//! tests of the pure parts live next to the code.
 
 mod fixture;
 mod netlink_bytes;

@@ -14,7 +14,8 @@
 //! Nothing else is normalised: length, flags (REQUEST|ACK), port id (0), the ifinfomsg with the
 //! PF's real index, and every attribute and padding byte must match.
 
-use super::fixture::{run, unique, TestNetns};
+use plexus_testkit::{run, unique_ifname, Netns};
+
 use crate::native::sriov::config::SriovConf;
 use crate::native::sriov::vf_netlink::{
     set_vf_message, to_bytes, LinkState, NetlinkPf, PfControl, VfSetting, VlanProto,
@@ -25,15 +26,15 @@ const RTM_SETLINK: u16 = 19;
 
 /// A veth in a fresh namespace, standing in for a PF: `ip` only needs a device to address.
 struct Pf {
-    ns: TestNetns,
+    ns: Netns,
     name: String,
     index: u32,
 }
 
 impl Pf {
     fn new() -> Pf {
-        let ns = TestNetns::new("plx-sb-");
-        let name = unique("pf");
+        let ns = Netns::new("plx-sb");
+        let name = unique_ifname("pf");
         ns.ip(&format!("link add {name} type veth peer name {name}p"));
         let link = ns.link(&name).expect("the veth just created");
         let index = link["ifindex"].as_u64().and_then(|i| u32::try_from(i).ok()).expect("an ifindex");
@@ -113,7 +114,7 @@ fn assert_same(pf: &Pf, vf: u32, args: &str, setting: &VfSetting) {
 }
 
 #[test]
-fn every_setting_is_sent_as_iproute2_sends_it() {
+fn kernel_every_setting_is_sent_as_iproute2_sends_it() {
     let pf = Pf::new();
     let mac = "02:11:22:33:44:55".parse().expect("a MAC");
     let cases: Vec<(u32, &str, VfSetting)> = vec![
@@ -149,7 +150,7 @@ fn every_setting_is_sent_as_iproute2_sends_it() {
 /// From config to bytes: each combination of sriov-cni keys yields exactly the requests the
 /// matching `ip` commands send, in sriov-cni's order.
 #[test]
-fn configs_become_the_requests_of_the_matching_ip_commands() {
+fn kernel_configs_become_the_requests_of_the_matching_ip_commands() {
     let pf = Pf::new();
     let cases: Vec<(serde_json::Value, Vec<&str>)> = vec![
         (serde_json::json!({"mac": "02:00:00:aa:bb:cc"}), vec!["vlan 0 qos 0", "mac 02:00:00:aa:bb:cc"]),

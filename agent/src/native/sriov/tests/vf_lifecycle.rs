@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plexus_testkit::{unique_ifname, Netns};
 use serde_json::{json, Value};
 
-use super::fixture::{unique, FakePf, TestNetns};
+use super::fixture::FakePf;
 use crate::cni::{CniCode, Command};
 use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
@@ -28,7 +29,7 @@ const VF_INDEX: u32 = 3;
 /// A node namespace holding the VF's stand-in netdev, the fake sysfs tree, a state directory
 /// and the fake PF.
 struct Node {
-    ns: TestNetns,
+    ns: Netns,
     vf_ifname: String,
     vf_mac: String,
     sysfs: tempfile::TempDir,
@@ -55,8 +56,8 @@ fn original_admin() -> VfAdmin {
 impl Node {
     /// `driver`: the VF's driver; a userspace one gets no netdev.
     fn new(driver: &str) -> Node {
-        let ns = TestNetns::new("plx-sn-");
-        let vf_ifname = unique("vf");
+        let ns = Netns::new("plx-sn");
+        let vf_ifname = unique_ifname("vf");
         let vf_mac = "02:00:00:00:aa:03".to_owned();
         let sysfs = tempfile::tempdir().expect("tempdir");
         fake::pf(sysfs.path(), PF_PCI, PF);
@@ -126,7 +127,7 @@ fn config(extra: Value) -> Value {
     config
 }
 
-fn env(pod: &TestNetns, container: &str, name: &str) -> InvocationEnv {
+fn env(pod: &Netns, container: &str, name: &str) -> InvocationEnv {
     InvocationEnv {
         container_id: container.to_owned(),
         netns: pod.path_str(),
@@ -150,9 +151,9 @@ fn code(err: &DelegateError) -> u32 {
 }
 
 #[tokio::test]
-async fn add_moves_the_vf_into_the_pod_and_del_gives_it_back() {
+async fn kernel_add_moves_the_vf_into_the_pod_and_del_gives_it_back() {
     let node = Node::new("iavf");
-    let pod = TestNetns::new("plx-sp-");
+    let pod = Netns::new("plx-sp");
     let plugin = node.plugin();
     let conf = config(json!({
         "vlan": 100, "vlanQoS": 2, "mac": "02:aa:bb:cc:dd:01", "spoofchk": "off", "trust": "on",
@@ -223,9 +224,9 @@ fn with_prev(conf: &Value, result: &Value) -> Value {
 }
 
 #[tokio::test]
-async fn del_after_an_agent_restart_restores_from_the_record() {
+async fn kernel_del_after_an_agent_restart_restores_from_the_record() {
     let node = Node::new("ixgbevf");
-    let pod = TestNetns::new("plx-sp-");
+    let pod = Netns::new("plx-sp");
     let conf = config(json!({"vlan": 200, "mac": "02:aa:bb:cc:dd:02", "trust": "on"}));
     let env = env(&pod, "c-restart", "restart");
     {
@@ -240,10 +241,10 @@ async fn del_after_an_agent_restart_restores_from_the_record() {
 }
 
 #[tokio::test]
-async fn del_after_the_pod_namespace_is_gone_restores_the_pf_side() {
+async fn kernel_del_after_the_pod_namespace_is_gone_restores_the_pf_side() {
     let node = Node::new("iavf");
     let conf = config(json!({"vlan": 300}));
-    let pod = TestNetns::new("plx-sp-");
+    let pod = Netns::new("plx-sp");
     let env = env(&pod, "c-gone", "gone");
     let plugin = node.plugin();
     call(&plugin, "ADD", &conf, &env).await.expect("ADD");
@@ -255,9 +256,9 @@ async fn del_after_the_pod_namespace_is_gone_restores_the_pf_side() {
 }
 
 #[tokio::test]
-async fn a_userspace_driver_vf_gets_only_pf_settings() {
+async fn kernel_a_userspace_driver_vf_gets_only_pf_settings() {
     let node = Node::new("vfio-pci");
-    let pod = TestNetns::new("plx-sp-");
+    let pod = Netns::new("plx-sp");
     let plugin = node.plugin();
     let env = env(&pod, "c-dpdk", "dpdk");
     let node_links = node.ns.link_names();
@@ -303,10 +304,10 @@ async fn a_userspace_driver_vf_gets_only_pf_settings() {
 }
 
 #[tokio::test]
-async fn a_second_pod_cannot_take_a_vf_in_use() {
+async fn kernel_a_second_pod_cannot_take_a_vf_in_use() {
     let node = Node::new("iavf");
-    let first = TestNetns::new("plx-sp-");
-    let second = TestNetns::new("plx-sp-");
+    let first = Netns::new("plx-sp");
+    let second = Netns::new("plx-sp");
     let plugin = node.plugin();
     let conf = config(json!({"vlan": 10, "mac": "02:aa:bb:cc:dd:04"}));
     let (env1, env2) = (env(&first, "c-first", "first"), env(&second, "c-second", "second"));
@@ -343,9 +344,9 @@ async fn a_second_pod_cannot_take_a_vf_in_use() {
 }
 
 #[tokio::test]
-async fn of_two_concurrent_adds_for_one_vf_exactly_one_wins() {
+async fn kernel_of_two_concurrent_adds_for_one_vf_exactly_one_wins() {
     let node = Node::new("iavf");
-    let (a, b) = (TestNetns::new("plx-sp-"), TestNetns::new("plx-sp-"));
+    let (a, b) = (Netns::new("plx-sp"), Netns::new("plx-sp"));
     let plugin = node.plugin();
     let conf = config(json!({}));
     let (env_a, env_b) = (env(&a, "c-a", "a"), env(&b, "c-b", "b"));
@@ -359,9 +360,9 @@ async fn of_two_concurrent_adds_for_one_vf_exactly_one_wins() {
 }
 
 #[tokio::test]
-async fn a_failed_add_leaves_the_vf_as_it_was() {
+async fn kernel_a_failed_add_leaves_the_vf_as_it_was() {
     let node = Node::new("iavf");
-    let pod = TestNetns::new("plx-sp-");
+    let pod = Netns::new("plx-sp");
     let plugin = node.plugin();
     let env = env(&pod, "c-fail", "fail");
 
@@ -390,9 +391,9 @@ async fn a_failed_add_leaves_the_vf_as_it_was() {
 }
 
 #[tokio::test]
-async fn config_errors_change_nothing() {
+async fn kernel_config_errors_change_nothing() {
     let node = Node::new("iavf");
-    let pod = TestNetns::new("plx-sp-");
+    let pod = Netns::new("plx-sp");
     let plugin = node.plugin();
     let env = env(&pod, "c-bad", "bad");
     for (extra, expected) in [
@@ -419,9 +420,9 @@ async fn config_errors_change_nothing() {
 }
 
 #[tokio::test]
-async fn gc_releases_vfs_of_attachments_the_runtime_forgot() {
+async fn kernel_gc_releases_vfs_of_attachments_the_runtime_forgot() {
     let node = Node::new("iavf");
-    let pod = TestNetns::new("plx-sp-");
+    let pod = Netns::new("plx-sp");
     let plugin = node.plugin();
     let conf = config(json!({"vlan": 11}));
     let env = env(&pod, "c-gc", "gc");
@@ -442,9 +443,9 @@ async fn gc_releases_vfs_of_attachments_the_runtime_forgot() {
 }
 
 #[tokio::test]
-async fn add_again_for_the_same_attachment_starts_from_the_original_vf() {
+async fn kernel_add_again_for_the_same_attachment_starts_from_the_original_vf() {
     let node = Node::new("iavf");
-    let pod = TestNetns::new("plx-sp-");
+    let pod = Netns::new("plx-sp");
     let plugin = node.plugin();
     let conf = config(json!({"vlan": 12, "mac": "02:aa:bb:cc:dd:05"}));
     let env = env(&pod, "c-again", "again");

@@ -1,0 +1,140 @@
+//! Pinned TC links across agent "restarts" (a second load of the object) and "upgrades" (a
+//! link running other code), on a veth of a private network namespace and a private bpffs.
+//! Needs root.
+
+use std::path::Path;
+use std::process::Command;
+
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::TcAttachOptions;
+use aya::programs::{LinkOrder, Program, SchedClassifier, TcAttachType};
+use plexus_testkit::{Bpffs, Netns};
+
+use super::attach::{Attach, AttachPoint, Hook};
+use super::loader::tc_link_name;
+use super::pin::PinDir;
+use super::portmap::mapper::{load, TC_EGRESS, TC_INGRESS};
+
+/// A network namespace with a veth pair `v0`/`v1`, `v0` up.
+fn with_veth() -> Netns {
+    let ns = Netns::empty("pxdp");
+    ns.ip("link add v0 type veth peer name v1");
+    ns.ip("link set v0 up");
+    ns
+}
+
+/// The program id behind a pinned link.
+fn linked_program(path: &Path) -> u32 {
+    let link: FdLink = PinnedLink::from_pin(path).expect("pinned link").into();
+    link.info().expect("link info").program_id()
+}
+
+/// Names of the programs TCX runs on `v0`'s ingress.
+fn ingress_programs() -> Vec<String> {
+    let (_, programs) = SchedClassifier::query_tcx("v0", TcAttachType::Ingress).expect("tcx query");
+    programs.iter().map(|p| p.name_as_str().unwrap_or("?").to_owned()).collect()
+}
+
+/// A link whose last reference goes (its pin removed) is released by a kernel work item, a
+/// moment later.
+fn eventually(check: impl Fn() -> bool) -> bool {
+    for _ in 0..100 {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn restarts_keep_identical_links_and_upgrades_replace_others_without_a_gap() {
+    let ns = with_veth();
+    let bpffs = Bpffs::new("pxdp");
+    let root = bpffs.path().join("plexus");
+    // This thread, until the guard drops (before the namespace's).
+    let _inside = ns.enter();
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(c"v0".as_ptr()) };
+    assert_ne!(ifindex, 0, "v0 in the namespace");
+    let pins = PinDir::prepare(&root).expect("pin dir");
+    let link = pins.link(&tc_link_name(ifindex, Hook::Ingress));
+
+    // First run: attach.
+    let mut first = load(Some(pins.clone())).expect("load");
+    first.attach_tc(ifindex, "v0", Hook::Ingress).expect("attach");
+    let attached = linked_program(&link);
+    drop(first);
+    assert_eq!(ingress_programs(), [TC_INGRESS], "the pinned link outlives the loader");
+
+    // A restart: same code, the link is left as it is.
+    let mut second = load(Some(pins.clone())).expect("load");
+    second.attach_tc(ifindex, "v0", Hook::Ingress).expect("attach");
+    assert_eq!(linked_program(&link), attached, "an identical program is not relinked");
+    assert_eq!(ingress_programs(), [TC_INGRESS]);
+
+    // An "older version": another program pinned as the link of that hook.
+    let old: &mut SchedClassifier = match second.ebpf_mut().program_mut(TC_EGRESS) {
+        Some(Program::SchedClassifier(p)) => p,
+        _ => panic!("no {TC_EGRESS}"),
+    };
+    std::fs::remove_file(&link).expect("unpinning");
+    let id = old
+        .attach_with_options("v0", TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::default()))
+        .expect("attaching the old program");
+    let old_link: FdLink = old.take_link(id).expect("link").try_into().expect("fd link");
+    old_link.pin(&link).expect("pinning the old link");
+    drop(second);
+    assert!(eventually(|| ingress_programs() == [TC_EGRESS]), "{:?}", ingress_programs());
+
+    // The upgrade: the new program is attached next to the old one, then its link
+    // replaces the old pin, which releases the old link.
+    let mut third = load(Some(pins.clone())).expect("load");
+    third.attach_tc(ifindex, "v0", Hook::Ingress).expect("attach");
+    assert!(
+        eventually(|| ingress_programs() == [TC_INGRESS]),
+        "exactly the new program runs: {:?}",
+        ingress_programs()
+    );
+    assert_ne!(linked_program(&link), attached);
+    let leftovers: Vec<String> =
+        pins.link_names().expect("links").into_iter().filter(|n| n.contains("new")).collect();
+    assert!(leftovers.is_empty(), "temporary pins left: {leftovers:?}");
+
+    third.detach_tc(ifindex, Hook::Ingress).expect("detach");
+    assert!(eventually(|| ingress_programs().is_empty()), "still attached: {:?}", ingress_programs());
+}
+
+/// Filters ([`Attach::Filter`]): attached, found, replaced in place by a restarted agent's
+/// program (idempotent), and removed; a removal of what is gone already is fine.
+#[test]
+fn filters_attach_replace_in_place_and_detach() {
+    let ns = with_veth();
+    let _inside = ns.enter();
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(c"v0".as_ptr()) };
+    let point = AttachPoint { ifindex, ifname: "v0".into(), hook: Hook::Ingress, attach: Attach::Filter };
+    let filters = || {
+        let out = Command::new("tc").args(["filter", "show", "dev", "v0", "ingress"]).output().expect("tc");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    let mut first = load(None).expect("load");
+    assert!(!first.runs_at(&point, &[]).expect("query"));
+    first.attach_point(&point).expect("attach");
+    assert!(first.runs_at(&point, &[]).expect("query"));
+    drop(first);
+    assert!(filters().contains(TC_INGRESS), "the filter outlives the loader: {}", filters());
+
+    // A restart: the same filter is replaced in place, not duplicated.
+    let mut second = load(None).expect("load");
+    second.attach_point(&point).expect("attach again");
+    assert_eq!(filters().matches("direct-action").count(), 1, "{}", filters());
+    assert!(second.runs_at(&point, &[]).expect("query"));
+
+    second.detach_point(&point).expect("detach");
+    assert!(!second.runs_at(&point, &[]).expect("query"), "{}", filters());
+    second.detach_point(&point).expect("detaching what is gone");
+    let gone = AttachPoint { ifname: "nosuch0".into(), ..point.clone() };
+    second.detach_point(&gone).expect("detaching from a device that is gone");
+}
