@@ -138,3 +138,23 @@ fn filters_attach_replace_in_place_and_detach() {
     let gone = AttachPoint { ifname: "nosuch0".into(), ..point.clone() };
     second.detach_point(&gone).expect("detaching from a device that is gone");
 }
+
+/// Where cgroup2 is not mounted (the agent's mount namespace may hide it), its root comes
+/// from a mount attached nowhere: a cgroup2 directory, and no directory made for it.
+#[test]
+fn the_cgroup_root_opens_without_a_mount_point() {
+    use nix::sys::statfs::{fstatfs, CGROUP2_SUPER_MAGIC};
+    let root = super::pin::open_cgroup_root(Path::new("/proc")).expect("the cgroup2 root");
+    assert_eq!(fstatfs(&root).expect("fstatfs").filesystem_type(), CGROUP2_SUPER_MAGIC);
+    assert!(
+        std::fs::read_dir(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&root))).is_ok(),
+        "an ordinary directory descriptor"
+    );
+    let leftovers: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .expect("the temporary directory")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("plexus-cgroup2"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -12,7 +12,7 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::mount::{mount, MsFlags};
 use nix::sys::statfs::{statfs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC};
 
 /// The default pin directory.
@@ -28,6 +28,8 @@ pub enum PinError {
     Mount { fs: &'static str, path: PathBuf, source: nix::Error },
     #[error("{path} is not on bpffs and bpffs cannot be mounted there: {reason}")]
     NotBpffs { path: PathBuf, reason: String },
+    #[error("mounting {fs} where only the agent sees it: {source}")]
+    DetachedMount { fs: &'static str, source: std::io::Error },
     #[error("reading the network namespace cookie (SO_NETNS_COOKIE, Linux 5.14+): {0}")]
     NetnsCookie(std::io::Error),
 }
@@ -151,28 +153,57 @@ fn ensure_bpffs(root: &Path) -> Result<(), PinError> {
 }
 
 /// An open directory of the root cgroup (cgroup v2), where the socket hooks attach. When
-/// `path` is not a cgroup2 mount (hidden by the agent's mount namespace), cgroup2 is mounted on
-/// a private directory just long enough to open its root: the descriptor keeps working after
-/// the mount is gone.
+/// `path` is not a cgroup2 mount (hidden by the agent's mount namespace), a new cgroup2 mount
+/// that is attached nowhere is made and its root opened (fsopen/fsmount, Linux 5.2): no
+/// directory is created for it, so nothing is left behind, even by an agent killed meanwhile,
+/// and the mount goes away with the descriptor.
 pub fn open_cgroup_root(path: &Path) -> Result<OwnedFd, PinError> {
     if on_fs(path, CGROUP2_SUPER_MAGIC) {
         return open_dir(path);
     }
-    let tmp = std::env::temp_dir().join(format!("plexus-cgroup2-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).map_err(io("creating", &tmp))?;
-    let mounted = mount(Some("cgroup2"), &tmp, Some("cgroup2"), MsFlags::empty(), None::<&str>)
-        .map_err(|source| PinError::Mount { fs: "cgroup2", path: tmp.clone(), source });
-    let fd = mounted.and_then(|()| {
-        let fd = open_dir(&tmp);
-        if let Err(e) = umount2(&tmp, MntFlags::MNT_DETACH) {
-            tracing::warn!("unmounting the temporary cgroup2 mount {}: {e}", tmp.display());
-        }
-        fd
-    });
-    if let Err(e) = std::fs::remove_dir(&tmp) {
-        tracing::warn!("removing the temporary directory {}: {e}", tmp.display());
+    detached_cgroup2_root().map_err(|source| PinError::DetachedMount { fs: "cgroup2", source })
+}
+
+/// The root directory of a new cgroup2 mount that is attached nowhere.
+fn detached_cgroup2_root() -> std::io::Result<OwnedFd> {
+    // From linux/mount.h.
+    const FSOPEN_CLOEXEC: libc::c_uint = 0x1;
+    const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+    const FSMOUNT_CLOEXEC: libc::c_uint = 0x1;
+    // SAFETY: fsopen reads a NUL-terminated name and returns a new descriptor or -1.
+    let context = owned(unsafe { libc::syscall(libc::SYS_fsopen, c"cgroup2".as_ptr(), FSOPEN_CLOEXEC) })?;
+    // SAFETY: FSCONFIG_CMD_CREATE takes no key, value or aux; `context` is open.
+    let created = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            context.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if created < 0 {
+        return Err(std::io::Error::last_os_error());
     }
-    fd
+    // SAFETY: `context` is an open filesystem context; fsmount returns a new descriptor or -1.
+    let mount = owned(unsafe { libc::syscall(libc::SYS_fsmount, context.as_raw_fd(), FSMOUNT_CLOEXEC, 0) })?;
+    // fsmount's descriptor is O_PATH; the socket hooks need an ordinary open directory.
+    // SAFETY: openat reads a NUL-terminated path relative to the open `mount`.
+    owned(libc::c_long::from(unsafe {
+        libc::openat(mount.as_raw_fd(), c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+    }))
+}
+
+/// A syscall's new descriptor, or its errno.
+fn owned(rc: libc::c_long) -> std::io::Result<OwnedFd> {
+    let fd =
+        std::os::fd::RawFd::try_from(rc).map_err(|_| std::io::Error::other("descriptor out of range"))?;
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 fn open_dir(path: &Path) -> Result<OwnedFd, PinError> {
