@@ -38,7 +38,7 @@ pub async fn snapshot() -> Result<(Vec<NodeInterface>, Option<u32>), NetdevError
     let node = Netlink::agent()?;
     let links = node.links().await?;
     let addresses = node.all_addresses().await?;
-    let routes = node.routes().await?;
+    let routes = node.ipv4_routes().await?;
     Ok((interfaces(&links, &addresses), default_route(&routes)))
 }
 
@@ -106,6 +106,7 @@ fn interfaces(links: &[LinkSnapshot], addresses: &[AddressSnapshot]) -> Vec<Node
         .collect()
 }
 
+/// `routes` are IPv4 ones.
 fn default_route(routes: &[RouteSnapshot]) -> Option<u32> {
-    routes.iter().filter(|r| r.dst.addr().is_ipv4() && r.dst.prefix_len() == 0).find_map(|r| r.oif)
+    routes.iter().filter(|r| r.dst.prefix_len() == 0).find_map(|r| r.oif)
 }

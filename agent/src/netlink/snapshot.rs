@@ -271,21 +271,26 @@ impl Netlink {
 
     /// Every route of the namespace, both families, all tables.
     pub async fn routes(&self) -> Result<Vec<RouteSnapshot>, LinkError> {
-        let mut routes = Vec::new();
-        for request in
-            [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()]
-        {
-            let messages: Vec<RouteMessage> = self
-                .handle()
-                .route()
-                .get(request)
-                .execute()
-                .try_collect()
-                .await
-                .map_err(|e| self.error("listing routes", e))?;
-            routes.extend(messages.iter().filter_map(RouteSnapshot::from_message));
-        }
+        let mut routes = self.ipv4_routes().await?;
+        routes.extend(self.route_dump(RouteMessageBuilder::<Ipv6Addr>::new().build()).await?);
         Ok(routes)
+    }
+
+    /// Every IPv4 route of the namespace, all tables: one dump, for callers that need no more.
+    pub async fn ipv4_routes(&self) -> Result<Vec<RouteSnapshot>, LinkError> {
+        self.route_dump(RouteMessageBuilder::<Ipv4Addr>::new().build()).await
+    }
+
+    async fn route_dump(&self, request: RouteMessage) -> Result<Vec<RouteSnapshot>, LinkError> {
+        let messages: Vec<RouteMessage> = self
+            .handle()
+            .route()
+            .get(request)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| self.error("listing routes", e))?;
+        Ok(messages.iter().filter_map(RouteSnapshot::from_message).collect())
     }
 
     /// The interface of the first default route of the main table (IPv4 first): what the
