@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::records::Record;
 use super::service::{Feature, Service, ServiceError};
+use crate::cni::attachment::valid_attachments;
 use crate::cni::result::{CniResult, ResultError};
 use crate::cni::{AttachmentKey, CniCode, Command, ErrorCode};
 use crate::delegate::native::{native_error, NativeCall, NativePlugin};
@@ -181,21 +182,9 @@ pub fn pod_name(args: &str) -> Option<String> {
     Some(format!("{}/{}", get("K8S_POD_NAMESPACE")?, get("K8S_POD_NAME")?))
 }
 
-/// GC's `cni.dev/valid-attachments`.
-pub fn valid_attachments(config: &Value) -> Vec<AttachmentKey> {
-    config
-        .get("cni.dev/valid-attachments")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|a| Some(AttachmentKey::new(a.get("containerID")?.as_str()?, a.get("ifname")?.as_str()?)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn pod_names_come_from_cni_args() {
@@ -204,13 +193,5 @@ mod tests {
             Some("team/web-0")
         );
         assert_eq!(pod_name("IgnoreUnknown=1"), None);
-    }
-
-    #[test]
-    fn valid_attachments_skip_incomplete_entries() {
-        let config = json!({"cni.dev/valid-attachments": [
-            {"containerID": "a", "ifname": "net1"}, {"containerID": "b"}, {"ifname": "x"}]});
-        assert_eq!(valid_attachments(&config), [AttachmentKey::new("a", "net1")]);
-        assert!(valid_attachments(&json!({})).is_empty());
     }
 }

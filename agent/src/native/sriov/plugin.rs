@@ -27,8 +27,9 @@ use super::netdev;
 use super::state::{Owner, VfRecord, VfStore};
 use super::sysfs;
 use super::vf_netlink::{NetlinkPf, PfControl, VfSetting};
+use crate::cni::attachment::valid_attachments;
 use crate::cni::result::{CniResult, Interface};
-use crate::cni::{Command, ErrorCode};
+use crate::cni::{AttachmentKey, Command, ErrorCode};
 use crate::delegate::native::{native_error, NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
@@ -410,24 +411,12 @@ impl SriovPlugin {
         let Some(network) = config.get("name").and_then(Value::as_str) else {
             return Err(SriovError::Config("GC needs the network's \"name\"".into()));
         };
-        let valid: HashSet<(String, String)> = config
-            .get("cni.dev/valid-attachments")
-            .and_then(Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .filter_map(|a| {
-                        let id = a.get("containerID")?.as_str()?;
-                        let ifname = a.get("ifname")?.as_str()?;
-                        Some((id.to_owned(), ifname.to_owned()))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let valid: HashSet<AttachmentKey> = valid_attachments(config).into_iter().collect();
         let mut errors = Vec::new();
         for record in self.store.list().await? {
             let of_network = record.config.get("name").and_then(Value::as_str) == Some(network);
             if !of_network
-                || valid.contains(&(record.owner.container_id.clone(), record.owner.ifname.clone()))
+                || valid.contains(&AttachmentKey::new(&record.owner.container_id, &record.owner.ifname))
             {
                 continue;
             }
