@@ -63,13 +63,3 @@ pub enum KubeError {
     #[error("{what}: no answer within {timeout:?}")]
     Timeout { what: String, timeout: std::time::Duration },
 }
-
-impl KubeError {
-    /// The HTTP status of an API error answer, if the server answered with one.
-    pub fn status_code(&self) -> Option<u16> {
-        match self {
-            KubeError::Api { source: ::kube::Error::Api(status), .. } => Some(status.code),
-            _ => None,
-        }
-    }
-}
