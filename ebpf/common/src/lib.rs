@@ -9,6 +9,8 @@
 #![no_std]
 
 pub mod crc32c;
+pub mod csum;
+pub mod flow;
 pub mod shape;
 
 /// Whether two map names are the same: the BPF programs declare each map with a literal
@@ -29,30 +31,48 @@ pub const fn same_name(a: &str, b: &str) -> bool {
     true
 }
 
-/// Forward direction: host endpoint (host IP, host port, protocol) → pod endpoint.
+/// The mappings: host endpoint (host IP, host port, protocol) → pod endpoint and delivery.
 pub const MAP_FORWARD: &str = "PM_FWD";
-/// Reverse direction: pod endpoint (pod IP, container port, protocol) → host endpoint.
-pub const MAP_REVERSE: &str = "PM_REV";
 /// Per-CPU packet and byte counters, keyed by the host endpoint of a mapping.
 pub const MAP_STATS: &str = "PM_STATS";
-/// One [`Config`] entry at index 0.
-pub const MAP_CONFIG: &str = "PM_CONFIG";
-/// Program array: index [`TAIL_SCTP`] holds the SCTP checksum fixup program.
-pub const MAP_TAIL: &str = "PM_TAIL";
+/// One [`flow::Settings`] entry at index 0.
+pub const MAP_SETTINGS: &str = "PM_SETTINGS";
+/// Program array: index [`TAIL_SCTP`] holds the SCTP checksum fixup program, [`TAIL_ICMP`] the
+/// translation of ICMP errors.
+pub const MAP_TAIL: &str = "PM_TAILS";
 
 /// Every map of its own the object defines, for pinning. It also reads the shaping object's
 /// [`shape::MAP_LIMITS`], pinned with that object.
-pub const MAPS: [&str; 5] = [MAP_FORWARD, MAP_REVERSE, MAP_STATS, MAP_CONFIG, MAP_TAIL];
+pub const MAPS: [&str; 7] = [
+    MAP_FORWARD,
+    MAP_STATS,
+    MAP_SETTINGS,
+    MAP_TAIL,
+    flow::MAP_FLOWS,
+    flow::MAP_FLOW_STATS,
+    flow::MAP_SOCKETS,
+];
+
+/// Map names of earlier versions that a pin directory may still hold: the agent removes their
+/// pins once the current object is loaded (the stateless reverse map, the settings and the
+/// one-entry tail-call array).
+pub const RETIRED_MAPS: [&str; 3] = ["PM_REV", "PM_CONFIG", "PM_TAIL"];
 
 /// [`MAP_TAIL`] index of the SCTP fixup program.
 pub const TAIL_SCTP: u32 = 0;
+/// [`MAP_TAIL`] index of the ICMP error translation program.
+pub const TAIL_ICMP: u32 = 1;
+/// Entries of [`MAP_TAIL`].
+pub const TAILS: u32 = 2;
 
-/// How many mappings a node can hold (forward entries; the reverse map has as many).
+/// How many mappings a node can hold (forward entries).
 pub const MAX_MAPPINGS: u32 = 16384;
 
 pub const PROTO_TCP: u8 = 6;
 pub const PROTO_UDP: u8 = 17;
 pub const PROTO_SCTP: u8 = 132;
+pub const PROTO_ICMP: u8 = 1;
+pub const PROTO_ICMPV6: u8 = 58;
 
 /// [`Rewrite::flags`]: deliver with `bpf_redirect(ifindex, BPF_F_INGRESS)` (the device's receive
 /// path) rather than its transmit path.
@@ -84,8 +104,8 @@ pub const fn addr_eq(a: &Addr, b: &Addr) -> bool {
     a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]
 }
 
-/// One end of a mapping: the key of [`MAP_FORWARD`] (host side), [`MAP_REVERSE`] (pod side) and
-/// [`MAP_STATS`] (host side).
+/// One end of a mapping: the key of [`MAP_FORWARD`] and [`MAP_STATS`] (the host side), and the
+/// pod side in flows.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Endpoint {
@@ -106,9 +126,8 @@ impl Endpoint {
 
 /// What a packet matching an [`Endpoint`] is rewritten to, and where it goes next.
 ///
-/// In [`MAP_FORWARD`], `addr`/`port_be` are the pod's IP and container port; in [`MAP_REVERSE`],
-/// the host IP and host port. Both directions carry the same delivery and MAC data, since a
-/// hairpin reply is delivered to the pod exactly like a forward packet.
+/// `addr`/`port_be` are the pod's IP and container port. A flow keeps a copy, since a hairpin
+/// reply and an ICMP error for the pod are delivered to it exactly like a forward packet.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Rewrite {
@@ -139,15 +158,6 @@ pub struct Counters {
     pub local: u64,
 }
 
-/// Settings of one agent's programs.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Config {
-    /// The network namespace (cookie) whose sockets the cgroup hooks translate. The hooks are
-    /// attached to a cgroup, which spans every namespace; 0 disables them.
-    pub netns_cookie: u64,
-}
-
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: plain #[repr(C)] data with explicit padding fields; every bit pattern is valid.
@@ -156,8 +166,6 @@ mod pod {
     unsafe impl aya::Pod for super::Rewrite {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Counters {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Config {}
 }
 
 // The layouts are part of the pinned maps' ABI: a change must come with new map names, or an
@@ -165,7 +173,6 @@ mod pod {
 const _: () = assert!(core::mem::size_of::<Endpoint>() == 20);
 const _: () = assert!(core::mem::size_of::<Rewrite>() == 36);
 const _: () = assert!(core::mem::size_of::<Counters>() == 40);
-const _: () = assert!(core::mem::size_of::<Config>() == 8);
 
 #[cfg(test)]
 mod tests {
@@ -174,7 +181,7 @@ mod tests {
     #[test]
     fn map_names_compare_byte_for_byte() {
         assert!(same_name("PM_FWD", MAP_FORWARD));
-        assert!(!same_name("PM_FWD", MAP_REVERSE));
+        assert!(!same_name("PM_FWD", MAP_STATS));
         assert!(!same_name("PM_FW", MAP_FORWARD));
         assert!(!same_name("PM_FWDX", MAP_FORWARD));
         assert!(same_name("", ""));

@@ -1,0 +1,294 @@
+//! Flow tracking of port mappings: the flow table's key and value, its counters, the settings
+//! the programs read, and the pure rules (timeouts, TCP state) that both the programs and the
+//! agent's reaper apply, so the two cannot disagree about when a flow has expired.
+//!
+//! A flow is made when a packet is translated forward (client → hostIP:hostPort becomes
+//! client → podIP:containerPort). Its key is the tuple of the *replies* as the pod sends them
+//! ([`FlowKey`]: podIP:containerPort → the peer the pod saw), so a reply finds it with one
+//! lookup; the value remembers what to restore: the host endpoint the client used (which of
+//! several host ports mapping to one container port) and the client's own address when the
+//! request's source was rewritten too (hairpin).
+
+use crate::{Addr, Endpoint, Rewrite, PROTO_SCTP, PROTO_TCP, PROTO_UDP};
+
+/// The flow table: an LRU hash of [`FlowKey`] → [`Flow`], sized by the agent.
+pub const MAP_FLOWS: &str = "PM_FLOWS";
+/// Per-CPU [`FlowStats`]: index [`STATS_PROGRAMS`] is written by the programs only, index
+/// [`STATS_AGENT`] by the agent only (what it removed), so neither overwrites the other.
+pub const MAP_FLOW_STATS: &str = "PM_FLOW_STATS";
+/// The socket hooks' memory: an LRU hash of [`SockKey`] → the host [`Endpoint`] a node-local
+/// socket connected or sent to, so `recvmsg`/`getpeername` report the endpoint the application
+/// used (several host ports may map to one container port).
+pub const MAP_SOCKETS: &str = "PM_SOCKETS";
+
+/// [`MAP_FLOW_STATS`] index written by the programs.
+pub const STATS_PROGRAMS: u32 = 0;
+/// [`MAP_FLOW_STATS`] index written by the agent.
+pub const STATS_AGENT: u32 = 1;
+
+/// Default size of the flow table (entries). Each entry takes [`FLOW_ENTRY_BYTES`] of kernel
+/// memory, preallocated: 131072 entries are about 24 MiB.
+pub const DEFAULT_MAX_FLOWS: u32 = 131_072;
+/// Kernel memory per flow table entry: the hash element's header (48 bytes on 64-bit kernels:
+/// list node, LRU node and hash), the key and the value, each rounded up to 8 bytes.
+pub const FLOW_ENTRY_BYTES: u64 = 48 + core::mem::size_of::<FlowKey>() as u64 + core::mem::size_of::<Flow>() as u64;
+/// Size of the socket hooks' table (node-local sockets talking to a host port).
+pub const MAX_SOCKETS: u32 = 16_384;
+
+/// A flow's last-seen time is written at most this often (a write per packet would bounce the
+/// entry's cache line between CPUs); timeouts are therefore exact to within this.
+pub const SEEN_GRANULARITY_NS: u64 = 1_000_000_000;
+
+pub const NSEC_PER_SEC: u64 = 1_000_000_000;
+
+/// [`Flow::state`]: a packet of the reply direction was seen.
+pub const FLOW_REPLIED: u8 = 1;
+/// [`Flow::state`]: the client sent a FIN.
+pub const FLOW_FIN_CLIENT: u8 = 2;
+/// [`Flow::state`]: the pod sent a FIN.
+pub const FLOW_FIN_POD: u8 = 4;
+/// [`Flow::state`]: either side sent a RST.
+pub const FLOW_RST: u8 = 8;
+/// [`Flow::state`]: the request's source was rewritten to the host IP (a pod reaching its own
+/// host port): replies go back to [`Flow::client`] and are turned around to the pod.
+pub const FLOW_SNAT: u8 = 16;
+
+/// TCP flags as they sit in the 14th byte of the TCP header.
+pub const TCP_FIN: u8 = 0x01;
+pub const TCP_SYN: u8 = 0x02;
+pub const TCP_RST: u8 = 0x04;
+pub const TCP_ACK: u8 = 0x10;
+
+/// The tuple of a flow's replies as the pod sends them. Ports in network byte order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey {
+    /// The pod's address (the replies' source).
+    pub pod: Addr,
+    /// The peer as the pod sees it (the replies' destination): the client, or the host IP when
+    /// the request's source was rewritten ([`FLOW_SNAT`]).
+    pub peer: Addr,
+    pub pod_port: u16,
+    pub peer_port: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+impl FlowKey {
+    #[inline(always)]
+    pub const fn new(pod: Addr, pod_port: u16, peer: Addr, peer_port: u16, proto: u8) -> FlowKey {
+        FlowKey { pod, peer, pod_port, peer_port, proto, pad: [0; 3] }
+    }
+}
+
+/// What a flow restores on its replies, and its life.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flow {
+    /// The host endpoint the client reached (the replies' new source), which is also the
+    /// mapping's key in the forward and counter maps.
+    pub host: Endpoint,
+    /// The client as it sent the request (the replies' new destination when [`FLOW_SNAT`]).
+    pub client: Addr,
+    pub client_port: u16,
+    /// `FLOW_*` bits.
+    pub state: u8,
+    pub pad: u8,
+    /// The mapping's forward value (pod endpoint, how to deliver to it): replies turned around
+    /// to the pod and ICMP errors for the pod are delivered with it.
+    pub rewrite: Rewrite,
+    pub pad2: u32,
+    /// When the flow was made and last seen, in nanoseconds of the monotonic clock
+    /// (`bpf_ktime_get_ns`, CLOCK_MONOTONIC in user space).
+    pub created_ns: u64,
+    pub seen_ns: u64,
+}
+
+/// Counters of the flow table, per CPU (the agent sums the CPUs and both indexes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    /// Flows made (an insert that found no entry).
+    pub created: u64,
+    /// Flows removed: by the programs, expired flows met on the packet path; by the agent,
+    /// expired flows reaped, and the flows of deleted mappings.
+    pub removed: u64,
+    /// Packets translated towards the pod (requests of tracked flows).
+    pub forward: u64,
+    /// Replies translated back (packets of tracked flows from the pod).
+    pub reverse: u64,
+    /// ICMP and ICMPv6 errors quoting a tracked flow, translated.
+    pub icmp: u64,
+}
+
+impl FlowStats {
+    pub fn add(&mut self, o: &FlowStats) {
+        self.created += o.created;
+        self.removed += o.removed;
+        self.forward += o.forward;
+        self.reverse += o.reverse;
+        self.icmp += o.icmp;
+    }
+
+    /// Flows the kernel evicted to make room (the LRU's least recently used), given how many
+    /// entries the table holds now: every flow made was either removed, evicted or is still
+    /// there.
+    pub fn evicted(&self, live: u64) -> u64 {
+        self.created.saturating_sub(self.removed).saturating_sub(live)
+    }
+}
+
+/// Key of [`MAP_SOCKETS`]: a socket (its cookie) and the pod endpoint it was sent to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SockKey {
+    pub cookie: u64,
+    pub pod: Endpoint,
+    pub pad: u32,
+}
+
+/// How long a flow lives after its last packet, by state, in nanoseconds. The defaults are
+/// conntrack's (`net.netfilter.nf_conntrack_*_timeout*`), so users of the reference plugin see
+/// the same lifetimes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP, no reply yet (conntrack's `tcp_timeout_syn_sent`: 120 s).
+    pub tcp_syn: u64,
+    /// TCP, replied and not closed (`tcp_timeout_established`: 5 days).
+    pub tcp_established: u64,
+    /// TCP, FIN from both sides (`tcp_timeout_time_wait`: 120 s).
+    pub tcp_closed: u64,
+    /// TCP, after a RST (`tcp_timeout_close`: 10 s).
+    pub tcp_reset: u64,
+    /// UDP, no reply yet (`udp_timeout`: 30 s).
+    pub udp: u64,
+    /// UDP, replied (`udp_timeout_stream`: 120 s).
+    pub udp_stream: u64,
+    /// SCTP (not followed chunk by chunk; `sctp_timeout_established`: 210 s).
+    pub sctp: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            tcp_syn: 120 * NSEC_PER_SEC,
+            tcp_established: 5 * 24 * 3600 * NSEC_PER_SEC,
+            tcp_closed: 120 * NSEC_PER_SEC,
+            tcp_reset: 10 * NSEC_PER_SEC,
+            udp: 30 * NSEC_PER_SEC,
+            udp_stream: 120 * NSEC_PER_SEC,
+            sctp: 210 * NSEC_PER_SEC,
+        }
+    }
+}
+
+impl Timeouts {
+    /// How long a flow in `state` of protocol `proto` lives after its last packet.
+    #[inline(always)]
+    pub fn of(&self, proto: u8, state: u8) -> u64 {
+        match proto {
+            PROTO_TCP => {
+                if state & FLOW_RST != 0 {
+                    self.tcp_reset
+                } else if state & (FLOW_FIN_CLIENT | FLOW_FIN_POD) == FLOW_FIN_CLIENT | FLOW_FIN_POD {
+                    self.tcp_closed
+                } else if state & FLOW_REPLIED != 0 {
+                    self.tcp_established
+                } else {
+                    self.tcp_syn
+                }
+            }
+            PROTO_UDP => {
+                if state & FLOW_REPLIED != 0 {
+                    self.udp_stream
+                } else {
+                    self.udp
+                }
+            }
+            PROTO_SCTP => self.sctp,
+            _ => 0,
+        }
+    }
+
+    /// True when `flow` has expired at `now`.
+    #[inline(always)]
+    pub fn expired(&self, flow: &Flow, now: u64) -> bool {
+        now.saturating_sub(flow.seen_ns) > self.of(flow.host.proto, flow.state)
+    }
+}
+
+/// The settings of one agent's port mapping programs (index 0 of [`crate::MAP_SETTINGS`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// The network namespace (cookie) whose sockets the cgroup hooks translate. The hooks are
+    /// attached to a cgroup, which spans every namespace; 0 disables them.
+    pub netns_cookie: u64,
+    /// A fixed "now" in nanoseconds for BPF_PROG_TEST_RUN tests; 0 (always, in the agent) means
+    /// the kernel's monotonic clock.
+    pub fixed_now_ns: u64,
+    pub timeouts: Timeouts,
+}
+
+/// The state after a TCP packet with `flags`, sent by the client (`from_client`) or the pod,
+/// on a flow in `state`. A SYN without ACK from the client on a closed or reset flow starts a
+/// new connection on the same tuple (the client reused its port), as conntrack does.
+#[inline(always)]
+pub const fn tcp_state(state: u8, flags: u8, from_client: bool) -> u8 {
+    let mut s = state;
+    let closed = s & FLOW_RST != 0 || s & (FLOW_FIN_CLIENT | FLOW_FIN_POD) == FLOW_FIN_CLIENT | FLOW_FIN_POD;
+    if from_client && closed && flags & (TCP_SYN | TCP_ACK) == TCP_SYN {
+        s &= FLOW_SNAT;
+    }
+    if !from_client {
+        s |= FLOW_REPLIED;
+    }
+    if flags & TCP_RST != 0 {
+        s |= FLOW_RST;
+    }
+    if flags & TCP_FIN != 0 {
+        s |= if from_client { FLOW_FIN_CLIENT } else { FLOW_FIN_POD };
+    }
+    s
+}
+
+/// The state after a packet of `proto` (TCP flags in `tcp_flags`).
+#[inline(always)]
+pub const fn next_state(state: u8, proto: u8, tcp_flags: u8, from_client: bool) -> u8 {
+    if proto == PROTO_TCP {
+        tcp_state(state, tcp_flags, from_client)
+    } else if from_client {
+        state
+    } else {
+        state | FLOW_REPLIED
+    }
+}
+
+/// Whether a flow must be written back after a packet: its state changed, or its last-seen
+/// time is older than [`SEEN_GRANULARITY_NS`].
+#[inline(always)]
+pub const fn needs_update(flow: &Flow, state: u8, now: u64) -> bool {
+    flow.state != state || now.saturating_sub(flow.seen_ns) >= SEEN_GRANULARITY_NS
+}
+
+const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
+const _: () = assert!(core::mem::size_of::<Flow>() == 96);
+const _: () = assert!(core::mem::size_of::<FlowStats>() == 40);
+const _: () = assert!(core::mem::size_of::<SockKey>() == 32);
+const _: () = assert!(core::mem::size_of::<Timeouts>() == 56);
+const _: () = assert!(core::mem::size_of::<Settings>() == 72);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain #[repr(C)] data with explicit padding fields; every bit pattern is valid.
+    unsafe impl aya::Pod for super::FlowKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Flow {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::FlowStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SockKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Settings {}
+}
