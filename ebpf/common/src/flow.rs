@@ -21,6 +21,10 @@ pub const MAP_FLOW_STATS: &str = "PM_FLOW_STATS";
 /// used (several host ports may map to one container port).
 pub const MAP_SOCKETS: &str = "PM_SOCKETS";
 
+/// A per-CPU [`Flow`] the programs build a new flow in (a flow does not fit their stack next to
+/// the packet's state). Not pinned: nothing outlives a packet in it.
+pub const MAP_SCRATCH: &str = "PM_SCRATCH";
+
 /// [`MAP_FLOW_STATS`] index written by the programs.
 pub const STATS_PROGRAMS: u32 = 0;
 /// [`MAP_FLOW_STATS`] index written by the agent.

@@ -3,7 +3,8 @@
 //!
 //! - [`tc`]: port mappings on the host-side interfaces of secondary networks (TC, via TCX
 //!   links): destination NAT of hostIP:hostPort to podIP:containerPort, and the reverse rewrite
-//!   of the pod's replies, without conntrack.
+//!   of the replies of the flows it made ([`flows`]), without conntrack;
+//! - [`icmp`]: ICMP errors about those flows, translated (path MTU discovery);
 //! - [`sock`]: the same translation for sockets of the node itself (cgroup sock_addr hooks),
 //!   whose packets never cross those interfaces' ingress.
 
@@ -13,6 +14,8 @@
 #[path = "../shared.rs"]
 mod shared;
 
+mod flows;
+mod icmp;
 mod maps;
 mod sock;
 mod tc;
