@@ -129,7 +129,19 @@ fn parse(ctx: &TcContext) -> Option<Message> {
     }
     let sport: u16 = ctx.load(inner_l4).ok()?;
     let dport: u16 = ctx.load(inner_l4 + 2).ok()?;
-    Some(Message { v6, icmp, outer_src, outer_dst, inner, inner_l4, proto, inner_src, inner_dst, sport, dport })
+    Some(Message {
+        v6,
+        icmp,
+        outer_src,
+        outer_dst,
+        inner,
+        inner_l4,
+        proto,
+        inner_src,
+        inner_dst,
+        sport,
+        dport,
+    })
 }
 
 #[inline(always)]

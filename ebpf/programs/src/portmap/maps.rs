@@ -4,8 +4,8 @@
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use aya_ebpf::maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray};
 use plexus_ebpf_common::flow::{
-    Flow, FlowKey, FlowStats, Settings, SockKey, DEFAULT_MAX_FLOWS, MAP_FLOWS, MAP_FLOW_STATS,
-    MAP_SCRATCH, MAP_SOCKETS, MAX_SOCKETS, STATS_PROGRAMS,
+    Flow, FlowKey, FlowStats, Settings, SockKey, DEFAULT_MAX_FLOWS, MAP_FLOWS, MAP_FLOW_STATS, MAP_SCRATCH,
+    MAP_SOCKETS, MAX_SOCKETS, STATS_PROGRAMS,
 };
 use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS, MAP_LIMITS, MAX_SHAPED};
 use plexus_ebpf_common::{
