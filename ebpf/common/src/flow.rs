@@ -25,6 +25,28 @@ pub const MAP_SOCKETS: &str = "PM_SOCKETS";
 /// the packet's state). Not pinned: nothing outlives a packet in it.
 pub const MAP_SCRATCH: &str = "PM_SCRATCH";
 
+/// IP fragments after the first carry no ports: an LRU hash of [`FragmentKey`] → [`Fragment`],
+/// made by a translated first fragment, tells the rest of its datagram what to rewrite.
+pub const MAP_FRAGMENTS: &str = "PM_FRAGMENTS";
+/// A per-CPU [`Fragment`] to build a new one in (see [`MAP_SCRATCH`]). Not pinned.
+pub const MAP_FRAGMENT_SCRATCH: &str = "PM_FRAG_SCRATCH";
+/// Size of the fragments table: datagrams being reassembled at once.
+pub const MAX_FRAGMENTED: u32 = 8192;
+/// How long the rest of a datagram may follow its first fragment (the kernel's reassembly
+/// timeout, `net.ipv4.ipfrag_time`: 30 s).
+pub const FRAGMENT_TIMEOUT_NS: u64 = 30 * NSEC_PER_SEC;
+
+/// [`Fragment::flags`]: rewrite the source address.
+pub const FRAG_SRC: u8 = 1;
+/// [`Fragment::flags`]: rewrite the destination address.
+pub const FRAG_DST: u8 = 2;
+/// [`Fragment::flags`]: deliver to the pod (destination MAC, redirect) with [`Fragment::rewrite`].
+pub const FRAG_TO_POD: u8 = 4;
+/// [`Fragment::flags`]: the source MAC becomes the host interface's (hairpin).
+pub const FRAG_HAIRPIN: u8 = 8;
+/// [`Fragment::flags`]: a reply (counted as such).
+pub const FRAG_REPLY: u8 = 16;
+
 /// [`MAP_FLOW_STATS`] index written by the programs.
 pub const STATS_PROGRAMS: u32 = 0;
 /// [`MAP_FLOW_STATS`] index written by the agent.
@@ -142,6 +164,35 @@ impl FlowStats {
     pub fn evicted(&self, live: u64) -> u64 {
         self.created.saturating_sub(self.removed).saturating_sub(live)
     }
+}
+
+/// A datagram being fragmented, as its fragments carry it (before any rewrite): addresses, the
+/// IP identification (16 bits in IPv4, 32 in the IPv6 fragment header) and the protocol.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FragmentKey {
+    pub src: Addr,
+    pub dst: Addr,
+    pub id: u32,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// What the first fragment's translation did, for the rest of the datagram.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fragment {
+    /// The addresses after the rewrite.
+    pub src: Addr,
+    pub dst: Addr,
+    /// The mapping (its counters).
+    pub host: Endpoint,
+    pub rewrite: Rewrite,
+    /// `FRAG_*` bits.
+    pub flags: u8,
+    pub pad: [u8; 3],
+    pub pad2: u32,
+    pub created_ns: u64,
 }
 
 /// Key of [`MAP_SOCKETS`]: a socket (its cookie) and the pod endpoint it was sent to.
@@ -282,6 +333,8 @@ const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
 const _: () = assert!(core::mem::size_of::<Flow>() == 96);
 const _: () = assert!(core::mem::size_of::<FlowStats>() == 40);
 const _: () = assert!(core::mem::size_of::<SockKey>() == 32);
+const _: () = assert!(core::mem::size_of::<FragmentKey>() == 40);
+const _: () = assert!(core::mem::size_of::<Fragment>() == 104);
 const _: () = assert!(core::mem::size_of::<Timeouts>() == 56);
 const _: () = assert!(core::mem::size_of::<Settings>() == 72);
 
@@ -297,6 +350,10 @@ mod pod {
     unsafe impl aya::Pod for super::SockKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Settings {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::FragmentKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Fragment {}
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //!   links): destination NAT of hostIP:hostPort to podIP:containerPort, and the reverse rewrite
 //!   of the replies of the flows it made ([`flows`]), without conntrack;
 //! - [`icmp`]: ICMP errors about those flows, translated (path MTU discovery);
+//! - [`fragments`]: IP fragments after the first, translated like their first;
 //! - [`sock`]: the same translation for sockets of the node itself (cgroup sock_addr hooks),
 //!   whose packets never cross those interfaces' ingress.
 
@@ -15,6 +16,7 @@
 mod shared;
 
 mod flows;
+mod fragments;
 mod icmp;
 mod maps;
 mod sock;

@@ -4,8 +4,9 @@
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use aya_ebpf::maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray};
 use plexus_ebpf_common::flow::{
-    Flow, FlowKey, FlowStats, Settings, SockKey, DEFAULT_MAX_FLOWS, MAP_FLOWS, MAP_FLOW_STATS, MAP_SCRATCH,
-    MAP_SOCKETS, MAX_SOCKETS, STATS_PROGRAMS,
+    Flow, FlowKey, FlowStats, Fragment, FragmentKey, Settings, SockKey, DEFAULT_MAX_FLOWS, MAP_FLOWS,
+    MAP_FLOW_STATS, MAP_FRAGMENTS, MAP_FRAGMENT_SCRATCH, MAP_SCRATCH, MAP_SOCKETS, MAX_FRAGMENTED,
+    MAX_SOCKETS, STATS_PROGRAMS,
 };
 use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS, MAP_LIMITS, MAX_SHAPED};
 use plexus_ebpf_common::{
@@ -43,6 +44,14 @@ map! { "PM_FLOW_STATS" == MAP_FLOW_STATS;
 
 map! { "PM_SCRATCH" == MAP_SCRATCH;
     pub static PM_SCRATCH: PerCpuArray<Flow> = PerCpuArray::with_max_entries(1, 0);
+}
+
+map! { "PM_FRAGMENTS" == MAP_FRAGMENTS;
+    pub static PM_FRAGMENTS: LruHashMap<FragmentKey, Fragment> = LruHashMap::with_max_entries(MAX_FRAGMENTED, 0);
+}
+
+map! { "PM_FRAG_SCRATCH" == MAP_FRAGMENT_SCRATCH;
+    pub static PM_FRAG_SCRATCH: PerCpuArray<Fragment> = PerCpuArray::with_max_entries(1, 0);
 }
 
 map! { "PM_SOCKETS" == MAP_SOCKETS;

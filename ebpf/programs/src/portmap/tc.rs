@@ -15,7 +15,8 @@
 //!    directly, the pod's own connections, node-local clients (translated at connect time by
 //!    the cgroup hooks, their replies belong to no flow).
 //! 3. ICMP errors are handed to `pm_icmp` (see [`crate::icmp`]), which translates those that
-//!    quote a tracked flow.
+//!    quote a tracked flow; IP fragments after the first to `pm_fragment` (see
+//!    [`crate::fragments`]), which translates them like their first fragment.
 //!
 //! Checksums are updated incrementally: `bpf_l3_csum_replace` for the IPv4 header,
 //! `bpf_l4_csum_replace` with `BPF_F_PSEUDO_HDR` for addresses in the TCP/UDP pseudo-header,
@@ -26,13 +27,16 @@ use aya_ebpf::bindings::{BPF_F_INGRESS, BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
 use aya_ebpf::macros::classifier;
 use aya_ebpf::programs::TcContext;
-use plexus_ebpf_common::flow::{FlowKey, FLOW_SNAT};
+use plexus_ebpf_common::flow::{
+    FlowKey, FragmentKey, FLOW_SNAT, FRAG_DST, FRAG_HAIRPIN, FRAG_REPLY, FRAG_SRC, FRAG_TO_POD,
+};
 use plexus_ebpf_common::{
     addr_eq, crc32c, v4_mapped, Addr, Endpoint, Rewrite, DELIVER_INGRESS, PROTO_ICMP, PROTO_ICMPV6,
-    PROTO_SCTP, PROTO_TCP, PROTO_UDP, TAIL_ICMP, TAIL_SCTP,
+    PROTO_SCTP, PROTO_TCP, PROTO_UDP, TAIL_FRAGMENT, TAIL_ICMP, TAIL_SCTP,
 };
 
 use crate::flows::{track_reply, track_request, Request};
+use crate::fragments;
 use crate::icmp::is_error;
 use crate::maps::{
     count, flow_count, forward, ingress_limited, now, settings, Direction, FlowEvent, PM_TAILS,
@@ -75,6 +79,9 @@ struct Packet {
     dport: u16,
     /// TCP flags (0 for other protocols).
     tcp_flags: u8,
+    /// The first fragment of a fragmented datagram, and its identification.
+    fragment: bool,
+    frag_id: u32,
 }
 
 /// What a packet is to the port mapping.
@@ -83,6 +90,8 @@ enum Kind {
     Transport(Packet),
     /// An ICMP or ICMPv6 error message: `pm_icmp`'s.
     IcmpError,
+    /// A TCP or UDP fragment after the first: `pm_fragment`'s.
+    LaterFragment,
     /// Anything else.
     Other,
 }
@@ -93,46 +102,85 @@ pub enum Side {
     Dst,
 }
 
+/// The IPv6 fragment header's next-header number.
+const IPPROTO_FRAGMENT: u8 = 44;
+const FRAG_HLEN: usize = 8;
+
 #[inline(always)]
 fn parse(ctx: &TcContext) -> Option<Kind> {
     let ethertype = u16::from_be(ctx.load::<u16>(12).ok()?);
-    let (v6, l4, l4_len, proto, src, dst) = if ethertype == ETH_P_IP {
+    // (offset of the L4 header, its length, protocol, addresses, the fragment's identification
+    // when this is the first fragment of several, whether a later fragment).
+    let (v6, l4, l4_len, proto, src, dst, frag_id, later) = if ethertype == ETH_P_IP {
         let vihl: u8 = ctx.load(ETH_HLEN).ok()?;
         let ihl = usize::from(vihl & 0x0f) * 4;
         if vihl >> 4 != 4 || ihl < 20 {
             return None;
         }
-        // Only the first fragment has ports; the others are not followed (see docs/dataplane.md).
         let frag = u16::from_be(ctx.load::<u16>(ETH_HLEN + 6).ok()?);
-        if frag & 0x3fff != 0 {
-            return None;
-        }
+        let id = u32::from(ctx.load::<u16>(ETH_HLEN + 4).ok()?);
         let total = u32::from(u16::from_be(ctx.load::<u16>(ETH_HLEN + 2).ok()?));
         let proto: u8 = ctx.load(ETH_HLEN + 9).ok()?;
         let src: u32 = ctx.load(ETH_HLEN + 12).ok()?;
         let dst: u32 = ctx.load(ETH_HLEN + 16).ok()?;
-        (false, ETH_HLEN + ihl, total.saturating_sub(ihl as u32), proto, v4_mapped(src), v4_mapped(dst))
+        let (first, later) = (frag & 0x2000 != 0 && frag & 0x1fff == 0, frag & 0x1fff != 0);
+        let frag_id = if first { Some(id) } else { None };
+        let (src, dst) = (v4_mapped(src), v4_mapped(dst));
+        (false, ETH_HLEN + ihl, total.saturating_sub(ihl as u32), proto, src, dst, frag_id, later)
     } else if ethertype == ETH_P_IPV6 {
-        // Extension headers are not followed: the L4 header must come first.
+        // Extension headers other than a fragment header are not followed: the L4 header must
+        // come first.
         let payload = u32::from(u16::from_be(ctx.load::<u16>(ETH_HLEN + 4).ok()?));
-        let proto: u8 = ctx.load(ETH_HLEN + 6).ok()?;
+        let next: u8 = ctx.load(ETH_HLEN + 6).ok()?;
         let src: Addr = ctx.load(ETH_HLEN + 8).ok()?;
         let dst: Addr = ctx.load(ETH_HLEN + 24).ok()?;
-        (true, ETH_HLEN + IPV6_HLEN, payload, proto, src, dst)
+        if next == IPPROTO_FRAGMENT {
+            let fh = ETH_HLEN + IPV6_HLEN;
+            let proto: u8 = ctx.load(fh).ok()?;
+            let off_flags = u16::from_be(ctx.load::<u16>(fh + 2).ok()?);
+            let id: u32 = ctx.load(fh + 4).ok()?;
+            let (offset, more) = (off_flags & 0xfff8, off_flags & 1 != 0);
+            let frag_id = if offset == 0 && more { Some(id) } else { None };
+            let l4 = fh + FRAG_HLEN;
+            (true, l4, payload.saturating_sub(FRAG_HLEN as u32), proto, src, dst, frag_id, offset != 0)
+        } else {
+            (true, ETH_HLEN + IPV6_HLEN, payload, next, src, dst, None, false)
+        }
     } else {
         return Some(Kind::Other);
     };
     if (proto == PROTO_ICMP && !v6) || (proto == PROTO_ICMPV6 && v6) {
+        if later {
+            return Some(Kind::Other);
+        }
         let kind: u8 = ctx.load(l4).ok()?;
         return Some(if is_error(v6, kind) { Kind::IcmpError } else { Kind::Other });
     }
-    if proto != PROTO_TCP && proto != PROTO_UDP && proto != PROTO_SCTP {
+    // SCTP fragments itself (chunks): IP fragments of it are left alone, as the CRC fixup needs
+    // the whole packet.
+    if proto != PROTO_TCP && proto != PROTO_UDP && (proto != PROTO_SCTP || frag_id.is_some() || later) {
         return Some(Kind::Other);
+    }
+    if later {
+        return Some(Kind::LaterFragment);
     }
     let sport: u16 = ctx.load(l4).ok()?;
     let dport: u16 = ctx.load(l4 + 2).ok()?;
     let tcp_flags: u8 = if proto == PROTO_TCP { ctx.load(l4 + 13).ok()? } else { 0 };
-    Some(Kind::Transport(Packet { v6, l4, l4_len, proto, src, dst, sport, dport, tcp_flags }))
+    let (fragment, frag_id) = (frag_id.is_some(), frag_id.unwrap_or(0));
+    Some(Kind::Transport(Packet {
+        v6,
+        l4,
+        l4_len,
+        proto,
+        src,
+        dst,
+        sport,
+        dport,
+        tcp_flags,
+        fragment,
+        frag_id,
+    }))
 }
 
 /// What to do with a matched packet. Deciding and rewriting are separate so the rewriting
@@ -215,10 +263,14 @@ fn decide(p: &Packet) -> Option<Action> {
 fn try_portmap(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
     let mut p = match parse(ctx) {
         Some(Kind::Transport(p)) => p,
-        Some(Kind::IcmpError) => return Ok(icmp_tail_call(ctx, ingress)),
+        Some(Kind::IcmpError) => return Ok(tail_call(ctx, ingress, TAIL_ICMP)),
+        Some(Kind::LaterFragment) => return Ok(tail_call(ctx, ingress, TAIL_FRAGMENT)),
         _ => return Ok(NEXT),
     };
     let Some(a) = decide(&p) else { return Ok(NEXT) };
+    if p.fragment {
+        remember_fragment(&p.src, &p.dst, p.frag_id, p.proto, &a);
+    }
     let ports_before = (p.sport, p.dport);
     if a.rewrite_src {
         rewrite(ctx, &mut p, Side::Src, &a.src, a.sport)?;
@@ -265,16 +317,42 @@ fn sctp_tail_call(ctx: &TcContext, p: &Packet, before: (u16, u16), verdict: i32)
     DROP
 }
 
-/// Hands an ICMP error to `pm_icmp`, with the hook it arrived on in the control buffer.
+/// Hands an ICMP error or a later fragment to its program (`pm_icmp`, `pm_fragment`), with the
+/// hook it arrived on in the control buffer.
 #[inline(always)]
-fn icmp_tail_call(ctx: &TcContext, ingress: bool) -> i32 {
+fn tail_call(ctx: &TcContext, ingress: bool, index: u32) -> i32 {
     // SAFETY: as in `sctp_tail_call`.
     unsafe {
         (*ctx.skb.skb).cb[0] = u32::from(ingress);
-        PM_TAILS.tail_call(ctx, TAIL_ICMP);
+        PM_TAILS.tail_call(ctx, index);
     }
-    // No translation program loaded: the error goes on as it is, as it did without plexus.
+    // No program loaded there: the packet goes on as it is, as it did without plexus.
     NEXT
+}
+
+/// Records what the first fragment's translation did, for the rest of its datagram.
+#[inline(always)]
+fn remember_fragment(src: &Addr, dst: &Addr, id: u32, proto: u8, a: &Action) {
+    let key = FragmentKey { src: *src, dst: *dst, id, proto, pad: [0; 3] };
+    let mut flags = 0;
+    if a.rewrite_src {
+        flags |= FRAG_SRC;
+    }
+    if a.rewrite_dst {
+        flags |= FRAG_DST;
+    }
+    if a.to_pod {
+        flags |= FRAG_TO_POD;
+    }
+    if a.hairpin {
+        flags |= FRAG_HAIRPIN;
+    }
+    if matches!(a.dir, Direction::Out) {
+        flags |= FRAG_REPLY;
+    }
+    let new_src = if a.rewrite_src { &a.src } else { src };
+    let new_dst = if a.rewrite_dst { &a.dst } else { dst };
+    fragments::remember(&key, new_src, new_dst, &a.host, a.rw, flags);
 }
 
 /// SCTP's CRC32c update for the port rewrite `pm_tc_in`/`pm_tc_out` made (the addresses are
