@@ -445,7 +445,7 @@ fn kernel_bridge_tcp_udp_ipv4_ipv6_several_mappings_and_del_removes_everything()
     assert!(t.list().is_empty());
     let tables = Tables::open_pinned(&PinDir::open(&t.pins)).expect("pinned maps");
     assert!(
-        tables.reverse_keys().is_empty() && tables.stats_keys().is_empty(),
+        tables.flows().is_empty() && tables.stats_keys().is_empty(),
         "reverse entries or counters left"
     );
     assert!(Store::new(&t.w.path("state")).load_all().expect("records").is_empty(), "portmap records left");
