@@ -228,22 +228,35 @@ pub struct Timeouts {
 
 impl Default for Timeouts {
     fn default() -> Timeouts {
-        Timeouts {
-            tcp_syn: 120 * NSEC_PER_SEC,
-            tcp_established: 5 * 24 * 3600 * NSEC_PER_SEC,
-            tcp_closed: 120 * NSEC_PER_SEC,
-            tcp_reset: 10 * NSEC_PER_SEC,
-            udp: 30 * NSEC_PER_SEC,
-            udp_stream: 120 * NSEC_PER_SEC,
-            sctp: 210 * NSEC_PER_SEC,
-        }
+        Timeouts::CONNTRACK
     }
 }
 
 impl Timeouts {
-    /// How long a flow in `state` of protocol `proto` lives after its last packet.
+    /// conntrack's defaults.
+    pub const CONNTRACK: Timeouts = Timeouts {
+        tcp_syn: 120 * NSEC_PER_SEC,
+        tcp_established: 5 * 24 * 3600 * NSEC_PER_SEC,
+        tcp_closed: 120 * NSEC_PER_SEC,
+        tcp_reset: 10 * NSEC_PER_SEC,
+        udp: 30 * NSEC_PER_SEC,
+        udp_stream: 120 * NSEC_PER_SEC,
+        sctp: 210 * NSEC_PER_SEC,
+    };
+
+    /// How long a flow in `state` of protocol `proto` lives after its last packet. A timeout of
+    /// 0 (settings not written yet: a freshly created map is zeroed) is conntrack's default.
     #[inline(always)]
     pub fn of(&self, proto: u8, state: u8) -> u64 {
+        let configured = self.configured(proto, state);
+        if configured != 0 {
+            return configured;
+        }
+        Timeouts::CONNTRACK.configured(proto, state)
+    }
+
+    #[inline(always)]
+    const fn configured(&self, proto: u8, state: u8) -> u64 {
         match proto {
             PROTO_TCP => {
                 if state & FLOW_RST != 0 {
@@ -396,6 +409,25 @@ mod tests {
         assert_eq!(t.of(PROTO_UDP, FLOW_REPLIED), t.udp_stream);
         assert_eq!(t.of(PROTO_SCTP, FLOW_REPLIED), t.sctp);
         assert_eq!(t.of(1, 0), 0, "nothing else is tracked");
+    }
+
+    #[test]
+    fn unwritten_settings_mean_conntracks_timeouts() {
+        let zero = Timeouts {
+            tcp_syn: 0,
+            tcp_established: 0,
+            tcp_closed: 0,
+            tcp_reset: 0,
+            udp: 0,
+            udp_stream: 0,
+            sctp: 0,
+        };
+        let d = Timeouts::default();
+        for (proto, state) in [(PROTO_TCP, 0), (PROTO_TCP, FLOW_REPLIED), (PROTO_UDP, 0), (PROTO_SCTP, 0)] {
+            assert_eq!(zero.of(proto, state), d.of(proto, state));
+        }
+        let udp_only = Timeouts { udp: 5 * S, ..zero };
+        assert_eq!((udp_only.of(PROTO_UDP, 0), udp_only.of(PROTO_TCP, 0)), (5 * S, d.tcp_syn));
     }
 
     #[test]
