@@ -347,7 +347,7 @@ fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
     println!("  the node itself -> 10.30.0.1:8080:       {}", reply.trim());
     // The mapping tracks flows: only replies of mapped connections are rewritten, so the pod's
     // own address keeps working for peers on its network.
-    let pod_ip = network_ip(demo, "pod-a", "web0")?;
+    let pod_ip = network_ip(demo, "pod-a", "default/web")?;
     let reply =
         output(Command::new("ip").args(["netns", "exec", client, "python3", "-c", CLIENT, &pod_ip, "80"]))
             .with_context(|| format!("the client could not reach pod-a directly at {pod_ip}:80"))?;
@@ -363,29 +363,30 @@ fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first address of `pod`'s interface `ifname`, from the network-status the agent wrote.
-fn network_ip(demo: &Demo, pod: &str, ifname: &str) -> anyhow::Result<String> {
+/// The first address of `pod` on `network` (namespace/name), from the network-status the agent
+/// wrote.
+fn network_ip(demo: &Demo, pod: &str, network: &str) -> anyhow::Result<String> {
     let path = demo.base.join(format!("state/pods/default/{pod}.network-status.json"));
     let status: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
     status
         .as_array()
         .into_iter()
         .flatten()
-        .find(|e| e["interface"] == ifname)
+        .find(|e| e["name"] == network)
         .and_then(|e| e["ips"][0].as_str())
         .and_then(|a| a.split('/').next())
         .map(str::to_owned)
-        .with_context(|| format!("{} names no address of {pod}'s {ifname}", path.display()))
+        .with_context(|| format!("{} names no address of {pod} on {network}", path.display()))
 }
 
+/// `plexus-agent portmap list` (which names the pods, from the state directory) or `flows`.
 fn portmap_command(bin: &Path, base: &Path, command: &str) -> anyhow::Result<String> {
-    output(
-        Command::new(bin.join("plexus-agent"))
-            .args(["portmap", command, "--bpf-pin-dir"])
-            .arg(base.join("bpffs"))
-            .arg("--state-dir")
-            .arg(base.join("state")),
-    )
+    let mut cmd = Command::new(bin.join("plexus-agent"));
+    cmd.args(["portmap", command, "--bpf-pin-dir"]).arg(base.join("bpffs"));
+    if command == "list" {
+        cmd.arg("--state-dir").arg(base.join("state"));
+    }
+    output(&mut cmd)
 }
 
 /// pod-b asked for 50 Mbit/s each way on the `web` network, whose configlist chains
@@ -395,7 +396,7 @@ fn bandwidth(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         "bandwidth",
         "pod-b is limited to 50 Mbit/s each way on the web network: eBPF programs on its veth, no tbf or ifb",
     );
-    let addr = network_ip(demo, "pod-b", "web0")?;
+    let addr = network_ip(demo, "pod-b", "default/web")?;
     let server = Command::new("ip")
         .args(["netns", "exec", "pxdemo-pod-b", "iperf3", "-s", "-p", "5201"])
         .stdout(Stdio::null())
