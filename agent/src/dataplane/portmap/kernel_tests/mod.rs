@@ -12,6 +12,8 @@
 //!
 //! Needs root (CAP_BPF), as `cargo xtask test` runs.
 
+mod flows;
+mod icmp;
 mod packets;
 
 use aya::programs::{Program, SchedClassifier, TestRun, TestRunOptions};
