@@ -1,0 +1,478 @@
+//! The TC programs on crafted packets, run by the kernel with BPF_PROG_TEST_RUN: the output
+//! bytes are compared field by field and every checksum is verified by recomputing it from
+//! scratch (Internet checksums with their pseudo-headers, SCTP's CRC32c), in the packets ICMP
+//! errors quote too.
+//!
+//! - here: translation both ways, hairpin, what is left untouched, two host ports to one
+//!   container port, the agent's writes (removal, reconcile);
+//! - [`flows`]: the flow table: the entries the programs make, TCP close and reset, timeouts on
+//!   a fixed clock, the agent's reaper, LRU eviction;
+//! - [`icmp`]: ICMP and ICMPv6 errors about tracked flows;
+//! - [`packets`]: building frames and verifying them.
+//!
+//! Needs root (CAP_BPF), as `cargo xtask test` runs.
+
+mod flows;
+mod icmp;
+mod packets;
+
+use aya::programs::{Program, SchedClassifier, TestRun, TestRunOptions};
+use plexus_ebpf_common::flow::{Flow, FlowKey, FlowStats, Settings, Timeouts, NSEC_PER_SEC};
+
+use super::entries::{addr_words, Entry};
+use super::mapper::{self, TC_EGRESS, TC_INGRESS};
+use super::table::Tables;
+use crate::dataplane::attach::Hook;
+use crate::dataplane::loader::Loaded;
+use crate::spec::selection::Protocol;
+use packets::*;
+
+const NEXT: u32 = u32::MAX; // TC_ACT_UNSPEC (-1): the packet goes on
+const REDIRECT: u32 = 7;
+const SHOT: u32 = 2;
+
+/// The skb of a test run belongs to the loopback device.
+const LO: u32 = 1;
+/// The flow table of most tests (the default size would preallocate tens of MiB per test).
+const TEST_FLOWS: u32 = 1024;
+/// A fixed "now" of tests that set the programs' clock.
+const T0: u64 = 1_000 * NSEC_PER_SEC;
+const SEC: u64 = NSEC_PER_SEC;
+
+struct Fixture {
+    loaded: Loaded,
+    tables: Tables,
+    settings: Settings,
+}
+
+impl Fixture {
+    /// The object with a flow table of [`TEST_FLOWS`], on the kernel's clock with the default
+    /// timeouts (as the agent starts it).
+    fn new() -> Fixture {
+        Fixture::with_flows(TEST_FLOWS)
+    }
+
+    fn with_flows(max_flows: u32) -> Fixture {
+        let mut loaded =
+            mapper::load_with(None, max_flows).expect("loading the BPF object (run the tests as root)");
+        let tables = Tables::take(loaded.ebpf_mut()).expect("maps");
+        let mut f = Fixture { loaded, tables, settings: Settings::default() };
+        f.set(Settings { netns_cookie: 0, fixed_now_ns: 0, timeouts: Timeouts::default() });
+        f
+    }
+
+    fn set(&mut self, settings: Settings) {
+        self.settings = settings;
+        self.tables.set_settings(&settings).expect("writing the settings");
+    }
+
+    /// The programs' clock stops at `now` (nanoseconds).
+    fn at(&mut self, now: u64) {
+        self.set(Settings { fixed_now_ns: now, ..self.settings });
+    }
+
+    fn run(&self, program: &str, packet: &[u8]) -> (u32, Vec<u8>) {
+        let prog: &SchedClassifier = match self.loaded.ebpf().program(program) {
+            Some(Program::SchedClassifier(p)) => p,
+            _ => panic!("no TC program {program}"),
+        };
+        let mut out = vec![0u8; packet.len() + 256];
+        let result = prog
+            .test_run(TestRunOptions {
+                data_in: Some(packet),
+                data_out: Some(&mut out),
+                ..Default::default()
+            })
+            .expect("BPF_PROG_TEST_RUN");
+        out.truncate(result.data_size_out as usize);
+        (result.return_value, out)
+    }
+
+    /// Runs `s` through `pm_tc_in`.
+    fn send(&self, s: &Spec) -> (u32, Vec<u8>) {
+        self.run(TC_INGRESS, &packet(s))
+    }
+
+    /// Asserts that `s` passes `pm_tc_in` byte for byte.
+    fn assert_untouched(&self, s: &Spec, why: &str) {
+        let p = packet(s);
+        assert_eq!(self.run(TC_INGRESS, &p), (NEXT, p), "{why}: untouched");
+    }
+
+    /// The counters of the mapping whose host endpoint `e` has.
+    fn counters(&self, e: &Entry) -> plexus_ebpf_common::Counters {
+        let row = self.tables.list().into_iter().find(|(host, _, _)| *host == e.host_endpoint());
+        row.map(|(_, _, c)| c).unwrap_or_default()
+    }
+
+    fn flow_stats(&self) -> FlowStats {
+        self.tables.flow_stats()
+    }
+
+    fn flows(&self) -> Vec<(FlowKey, Flow)> {
+        self.tables.flows()
+    }
+
+    fn flow(&self, key: &FlowKey) -> Option<Flow> {
+        self.flows().into_iter().find(|(k, _)| k == key).map(|(_, f)| f)
+    }
+}
+
+fn entry(
+    protocol: Protocol,
+    host: &str,
+    host_port: u16,
+    pod: &str,
+    container_port: u16,
+    deliver: (u32, Hook),
+) -> Entry {
+    Entry {
+        protocol,
+        host_ip: host.parse().unwrap(),
+        host_port,
+        pod_ip: pod.parse().unwrap(),
+        container_port,
+        pod_mac: crate::netlink::Mac(POD_MAC).to_string(),
+        host_mac: crate::netlink::Mac(HOST_MAC).to_string(),
+        deliver_ifindex: deliver.0,
+        deliver: deliver.1,
+    }
+}
+
+/// The key of the flow whose replies go from `pod` to `peer`.
+fn flow_key(proto: Protocol, pod: (&str, u16), peer: (&str, u16)) -> FlowKey {
+    FlowKey::new(
+        addr_words(ip(pod.0)),
+        pod.1.to_be(),
+        addr_words(ip(peer.0)),
+        peer.1.to_be(),
+        proto_number(proto),
+    )
+}
+
+// ---- the tests ----
+
+/// For each protocol and family: the forward DNAT, the reverse SNAT of the tracked reply,
+/// checksums, counters.
+fn forward_and_reverse(proto: Protocol, host: &'static str, pod: &'static str, client: &'static str) {
+    let mut f = Fixture::new();
+    let e = entry(proto, host, 8080, pod, 80, (7, Hook::Egress));
+    f.tables.install(&e).unwrap();
+
+    let request = packet(&spec(proto, (client, 40000), (host, 8080)));
+    let (verdict, out) = f.run(TC_INGRESS, &request);
+    assert_eq!(verdict, REDIRECT, "delivered to the pod's veth");
+    assert_eq!(out.len(), request.len());
+    let got = parse_and_verify(&out);
+    assert_eq!(got.dst, (ip(pod), 80));
+    assert_eq!(got.src, (ip(client), 40000), "the client stays visible to the pod");
+    assert_eq!(got.dst_mac, POD_MAC);
+    assert_eq!(got.src_mac, CLIENT_MAC);
+    assert!(got.payload_intact);
+
+    let reply = packet(&spec(proto, (pod, 80), (client, 40000)));
+    let (verdict, out) = f.run(TC_INGRESS, &reply);
+    assert_eq!(verdict, NEXT, "replies go on to the client");
+    let got = parse_and_verify(&out);
+    assert_eq!(got.src, (ip(host), 8080));
+    assert_eq!(got.dst, (ip(client), 40000));
+    assert_eq!((got.dst_mac, got.src_mac), (HOST_MAC, CLIENT_MAC), "MACs of a reply are routing's");
+    assert!(got.payload_intact);
+
+    let c = f.counters(&e);
+    assert_eq!((c.packets_in, c.packets_out), (1, 1));
+    assert_eq!((c.bytes_in, c.bytes_out), (request.len() as u64, reply.len() as u64));
+    let s = f.flow_stats();
+    assert_eq!((s.created, s.forward, s.reverse, s.removed, s.icmp), (1, 1, 1, 0, 0));
+    assert_eq!(f.flows().len(), 1);
+}
+
+#[test]
+fn tcp_ipv4() {
+    forward_and_reverse(Protocol::Tcp, "10.77.0.1", "10.77.0.5", "10.77.0.200");
+}
+
+#[test]
+fn udp_ipv4() {
+    forward_and_reverse(Protocol::Udp, "10.77.0.1", "10.77.0.5", "10.77.0.200");
+}
+
+#[test]
+fn sctp_ipv4() {
+    forward_and_reverse(Protocol::Sctp, "10.77.0.1", "10.77.0.5", "10.77.0.200");
+}
+
+#[test]
+fn tcp_ipv6() {
+    forward_and_reverse(Protocol::Tcp, "fd00:77::1", "fd00:77::5", "fd00:77::c8");
+}
+
+#[test]
+fn udp_ipv6() {
+    forward_and_reverse(Protocol::Udp, "fd00:77::1", "fd00:77::5", "fd00:77::c8");
+}
+
+#[test]
+fn sctp_ipv6() {
+    forward_and_reverse(Protocol::Sctp, "fd00:77::1", "fd00:77::5", "fd00:77::c8");
+}
+
+#[test]
+fn udp_ipv4_without_checksum_keeps_none() {
+    let mut f = Fixture::new();
+    f.tables.install(&entry(Protocol::Udp, "10.77.0.1", 53, "10.77.0.5", 5353, (7, Hook::Egress))).unwrap();
+    let s = Spec { udp_no_csum: true, ..spec(Protocol::Udp, ("10.77.0.200", 40000), ("10.77.0.1", 53)) };
+    let (_, out) = f.send(&s);
+    assert_eq!(out[34 + 6..34 + 8], [0, 0], "a UDP checksum of 0 (none) stays 0");
+    assert_eq!(parse_and_verify(&out).dst, (ip("10.77.0.5"), 5353));
+    let reply =
+        Spec { udp_no_csum: true, ..spec(Protocol::Udp, ("10.77.0.5", 5353), ("10.77.0.200", 40000)) };
+    let (_, out) = f.send(&reply);
+    assert_eq!(out[34 + 6..34 + 8], [0, 0], "in the reply too");
+    assert_eq!(parse_and_verify(&out).src, (ip("10.77.0.1"), 53));
+}
+
+#[test]
+fn macvlan_delivery_passes_on_the_masters_receive_path_and_redirects_elsewhere() {
+    let mut f = Fixture::new();
+    // Deliver on the receive path of the skb's own device (lo in a test run): just go on.
+    f.tables.install(&entry(Protocol::Tcp, "10.78.0.1", 8080, "10.78.0.5", 80, (LO, Hook::Ingress))).unwrap();
+    let request = packet(&spec(Protocol::Tcp, ("10.78.0.200", 40000), ("10.78.0.1", 8080)));
+    let (verdict, out) = f.run(TC_INGRESS, &request);
+    assert_eq!(verdict, NEXT, "macvlan's rx_handler delivers by the rewritten MAC");
+    assert_eq!(parse_and_verify(&out).dst_mac, POD_MAC);
+    // On the transmit path (a hairpin through the master), the packet is turned around.
+    let (verdict, _) = f.run(TC_EGRESS, &request);
+    assert_eq!(verdict, REDIRECT);
+}
+
+#[test]
+fn hairpin_is_translated_both_ways() {
+    let mut f = Fixture::new();
+    f.tables.install(&entry(Protocol::Tcp, "10.77.0.1", 8080, "10.77.0.5", 80, (7, Hook::Egress))).unwrap();
+
+    // The pod connects to its own hostPort: from the host IP, or its kernel drops it.
+    let (verdict, out) = f.send(&spec(Protocol::Tcp, ("10.77.0.5", 45000), ("10.77.0.1", 8080)));
+    assert_eq!(verdict, REDIRECT);
+    let got = parse_and_verify(&out);
+    assert_eq!((got.src, got.dst), ((ip("10.77.0.1"), 45000), (ip("10.77.0.5"), 80)));
+    assert_eq!((got.src_mac, got.dst_mac), (HOST_MAC, POD_MAC));
+
+    // Its reply to the host IP goes back to it, from hostIP:hostPort.
+    let (verdict, out) = f.send(&spec(Protocol::Tcp, ("10.77.0.5", 80), ("10.77.0.1", 45000)));
+    assert_eq!(verdict, REDIRECT);
+    let got = parse_and_verify(&out);
+    assert_eq!((got.src, got.dst), ((ip("10.77.0.1"), 8080), (ip("10.77.0.5"), 45000)));
+    assert_eq!((got.src_mac, got.dst_mac), (HOST_MAC, POD_MAC));
+
+    // Another source port of the pod never reached the host port: its packet to the host IP
+    // is not a reply of anything.
+    f.assert_untouched(&spec(Protocol::Tcp, ("10.77.0.5", 80), ("10.77.0.1", 45001)), "an untracked reply");
+}
+
+#[test]
+fn hairpin_ipv6_is_translated_both_ways() {
+    let mut f = Fixture::new();
+    f.tables.install(&entry(Protocol::Udp, "fd00:77::1", 5353, "fd00:77::5", 53, (7, Hook::Egress))).unwrap();
+    let (verdict, out) = f.send(&spec(Protocol::Udp, ("fd00:77::5", 45000), ("fd00:77::1", 5353)));
+    assert_eq!(verdict, REDIRECT);
+    let got = parse_and_verify(&out);
+    assert_eq!((got.src, got.dst), ((ip("fd00:77::1"), 45000), (ip("fd00:77::5"), 53)));
+    let (verdict, out) = f.send(&spec(Protocol::Udp, ("fd00:77::5", 53), ("fd00:77::1", 45000)));
+    assert_eq!(verdict, REDIRECT);
+    let got = parse_and_verify(&out);
+    assert_eq!((got.src, got.dst), ((ip("fd00:77::1"), 5353), (ip("fd00:77::5"), 45000)));
+    assert_eq!((got.src_mac, got.dst_mac), (HOST_MAC, POD_MAC));
+}
+
+/// Replies are translated only for flows that came through the mapping: a peer talking to
+/// podIP:containerPort directly, the pod's own connections from its containerPort and
+/// node-local clients (sent to the pod directly by the socket hooks) see the pod's address.
+#[test]
+fn untracked_packets_from_the_pod_are_left_alone() {
+    for (host, pod, mapped, direct, peer) in [
+        ("10.77.0.1", "10.77.0.5", "10.77.0.200", "10.77.0.201", "192.0.2.10"),
+        ("fd00:77::1", "fd00:77::5", "fd00:77::c8", "fd00:77::c9", "2001:db8::10"),
+    ] {
+        for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+            let mut f = Fixture::new();
+            let e = entry(proto, host, 8080, pod, 80, (7, Hook::Egress));
+            f.tables.install(&e).unwrap();
+            // A reply to a client that never came through the mapping, with no flow at all.
+            f.assert_untouched(&spec(proto, (pod, 80), (direct, 40000)), "a reply to a direct client");
+            // With a tracked flow of another client (and of the same client port).
+            assert_eq!(f.send(&spec(proto, (mapped, 40000), (host, 8080))).0, REDIRECT);
+            f.assert_untouched(&spec(proto, (pod, 80), (direct, 40000)), "a reply to a direct client");
+            f.assert_untouched(&spec(proto, (pod, 80), (mapped, 40001)), "another port of the client");
+            // The pod's own connection from its containerPort, and the answer to it.
+            f.assert_untouched(&spec(proto, (pod, 80), (peer, 443)).flags(0x02), "the pod's own connection");
+            f.assert_untouched(&spec(proto, (peer, 443), (pod, 80)), "the answer to the pod's connection");
+            // A node-local client (the socket hooks sent it to podIP:80 from the host IP).
+            f.assert_untouched(&spec(proto, (pod, 80), (host, 50000)), "a reply to a node-local client");
+
+            let c = f.counters(&e);
+            assert_eq!((c.packets_in, c.packets_out), (1, 0), "{proto:?} {host}");
+            let s = f.flow_stats();
+            assert_eq!((s.created, s.forward, s.reverse), (1, 1, 0), "{proto:?} {host}");
+            assert_eq!(f.flows().len(), 1, "no packet above made a flow");
+            // The tracked client's reply is still translated.
+            let (_, out) = f.send(&spec(proto, (pod, 80), (mapped, 40000)));
+            assert_eq!(parse_and_verify(&out).src, (ip(host), 8080));
+        }
+    }
+}
+
+#[test]
+fn two_host_ports_to_one_container_port_restore_each_their_own() {
+    for (host, pod, a, b) in [
+        ("10.77.0.1", "10.77.0.5", "10.77.0.200", "10.77.0.201"),
+        ("fd00:77::1", "fd00:77::5", "fd00:77::c8", "fd00:77::c9"),
+    ] {
+        let mut f = Fixture::new();
+        let e1 = entry(Protocol::Tcp, host, 8080, pod, 80, (7, Hook::Egress));
+        let e2 = entry(Protocol::Tcp, host, 8081, pod, 80, (7, Hook::Egress));
+        f.tables.install(&e1).unwrap();
+        f.tables.install(&e2).unwrap();
+        assert_eq!((f.tables.verify(&e1), f.tables.verify(&e2)), (None, None));
+
+        // a through 8080, b through 8081, and a again through 8081 from another port.
+        for (client, host_port) in [((a, 40000), 8080), ((b, 40000), 8081), ((a, 40001), 8081)] {
+            let (verdict, out) = f.send(&spec(Protocol::Tcp, client, (host, host_port)));
+            assert_eq!(verdict, REDIRECT);
+            assert_eq!(parse_and_verify(&out).dst, (ip(pod), 80));
+        }
+        for (client, host_port) in [((b, 40000), 8081), ((a, 40000), 8080), ((a, 40001), 8081)] {
+            let (verdict, out) = f.send(&spec(Protocol::Tcp, (pod, 80), client));
+            assert_eq!(verdict, NEXT);
+            let got = parse_and_verify(&out);
+            assert_eq!(got.src, (ip(host), host_port), "the reply to {client:?} comes from the port it used");
+            assert_eq!(got.dst, (ip(client.0), client.1));
+        }
+        let (c1, c2) = (f.counters(&e1), f.counters(&e2));
+        assert_eq!((c1.packets_in, c1.packets_out, c2.packets_in, c2.packets_out), (1, 1, 2, 2));
+
+        // Removing one mapping removes its flows only.
+        f.tables.remove(&e1).unwrap();
+        assert!(f.flows().iter().all(|(_, fl)| fl.host == e2.host_endpoint()));
+        assert_eq!(f.flows().len(), 2);
+        f.assert_untouched(&spec(Protocol::Tcp, (pod, 80), (a, 40000)), "a reply of a removed mapping");
+        let (_, out) = f.send(&spec(Protocol::Tcp, (pod, 80), (b, 40000)));
+        assert_eq!(parse_and_verify(&out).src, (ip(host), 8081));
+    }
+}
+
+#[test]
+fn unmatched_packets_are_untouched() {
+    let mut f = Fixture::new();
+    let e = entry(Protocol::Udp, "10.77.0.1", 8080, "10.77.0.5", 80, (7, Hook::Egress));
+    f.tables.install(&e).unwrap();
+    for s in [
+        spec(Protocol::Udp, ("10.77.0.200", 40000), ("10.77.0.1", 8081)),
+        spec(Protocol::Tcp, ("10.77.0.200", 40000), ("10.77.0.1", 8080)),
+        spec(Protocol::Udp, ("10.77.0.200", 40000), ("10.77.0.2", 8080)),
+    ] {
+        f.assert_untouched(&s, "an unmatched packet");
+    }
+    // Not IP at all (ARP).
+    let mut arp = vec![0xff; 6];
+    arp.extend(CLIENT_MAC);
+    arp.extend([0x08, 0x06]);
+    arp.extend([0u8; 28]);
+    assert_eq!(f.run(TC_EGRESS, &arp), (NEXT, arp));
+    assert_eq!(f.counters(&e).packets_in, 0);
+    assert!(f.flows().is_empty());
+    assert_eq!(f.flow_stats(), FlowStats::default());
+}
+
+/// A fragmented datagram: the first fragment (with the ports) is translated and tracked, the
+/// later ones follow it; the receiver reassembles a datagram whose checksum is right.
+#[test]
+fn fragments_follow_their_first_fragment() {
+    for (host, pod, client) in
+        [("10.77.0.1", "10.77.0.5", "10.77.0.200"), ("fd00:77::1", "fd00:77::5", "fd00:77::c8")]
+    {
+        let mut f = Fixture::new();
+        let e = entry(Protocol::Udp, host, 5353, pod, 53, (7, Hook::Egress));
+        f.tables.install(&e).unwrap();
+        let request = spec(Protocol::Udp, (client, 40000), (host, 5353));
+
+        // A later fragment whose first one never came passes as it is.
+        let [_, orphan] = fragments(&request, 0x0bad);
+        assert_eq!(f.run(TC_INGRESS, &orphan), (NEXT, orphan.clone()), "an orphan fragment: untouched");
+
+        let mut out = Vec::new();
+        for frag in fragments(&request, 0x1234) {
+            let (verdict, o) = f.run(TC_INGRESS, &frag);
+            assert_eq!(verdict, REDIRECT, "every fragment is delivered to the pod");
+            out.push(o);
+        }
+        let got = reassemble(&out);
+        assert_eq!((got.src, got.dst), ((ip(client), 40000), (ip(pod), 53)));
+        assert_eq!(got.dst_mac, POD_MAC);
+        assert!(got.payload_intact);
+        assert_eq!(f.flows().len(), 1, "the first fragment made the flow");
+
+        let mut out = Vec::new();
+        for frag in fragments(&spec(Protocol::Udp, (pod, 53), (client, 40000)), 0x4321) {
+            let (verdict, o) = f.run(TC_INGRESS, &frag);
+            assert_eq!(verdict, NEXT);
+            out.push(o);
+        }
+        let got = reassemble(&out);
+        assert_eq!((got.src, got.dst), ((ip(host), 5353), (ip(client), 40000)), "the reply, translated");
+        assert!(got.payload_intact);
+        let c = f.counters(&e);
+        assert_eq!((c.packets_in, c.packets_out), (2, 2), "every fragment counted");
+        let s = f.flow_stats();
+        assert_eq!((s.created, s.forward, s.reverse), (1, 1, 1), "the first fragments only are tracked");
+    }
+}
+
+/// SCTP splits its own messages into chunks: IP fragments of it are not translated (the CRC
+/// fixup needs the whole packet).
+#[test]
+fn sctp_fragments_are_untouched() {
+    let mut f = Fixture::new();
+    f.tables.install(&entry(Protocol::Sctp, "10.77.0.1", 8080, "10.77.0.5", 80, (7, Hook::Egress))).unwrap();
+    let s = Spec { fragment: true, ..spec(Protocol::Sctp, ("10.77.0.200", 40000), ("10.77.0.1", 8080)) };
+    f.assert_untouched(&s, "a first fragment of an SCTP packet");
+}
+
+#[test]
+fn removed_entries_stop_matching_and_take_their_flows() {
+    let mut f = Fixture::new();
+    let e = entry(Protocol::Tcp, "10.77.0.1", 8080, "10.77.0.5", 80, (7, Hook::Egress));
+    f.tables.install(&e).unwrap();
+    assert_eq!(f.tables.verify(&e), None);
+    assert_eq!(f.send(&spec(Protocol::Tcp, ("10.77.0.200", 40000), ("10.77.0.1", 8080))).0, REDIRECT);
+    assert_eq!(f.flows().len(), 1);
+    f.tables.remove(&e).unwrap();
+    f.tables.remove(&e).unwrap();
+    assert!(f.tables.list().is_empty() && f.tables.stats_keys().is_empty() && f.flows().is_empty());
+    let s = f.flow_stats();
+    assert_eq!((s.created, s.removed, s.evicted(0)), (1, 1, 0), "the agent counts the flows it removes");
+    f.assert_untouched(&spec(Protocol::Tcp, ("10.77.0.200", 40000), ("10.77.0.1", 8080)), "a request");
+    f.assert_untouched(&spec(Protocol::Tcp, ("10.77.0.5", 80), ("10.77.0.200", 40000)), "its reply");
+    assert_ne!(SHOT, NEXT);
+}
+
+#[test]
+fn reconcile_removes_stale_and_restores_missing_entries() {
+    let mut f = Fixture::new();
+    let keep = entry(Protocol::Tcp, "10.77.0.1", 8080, "10.77.0.5", 80, (7, Hook::Egress));
+    let stale = entry(Protocol::Udp, "10.77.0.1", 53, "10.77.0.6", 53, (8, Hook::Egress));
+    let missing = entry(Protocol::Tcp, "fd00::1", 8080, "fd00::5", 80, (7, Hook::Egress));
+    f.tables.install(&keep).unwrap();
+    f.tables.install(&stale).unwrap();
+    assert_eq!(f.send(&spec(Protocol::Tcp, ("10.77.0.200", 40000), ("10.77.0.1", 8080))).0, REDIRECT);
+    assert_eq!(f.send(&spec(Protocol::Udp, ("10.77.0.200", 40000), ("10.77.0.1", 53))).0, REDIRECT);
+    let done = f.tables.reconcile(&[keep.clone(), missing.clone()]).unwrap();
+    assert_eq!((done.removed, done.restored, done.flows_removed), (1, 1, 1));
+    assert_eq!(f.tables.verify(&keep), None);
+    assert_eq!(f.tables.verify(&missing), None);
+    assert!(f.tables.verify(&stale).is_some());
+    assert_eq!(f.tables.list().len(), 2);
+    let flows = f.flows();
+    assert_eq!(flows.len(), 1);
+    assert_eq!(flows[0].1.host, keep.host_endpoint(), "the kept mapping's flow stays");
+}
