@@ -30,6 +30,13 @@ pub enum TableError {
         #[source]
         source: MapError,
     },
+    #[error("BPF map {map}: {action}: {source}")]
+    Batch {
+        map: &'static str,
+        action: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("counting the possible CPUs ({what}): {source}")]
     Cpus {
         what: &'static str,

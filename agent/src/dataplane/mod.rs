@@ -23,6 +23,7 @@
 
 pub mod attach;
 pub mod bandwidth;
+pub mod batch;
 pub mod capabilities;
 pub mod chained;
 pub mod errno;

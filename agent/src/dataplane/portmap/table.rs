@@ -10,6 +10,7 @@
 //! [`STATS_AGENT`] of the flow counters, so created − removed − live is the kernel's evictions.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::os::fd::AsFd;
 use std::sync::Mutex;
 
 use aya::maps::{Array, HashMap, IterableMap, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues};
@@ -21,6 +22,7 @@ use plexus_ebpf_common::flow::{
 use plexus_ebpf_common::{Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS};
 
 use super::entries::Entry;
+use crate::dataplane::batch;
 pub use crate::dataplane::maps::TableError;
 use crate::dataplane::maps::{ignore_missing, map_error, open_pinned_map, per_cpu, take_map};
 use crate::dataplane::pin::PinDir;
@@ -242,13 +244,12 @@ impl Tables {
         // A flow may have been refreshed since it was read (a new packet, or the forward path
         // overwrote it with a new flow): read again just before removing, so only a packet in
         // the last microseconds can lose its flow, as it would if it came just after the pass.
-        let mut removed = 0;
-        for k in &expired {
-            let still = self.flows.get(k, 0).is_ok_and(|f| timeouts.expired(&f, now_ns));
-            if still && self.remove_flow(k)? {
-                removed += 1;
-            }
-        }
+        let still: Vec<FlowKey> = expired
+            .iter()
+            .filter(|k| self.flows.get(k, 0).is_ok_and(|f| timeouts.expired(&f, now_ns)))
+            .copied()
+            .collect();
+        let removed = self.remove_flows(&still)?;
         self.count_removed(removed)?;
         Ok(Reaped { removed, live: seen.saturating_sub(expired.len()) })
     }
@@ -260,33 +261,37 @@ impl Tables {
                 keys.insert(k);
             }
         });
-        let mut removed = 0;
-        for k in &keys {
-            if self.remove_flow(k)? {
-                removed += 1;
-            }
-        }
+        let keys: Vec<FlowKey> = keys.into_iter().collect();
+        let removed = self.remove_flows(&keys)?;
         self.count_removed(removed)?;
         Ok(removed)
     }
 
-    /// Calls `each` on the flows of the table. The kernel's walk (next key after the last one
-    /// read) starts over when that key vanished meanwhile, so a table changing under it could
-    /// be walked for long: the walk stops after twice the table's size.
+    /// Calls `each` on the flows of the table, read in chunks ([`crate::dataplane::batch`]).
+    /// Should the batch read fail, the table is walked key by key; the kernel's walk (next key
+    /// after the last one read) starts over when that key vanished meanwhile, so a table
+    /// changing under it could be walked for long: that walk stops after twice the table's size.
     fn walk_flows(&self, mut each: impl FnMut(FlowKey, Flow)) {
-        let bound = 2 * self.capacity as usize + 16;
-        for (k, f) in self.flows.iter().take(bound).filter_map(Result::ok) {
-            each(k, f);
+        match batch::lookup_all::<FlowKey, Flow>(self.flows.map().fd().as_fd()) {
+            Ok(all) => all.into_iter().for_each(|(k, f)| each(k, f)),
+            Err(e) => {
+                tracing::debug!("reading the flow table in chunks: {e}; reading it key by key");
+                let bound = 2 * self.capacity as usize + 16;
+                for (k, f) in self.flows.iter().take(bound).filter_map(Result::ok) {
+                    each(k, f);
+                }
+            }
         }
     }
 
-    /// Removes one flow; false when it was gone already (the programs removed it, and counted
-    /// it).
-    fn remove_flow(&mut self, k: &FlowKey) -> Result<bool, TableError> {
-        match self.flows.remove(k) {
-            Ok(()) => Ok(true),
-            r => ignore_missing(r).map(|()| false).map_err(map_error(MAP_FLOWS, "removing a flow")),
-        }
+    /// Removes flows; returns how many were there (those gone already were removed, and
+    /// counted, by the programs).
+    fn remove_flows(&mut self, keys: &[FlowKey]) -> Result<usize, TableError> {
+        batch::delete_all(self.flows.map().fd().as_fd(), keys).map_err(|source| TableError::Batch {
+            map: MAP_FLOWS,
+            action: "removing flows",
+            source,
+        })
     }
 
     /// Adds `n` to the agent's `removed` counter (index [`STATS_AGENT`], CPU 0's slot).
@@ -534,5 +539,47 @@ mod kernel_tests {
         assert_eq!(done, Reconciled { removed: 1, restored: 0, flows_removed: 2 });
         assert_eq!(keys(&t), [k1].into_iter().collect());
         assert_eq!(t.flow_stats().removed, 2);
+    }
+}
+
+#[cfg(test)]
+mod batch_kernel_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::dataplane::portmap::mapper;
+
+    fn flow(n: u32) -> (FlowKey, Flow) {
+        let peer = [0, 0, plexus_ebpf_common::V4_MAPPED_WORD2, n.to_be()];
+        let key = FlowKey::new([1, 2, 3, 4], 80u16.to_be(), peer, (n as u16).to_be(), 6);
+        (key, Flow { client: peer, seen_ns: u64::from(n), ..Flow::default() })
+    }
+
+    /// The chunked read returns exactly what the key-by-key walk does, on a table large enough
+    /// to take several chunks, and the chunked removal skips keys already gone.
+    #[test]
+    fn kernel_flows_are_read_and_removed_in_chunks() {
+        let mut loaded =
+            mapper::load_with(None, 20_000).expect("loading the BPF object (run the tests as root)");
+        let mut t = Tables::take(loaded.ebpf_mut()).expect("maps");
+        let want: BTreeMap<FlowKey, Flow> = (1..=10_000).map(flow).collect();
+        for (k, f) in &want {
+            t.insert_flow(*k, *f).unwrap();
+        }
+        let chunked = batch::lookup_all::<FlowKey, Flow>(t.flows.map().fd().as_fd()).expect("batch read");
+        assert_eq!(chunked.len(), want.len(), "no entry missing or twice");
+        assert_eq!(chunked.into_iter().collect::<BTreeMap<_, _>>(), want);
+        let by_key: BTreeMap<FlowKey, Flow> = t.flows.iter().filter_map(Result::ok).collect();
+        assert_eq!(by_key, want);
+
+        // Remove the even ones, three of them already gone.
+        for n in [2u32, 500, 9_998] {
+            t.flows.remove(&flow(n).0).unwrap();
+        }
+        let even: Vec<FlowKey> = (1..=5_000).map(|i| flow(2 * i).0).collect();
+        assert_eq!(t.remove_flows(&even).unwrap(), 5_000 - 3);
+        let left: BTreeMap<FlowKey, Flow> = t.flows().into_iter().collect();
+        assert_eq!(left, (0..5_000).map(|i| flow(2 * i + 1)).collect());
+        assert_eq!(t.remove_flows(&[]).unwrap(), 0);
     }
 }
