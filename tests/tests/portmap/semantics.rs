@@ -50,6 +50,17 @@ fn suite(plugin: Plugin) {
             "{plugin:?}: {host}:8080 and {host}:8081 at once"
         );
     }
+    // A datagram larger than the MTU, both ways: every fragment is translated (the reference
+    // reassembles them in conntrack first).
+    let big = "f".repeat(4000);
+    for host in hosts {
+        let got = t.run(&c, &["udp", host, "8080", &big]);
+        assert_eq!(
+            got,
+            [format!("web-a:{big}"), host.to_owned(), "8080".to_owned()],
+            "{plugin:?}: a datagram of 4000 bytes to {host}:8080"
+        );
+    }
     // Direct: the pod's own address and port, alone and next to a mapped connection.
     assert_reaches(&t, &c, &[a4.as_str(), a6.as_str()], 80, 80, "web-a");
     for (host, ip) in [(hosts[0], a4.as_str()), (hosts[1], a6.as_str())] {
