@@ -11,7 +11,7 @@ use aya_ebpf::bindings::BPF_NOEXIST;
 use plexus_ebpf_common::flow::{needs_update, next_state, Flow, FlowKey, Settings, FLOW_SNAT};
 use plexus_ebpf_common::{addr_eq, Addr, Endpoint, Rewrite};
 
-use crate::maps::{flow_count, FlowEvent, PM_FLOWS, PM_SCRATCH};
+use crate::maps::{flow_count, now, settings, FlowEvent, PM_FLOWS, PM_SCRATCH};
 
 /// What a request tells the flow table.
 pub struct Request<'a> {
@@ -77,10 +77,13 @@ fn fill(f: &mut Flow, r: &Request, now: u64) {
 /// read in place (a copy would not fit the program's stack next to the packet's state); the
 /// map value stays valid while the program runs, even if another CPU removes the entry.
 #[inline(always)]
-pub fn track_reply(key: &FlowKey, tcp_flags: u8, s: &Settings, now: u64) -> Option<&'static Flow> {
+pub fn track_reply(key: &FlowKey, tcp_flags: u8) -> Option<&'static Flow> {
     let f = PM_FLOWS.get_ptr_mut(key)?;
     // SAFETY: as in `track_request`.
     let f = unsafe { &mut *f };
+    // The clock and the settings only for tracked packets: most packets from a pod are not.
+    let s = settings()?;
+    let now = now(s);
     if s.timeouts.expired(f, now) {
         if PM_FLOWS.remove(key).is_ok() {
             flow_count(FlowEvent::Removed);

@@ -206,10 +206,10 @@ struct Action {
 
 #[inline(always)]
 fn decide(p: &Packet) -> Option<Action> {
-    let s = settings()?;
-    let now = now(s);
     let host = Endpoint::new(p.dst, p.dport, p.proto);
     if let Some(rw) = forward(&host) {
+        let s = settings()?;
+        let now = now(s);
         // The pod reaching its own hostPort (hairpin): from the host IP, or the pod's kernel
         // drops a packet from its own address as a martian.
         let hairpin = addr_eq(&p.src, &rw.addr);
@@ -240,7 +240,7 @@ fn decide(p: &Packet) -> Option<Action> {
         });
     }
     let key = FlowKey::new(p.src, p.sport, p.dst, p.dport, p.proto);
-    let flow = track_reply(&key, p.tcp_flags, s, now)?;
+    let flow = track_reply(&key, p.tcp_flags)?;
     flow_count(FlowEvent::Reverse);
     // A hairpin flow's reply goes back to the pod, from hostIP:hostPort to its own address.
     let snat = flow.state & FLOW_SNAT != 0;
