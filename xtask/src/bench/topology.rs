@@ -9,6 +9,9 @@
 //!                      pxdef0 (bridge 10.88.0.1/16, default network) ─veth── eth0
 //! ```
 //!
+//! The client's `eth1` is 10.77.255.250/16, plus two /32s outside the pods' subnet
+//! ([`FILL_SOURCES`]), which the node routes back over `pxpm0`.
+//!
 //! Namespaces are named by plexus-testkit (`pxb-<role>-<pid>-<n>`), cgroups `pxb<pid>-<role>`:
 //! names carry this process's id, so concurrent runs never collide and a later run can remove
 //! what a killed one left (see [`sweep_stale`]).
@@ -35,6 +38,15 @@ pub const MASTER: &str = "pxmv0";
 pub const PM_BRIDGE: &str = "pxpm0";
 pub const PM_GATEWAY: &str = "10.77.0.1";
 pub const CLIENT_ADDR: &str = "10.77.255.250";
+/// Addresses of the client outside the pods' subnet, the sources of the portmap section's
+/// flow table fill (two: more distinct source address and port pairs than one address has
+/// ports). Outside it, because the reference portmap masquerades whatever comes from the
+/// pods' own subnet (its hairpin rule) to the bridge's single address, which has only 64,512
+/// source ports to give; peers from elsewhere are plainly DNAT'ed. /32s: the client's own
+/// connections still leave from [`CLIENT_ADDR`].
+pub const FILL_SOURCES: [&str; 2] = ["10.78.255.250", "10.78.255.249"];
+/// The node's route back to [`FILL_SOURCES`], on the bridge.
+const FILL_NET: &str = "10.78.0.0/16";
 const CLIENT_PORT: &str = "pxcl0";
 /// Node interfaces that are the bench's, not leftovers of a pod.
 const INFRA_LINKS: &[&str] = &["lo", MASTER, CLIENT_PORT, PM_BRIDGE, DEFAULT_BRIDGE];
@@ -63,6 +75,14 @@ pub fn helper_exe() -> anyhow::Result<PathBuf> {
         Some(p) => Ok(p.clone()),
         None => std::env::current_exe().context("finding this executable"),
     }
+}
+
+/// Reads /proc/sys as seen from inside the namespace (network sysctls are per namespace).
+pub fn read_sysctl(ns: &Netns, key: &str) -> anyhow::Result<String> {
+    let path = format!("/proc/sys/{}", key.replace('.', "/"));
+    let text = in_netns(&ns.path_str(), move || std::fs::read_to_string(path))
+        .with_context(|| format!("reading {key} in {}", ns.name))?;
+    Ok(text.trim().to_owned())
 }
 
 /// Writes /proc/sys from inside the namespace (no procps needed).
@@ -220,7 +240,11 @@ impl Lab {
         ])?;
         node.try_ip(&["link", "set", CLIENT_PORT, "master", PM_BRIDGE, "up"])?;
         client.try_ip(&["addr", "add", &format!("{CLIENT_ADDR}/16"), "dev", "eth1"])?;
+        for a in FILL_SOURCES {
+            client.try_ip(&["addr", "add", &format!("{a}/32"), "dev", "eth1"])?;
+        }
         client.try_ip(&["link", "set", "eth1", "up"])?;
+        node.try_ip(&["route", "add", FILL_NET, "dev", PM_BRIDGE])?;
         Ok(lab)
     }
 
@@ -419,14 +443,24 @@ impl Agent {
     /// `(sum in seconds, count)` of `plexus_plugin_duration_seconds` for one plugin type and
     /// CNI command, `(0, 0)` before its first run. Needs [`Agent::start_with_metrics`].
     pub fn plugin_seconds(&self, plugin: &str, command: &str) -> anyhow::Result<(f64, f64)> {
-        let addr = self.metrics.context("the agent was started without a metrics address")?;
-        let body = http_get_in(&self.netns_path, addr, "/metrics")?;
+        let body = self.metrics_text()?;
         Ok(super::prom::histogram_sum_count(
             &body,
             "plexus_plugin_duration_seconds",
             &[("type", plugin), ("command", command)],
         )
         .unwrap_or((0.0, 0.0)))
+    }
+
+    /// A gauge's or counter's value (summed over the series carrying `labels`), `None` when the
+    /// agent does not expose it. Needs [`Agent::start_with_metrics`].
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> anyhow::Result<Option<f64>> {
+        Ok(super::prom::value(&self.metrics_text()?, name, labels))
+    }
+
+    fn metrics_text(&self) -> anyhow::Result<String> {
+        let addr = self.metrics.context("the agent was started without a metrics address")?;
+        http_get_in(&self.netns_path, addr, "/metrics")
     }
 
     pub fn ipam_dir(&self) -> PathBuf {
