@@ -19,8 +19,8 @@ use plexus_agent::install::Installed;
 use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
 use plexus_agent::options::{
-    AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, ListOptions,
-    PortmapCommand,
+    AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, FlowsOptions,
+    ListOptions, PortmapCommand,
 };
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
@@ -42,6 +42,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         CliCommand::Run(opts) => runtime.block_on(run(*opts)),
         CliCommand::Portmap(PortmapCommand::List(o)) => portmap_list(&o),
+        CliCommand::Portmap(PortmapCommand::Flows(o)) => portmap_flows(&o),
         CliCommand::Bandwidth(BandwidthCommand::List(o)) => bandwidth_list(&o),
         CliCommand::Bandwidth(BandwidthCommand::Set(o)) => bandwidth_set(&o),
         CliCommand::InstallShim(o) => {
@@ -117,8 +118,12 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         );
     }
     // plexus's own plugin types: they have no binary to fall back to, so they are always native.
-    let dataplane =
-        DataplaneOptions { pin_dir: opts.bpf_pin_dir.clone(), cgroup_root: opts.cgroup_root.clone() };
+    let dataplane = DataplaneOptions {
+        pin_dir: opts.bpf_pin_dir.clone(),
+        cgroup_root: opts.cgroup_root.clone(),
+        max_flows: opts.flow_table.portmap_max_flows,
+        timeouts: opts.flow_table.timeouts(),
+    };
     let portmap: Arc<dyn NativePlugin> =
         Arc::new(portmap_plugin::PortmapPlugin::new(Portmap::start(&dataplane, &opts.state_dir)));
     let bandwidth: Arc<dyn NativePlugin> =
@@ -201,6 +206,19 @@ fn portmap_list(o: &ListOptions) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         println!("{}", portmap_list_rows::render(&rows));
+    }
+    Ok(())
+}
+
+/// `plexus-agent portmap flows`.
+fn portmap_flows(o: &FlowsOptions) -> anyhow::Result<()> {
+    let listing = portmap_list_rows::flows(&o.bpf_pin_dir).with_context(|| {
+        format!("reading the port mapping flows pinned under {}", o.bpf_pin_dir.display())
+    })?;
+    if o.json {
+        println!("{}", serde_json::to_string_pretty(&listing)?);
+    } else {
+        println!("{}", plexus_agent::dataplane::portmap::flows::render(&listing));
     }
     Ok(())
 }

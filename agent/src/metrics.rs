@@ -85,6 +85,12 @@ struct WatchLabels {
     watch: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabels {
+    /// `forward` (requests to the pod), `reverse` (replies), `icmp` (ICMP errors).
+    direction: String,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -112,6 +118,12 @@ pub struct Metrics {
     status_patches: Family<ResultLabels, Counter>,
     events: Family<ResultLabels, Counter>,
     watch_errors: Family<WatchLabels, Counter>,
+    portmap_flows: Gauge,
+    portmap_flow_capacity: Gauge,
+    portmap_flow_evictions: Counter,
+    portmap_flows_created: Counter,
+    portmap_flows_removed: Counter,
+    portmap_translations: Family<DirectionLabels, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -127,6 +139,12 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     status_patches: Family::default(),
     events: Family::default(),
     watch_errors: Family::default(),
+    portmap_flows: Gauge::default(),
+    portmap_flow_capacity: Gauge::default(),
+    portmap_flow_evictions: Counter::default(),
+    portmap_flows_created: Counter::default(),
+    portmap_flows_removed: Counter::default(),
+    portmap_translations: Family::default(),
 });
 
 /// The agent's metrics.
@@ -222,6 +240,25 @@ impl Metrics {
         self.watch_errors.get_or_create(&WatchLabels { watch: watch.into() }).inc();
     }
 
+    /// The port mapping flow table's figures, read by its reaper after each pass: `live`
+    /// entries of `capacity`, and the counters of the programs and the agent (kept in the
+    /// pinned maps, so they continue across restarts of the agent).
+    pub fn portmap_flow_table(&self, live: u64, capacity: u64, stats: &plexus_ebpf_common::flow::FlowStats) {
+        let gauge = |g: &Gauge, v: u64| g.set(v.try_into().unwrap_or(i64::MAX));
+        let counter = |c: &Counter, v: u64| c.inner().store(v, std::sync::atomic::Ordering::Relaxed);
+        gauge(&self.portmap_flows, live);
+        gauge(&self.portmap_flow_capacity, capacity);
+        counter(&self.portmap_flow_evictions, stats.evicted(live));
+        counter(&self.portmap_flows_created, stats.created);
+        counter(&self.portmap_flows_removed, stats.removed);
+        for (direction, v) in [("forward", stats.forward), ("reverse", stats.reverse), ("icmp", stats.icmp)] {
+            counter(
+                &self.portmap_translations.get_or_create(&DirectionLabels { direction: direction.into() }),
+                v,
+            );
+        }
+    }
+
     /// ADDs holding a slot right now.
     pub fn adds_in_flight(&self) -> i64 {
         self.adds_in_flight.get()
@@ -279,6 +316,32 @@ pub fn registry() -> Registry {
         "plexus_kube_watch_errors",
         "Errors of the Kubernetes watches, by watch",
         m.watch_errors.clone(),
+    );
+    r.register("plexus_portmap_flows", "Flows in the port mapping flow table", m.portmap_flows.clone());
+    r.register(
+        "plexus_portmap_flow_capacity",
+        "Size of the port mapping flow table (--portmap-max-flows, or the pinned table's)",
+        m.portmap_flow_capacity.clone(),
+    );
+    r.register(
+        "plexus_portmap_flow_evictions",
+        "Flows the kernel evicted from the full port mapping flow table (least recently used first)",
+        m.portmap_flow_evictions.clone(),
+    );
+    r.register(
+        "plexus_portmap_flows_created",
+        "Flows made by the port mapping programs",
+        m.portmap_flows_created.clone(),
+    );
+    r.register(
+        "plexus_portmap_flows_removed",
+        "Flows removed: expired (by the programs or the agent's reaper) or of deleted mappings",
+        m.portmap_flows_removed.clone(),
+    );
+    r.register(
+        "plexus_portmap_translations",
+        "Packets translated by the port mapping programs, by direction (forward, reverse, icmp)",
+        m.portmap_translations.clone(),
     );
     r
 }
@@ -357,6 +420,31 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    #[test]
+    fn the_flow_tables_figures_are_published_as_read() {
+        let stats = plexus_ebpf_common::flow::FlowStats {
+            created: 10,
+            removed: 4,
+            forward: 30,
+            reverse: 28,
+            icmp: 2,
+        };
+        metrics().portmap_flow_table(5, 131_072, &stats);
+        let body = encode();
+        for line in [
+            "plexus_portmap_flows 5",
+            "plexus_portmap_flow_capacity 131072",
+            "plexus_portmap_flow_evictions_total 1",
+            "plexus_portmap_flows_created_total 10",
+            "plexus_portmap_flows_removed_total 4",
+            r#"plexus_portmap_translations_total{direction="forward"} 30"#,
+            r#"plexus_portmap_translations_total{direction="reverse"} 28"#,
+            r#"plexus_portmap_translations_total{direction="icmp"} 2"#,
+        ] {
+            assert!(body.lines().any(|l| l == line), "{line} in {body}");
+        }
+    }
+
     async fn get(addr: SocketAddr, path: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
@@ -394,6 +482,8 @@ mod tests {
                 || body.contains(r#"plexus_plugin_duration_seconds_bucket{type="metrics-test-plugin",command="ADD",le="0.0002"} 1"#),
             "the first buckets are finer than a millisecond: {body}"
         );
+        assert!(body.contains("# TYPE plexus_portmap_flow_evictions counter"), "{body}");
+        assert!(body.contains("# TYPE plexus_portmap_flows gauge"), "{body}");
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         let r = get(addr, "/readyz").await;
         assert!(r.starts_with("HTTP/1.1 503") && r.contains("no default network"), "{r}");

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use plexus_ebpf_common::flow::{Timeouts, DEFAULT_MAX_FLOWS, NSEC_PER_SEC};
 
 #[derive(Debug, Parser)]
 #[command(name = "plexus-agent", version, about = "plexus node agent: secondary networks for pods")]
@@ -64,8 +65,115 @@ pub struct BandwidthSetOptions {
 #[derive(Debug, Subcommand)]
 pub enum PortmapCommand {
     /// The active mappings, from the pinned BPF maps, with the programs' packet and byte
-    /// counters (works while the agent is down: the maps are pinned).
+    /// counters and the flows each one has (works while the agent is down: the maps are
+    /// pinned).
     List(ListOptions),
+    /// The tracked flows of the port mappings (protocol, client, host and pod endpoints,
+    /// state, age and idle time) and the flow table's figures, from the pinned BPF maps (works
+    /// while the agent is down).
+    Flows(FlowsOptions),
+}
+
+/// `portmap flows`.
+#[derive(Debug, Clone, Args)]
+pub struct FlowsOptions {
+    /// The agent's --bpf-pin-dir.
+    #[arg(long, env = "PLEXUS_BPF_PIN_DIR", default_value = crate::dataplane::pin::DEFAULT_PIN_DIR)]
+    pub bpf_pin_dir: PathBuf,
+
+    /// JSON instead of a table: {"flows": [...], "table": {...}}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Smallest flow table `--portmap-max-flows` accepts.
+pub const MIN_FLOWS: u32 = 1024;
+/// Longest timeout, in seconds (about 136 years: nanoseconds stay within 64 bits).
+pub const MAX_TIMEOUT_SECS: u64 = u32::MAX as u64;
+
+fn max_flows(s: &str) -> Result<u32, String> {
+    let n: u32 = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number of entries"))?;
+    if n < MIN_FLOWS {
+        return Err(format!("{n} entries is too small a flow table: at least {MIN_FLOWS}"));
+    }
+    Ok(n)
+}
+
+fn seconds(s: &str) -> Result<u64, String> {
+    let n: u64 =
+        s.trim().parse().map_err(|_| format!("{s:?} is not a whole number of seconds (e.g. 120)"))?;
+    match n {
+        0 => Err("a timeout must be at least 1 second".into()),
+        n if n > MAX_TIMEOUT_SECS => Err(format!("{n} seconds is too long: at most {MAX_TIMEOUT_SECS}")),
+        n => Ok(n),
+    }
+}
+
+fn default_secs(pick: fn(&Timeouts) -> u64) -> u64 {
+    pick(&Timeouts::default()) / NSEC_PER_SEC
+}
+
+/// The port mapping flow table: its size and how long flows live after their last packet, by
+/// state (seconds; the defaults are conntrack's).
+#[derive(Debug, Clone, Args)]
+pub struct FlowTableOptions {
+    /// Entries of the flow table (each takes 200 bytes of kernel memory, preallocated: the
+    /// default is 25 MiB). When full, the least recently used flow is evicted. A
+    /// table pinned by an earlier run keeps its size until its pin is removed.
+    #[arg(long, env = "PLEXUS_PORTMAP_MAX_FLOWS", value_name = "ENTRIES",
+          default_value_t = DEFAULT_MAX_FLOWS, value_parser = max_flows)]
+    pub portmap_max_flows: u32,
+
+    /// TCP flows once replied (conntrack's tcp_timeout_established).
+    #[arg(long, env = "PLEXUS_PORTMAP_TCP_TIMEOUT", value_name = "SECONDS",
+          default_value_t = default_secs(|t| t.tcp_established), value_parser = seconds)]
+    pub portmap_tcp_timeout: u64,
+
+    /// TCP flows not replied yet (tcp_timeout_syn_sent).
+    #[arg(long, env = "PLEXUS_PORTMAP_TCP_SYN_TIMEOUT", value_name = "SECONDS",
+          default_value_t = default_secs(|t| t.tcp_syn), value_parser = seconds)]
+    pub portmap_tcp_syn_timeout: u64,
+
+    /// TCP flows after a FIN from both sides (tcp_timeout_time_wait).
+    #[arg(long, env = "PLEXUS_PORTMAP_TCP_CLOSE_TIMEOUT", value_name = "SECONDS",
+          default_value_t = default_secs(|t| t.tcp_closed), value_parser = seconds)]
+    pub portmap_tcp_close_timeout: u64,
+
+    /// TCP flows after a RST (tcp_timeout_close).
+    #[arg(long, env = "PLEXUS_PORTMAP_TCP_RESET_TIMEOUT", value_name = "SECONDS",
+          default_value_t = default_secs(|t| t.tcp_reset), value_parser = seconds)]
+    pub portmap_tcp_reset_timeout: u64,
+
+    /// UDP flows not replied yet (udp_timeout).
+    #[arg(long, env = "PLEXUS_PORTMAP_UDP_TIMEOUT", value_name = "SECONDS",
+          default_value_t = default_secs(|t| t.udp), value_parser = seconds)]
+    pub portmap_udp_timeout: u64,
+
+    /// UDP flows once replied (udp_timeout_stream).
+    #[arg(long, env = "PLEXUS_PORTMAP_UDP_STREAM_TIMEOUT", value_name = "SECONDS",
+          default_value_t = default_secs(|t| t.udp_stream), value_parser = seconds)]
+    pub portmap_udp_stream_timeout: u64,
+
+    /// SCTP flows (sctp_timeout_established).
+    #[arg(long, env = "PLEXUS_PORTMAP_SCTP_TIMEOUT", value_name = "SECONDS",
+          default_value_t = default_secs(|t| t.sctp), value_parser = seconds)]
+    pub portmap_sctp_timeout: u64,
+}
+
+impl FlowTableOptions {
+    /// The timeouts, in nanoseconds.
+    pub fn timeouts(&self) -> Timeouts {
+        let ns = |secs: u64| secs.saturating_mul(NSEC_PER_SEC);
+        Timeouts {
+            tcp_syn: ns(self.portmap_tcp_syn_timeout),
+            tcp_established: ns(self.portmap_tcp_timeout),
+            tcp_closed: ns(self.portmap_tcp_close_timeout),
+            tcp_reset: ns(self.portmap_tcp_reset_timeout),
+            udp: ns(self.portmap_udp_timeout),
+            udp_stream: ns(self.portmap_udp_stream_timeout),
+            sctp: ns(self.portmap_sctp_timeout),
+        }
+    }
 }
 
 /// Where the agent keeps what the dataplane subcommands read and change.
@@ -193,6 +301,9 @@ pub struct AgentOptions {
     #[arg(long, env = "PLEXUS_CGROUP_ROOT", default_value = "/sys/fs/cgroup")]
     pub cgroup_root: PathBuf,
 
+    #[command(flatten)]
+    pub flow_table: FlowTableOptions,
+
     /// Where NADs and pods come from: `files` (--nad-dir, --pod-dir) or `kube` (the API
     /// server, with --node-name and --kubeconfig or the in-cluster service account).
     #[arg(long, env = "PLEXUS_CATALOG", value_enum, default_value_t = CatalogSource::Files)]
@@ -266,6 +377,84 @@ mod tests {
             );
             assert!(o.json);
         }
+    }
+
+    fn run(args: &[&str]) -> Result<AgentOptions, clap::Error> {
+        match parse(&[&["run"], args].concat())? {
+            CliCommand::Run(o) => Ok(*o),
+            other => panic!("run parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flow_table_options_default_to_conntracks_timeouts() {
+        let o = run(&[]).unwrap();
+        assert_eq!(o.flow_table.portmap_max_flows, DEFAULT_MAX_FLOWS);
+        assert_eq!(o.flow_table.timeouts(), Timeouts::default());
+        assert_eq!(o.flow_table.portmap_tcp_timeout, 432_000);
+        assert_eq!(o.flow_table.portmap_udp_timeout, 30);
+    }
+
+    #[test]
+    fn flow_table_options_are_seconds_and_entries() {
+        let o = run(&[
+            "--portmap-max-flows",
+            "1024",
+            "--portmap-tcp-timeout",
+            "3600",
+            "--portmap-tcp-syn-timeout",
+            "60",
+            "--portmap-tcp-close-timeout",
+            "30",
+            "--portmap-tcp-reset-timeout",
+            "1",
+            "--portmap-udp-timeout",
+            "10",
+            "--portmap-udp-stream-timeout",
+            "180",
+            "--portmap-sctp-timeout",
+            "300",
+        ])
+        .unwrap();
+        assert_eq!(o.flow_table.portmap_max_flows, 1024);
+        let s = NSEC_PER_SEC;
+        assert_eq!(
+            o.flow_table.timeouts(),
+            Timeouts {
+                tcp_syn: 60 * s,
+                tcp_established: 3600 * s,
+                tcp_closed: 30 * s,
+                tcp_reset: s,
+                udp: 10 * s,
+                udp_stream: 180 * s,
+                sctp: 300 * s,
+            }
+        );
+        // Not a power of two: fine.
+        assert_eq!(run(&["--portmap-max-flows", "100000"]).unwrap().flow_table.portmap_max_flows, 100_000);
+    }
+
+    #[test]
+    fn bad_flow_table_options_are_refused_saying_why() {
+        for (args, needle) in [
+            (["--portmap-max-flows", "1023"], "at least 1024"),
+            (["--portmap-max-flows", "lots"], "not a whole number of entries"),
+            (["--portmap-udp-timeout", "0"], "at least 1 second"),
+            (["--portmap-tcp-timeout", "1.5"], "not a whole number of seconds"),
+            (["--portmap-tcp-syn-timeout", "99999999999"], "too long"),
+        ] {
+            let err = run(&args).unwrap_err().to_string();
+            assert!(err.contains(needle) && err.contains(args[0]), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn portmap_flows_takes_the_pin_directory_and_json() {
+        let parsed = parse(&["portmap", "flows", "--bpf-pin-dir", "/pins", "--json"]).unwrap();
+        let CliCommand::Portmap(PortmapCommand::Flows(o)) = parsed else { panic!("{parsed:?}") };
+        assert_eq!((o.bpf_pin_dir.as_path(), o.json), ("/pins".as_ref(), true));
+        let err = parse(&["portmap", "flows", "--state-dir", "/state"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{err}");
     }
 
     #[test]

@@ -158,7 +158,7 @@ pub fn run() -> anyhow::Result<()> {
     }
     let records = std::fs::read_dir(demo.base.join("state/attachments")).map(|d| d.count()).unwrap_or(0);
     println!("  attachment records left: {records}");
-    let mappings = portmap_list(&bin, &demo.base)?;
+    let mappings = portmap_command(&bin, &demo.base, "list")?;
     println!("  port mappings left: {}", if mappings.lines().count() <= 1 { "none" } else { &mappings });
     let limits = bandwidth_list(&bin, &demo.base)?;
     println!("  bandwidth limits left: {}", if limits.lines().count() <= 1 { "none" } else { &limits });
@@ -345,17 +345,42 @@ fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
     ]))
     .context("the node could not reach 10.30.0.1:8080")?;
     println!("  the node itself -> 10.30.0.1:8080:       {}", reply.trim());
+    // The mapping tracks flows: only replies of mapped connections are rewritten, so the pod's
+    // own address keeps working for peers on its network.
+    let pod_ip = network_ip(demo, "pod-a", "web0")?;
+    let reply = output(Command::new("ip").args(["netns", "exec", client, "python3", "-c", CLIENT, &pod_ip, "80"]))
+        .with_context(|| format!("the client could not reach pod-a directly at {pod_ip}:80"))?;
+    println!("  client 10.30.0.200 -> pod-a {pod_ip}:80 directly: {}", reply.trim());
     println!("  plexus-agent portmap list (the pinned BPF maps, with the programs' counters):");
-    for line in portmap_list(bin, &demo.base)?.lines() {
+    for line in portmap_command(bin, &demo.base, "list")?.lines() {
+        println!("    {line}");
+    }
+    println!("  plexus-agent portmap flows (the flow table: closed connections linger, as in conntrack):");
+    for line in portmap_command(bin, &demo.base, "flows")?.lines() {
         println!("    {line}");
     }
     Ok(())
 }
 
-fn portmap_list(bin: &Path, base: &Path) -> anyhow::Result<String> {
+/// The first address of `pod`'s interface `ifname`, from the network-status the agent wrote.
+fn network_ip(demo: &Demo, pod: &str, ifname: &str) -> anyhow::Result<String> {
+    let path = demo.base.join(format!("state/pods/default/{pod}.network-status.json"));
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    status
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["interface"] == ifname)
+        .and_then(|e| e["ips"][0].as_str())
+        .and_then(|a| a.split('/').next())
+        .map(str::to_owned)
+        .with_context(|| format!("{} names no address of {pod}'s {ifname}", path.display()))
+}
+
+fn portmap_command(bin: &Path, base: &Path, command: &str) -> anyhow::Result<String> {
     output(
         Command::new(bin.join("plexus-agent"))
-            .args(["portmap", "list", "--bpf-pin-dir"])
+            .args(["portmap", command, "--bpf-pin-dir"])
             .arg(base.join("bpffs"))
             .arg("--state-dir")
             .arg(base.join("state")),
@@ -369,18 +394,7 @@ fn bandwidth(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         "bandwidth",
         "pod-b is limited to 50 Mbit/s each way on the web network: eBPF programs on its veth, no tbf or ifb",
     );
-    let status: Value = serde_json::from_str(&std::fs::read_to_string(
-        demo.base.join("state/pods/default/pod-b.network-status.json"),
-    )?)?;
-    let addr = status
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e["interface"] == "web0")
-        .and_then(|e| e["ips"][0].as_str())
-        .and_then(|a| a.split('/').next())
-        .context("pod-b has no address on web")?
-        .to_owned();
+    let addr = network_ip(demo, "pod-b", "web0")?;
     let server = Command::new("ip")
         .args(["netns", "exec", "pxdemo-pod-b", "iperf3", "-s", "-p", "5201"])
         .stdout(Stdio::null())

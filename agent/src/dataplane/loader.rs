@@ -202,9 +202,27 @@ impl Loaded {
     /// paths and programs are pinned too; without, everything lives as long as the `Loaded`
     /// (tests).
     pub fn load_object(object: &'static Object, pins: Option<PinDir>) -> Result<Loaded, LoadError> {
+        Loaded::load_object_sized(object, pins, &[])
+    }
+
+    /// [`Loaded::load_object`], with the `max_entries` of some maps chosen at load: `sizes`
+    /// lists (map name, entries). A map already pinned keeps its size (and its entries): the
+    /// kernel cannot resize a map. A different size is logged, and applies once the pin is
+    /// removed.
+    pub fn load_object_sized(
+        object: &'static Object,
+        pins: Option<PinDir>,
+        sizes: &[(&'static str, u32)],
+    ) -> Result<Loaded, LoadError> {
         let mut loader = EbpfLoader::new();
         // The programs need no CO-RE relocations: skip parsing the kernel's BTF.
         loader.btf(None);
+        for &(name, entries) in sizes {
+            loader.map_max_entries(name, entries);
+            if let Some(pins) = &pins {
+                warn_if_pinned_differently(&pins.map(name), name, entries);
+            }
+        }
         let mut paths: Vec<(&'static str, PathBuf)> =
             pins.iter().flat_map(|p| object.maps.iter().map(move |m| (*m, p.map(m)))).collect();
         for (name, subdir) in object.shared_maps {
@@ -255,6 +273,22 @@ impl Loaded {
             }
         }
         Ok(Loaded { object, ebpf, pins, tags, equivalent: own })
+    }
+
+    /// Removes the pins of maps that earlier versions of the object had and this one has not
+    /// (after a successful load: programs of the earlier run still attached keep their maps
+    /// until they are replaced).
+    pub fn remove_retired_maps(&self, names: &[&str]) -> Result<(), LoadError> {
+        if let Some(pins) = &self.pins {
+            for name in names {
+                let path = pins.map(name);
+                if path.exists() {
+                    remove_pin(&path)?;
+                    tracing::info!(map = %name, "removed the pin of a map this version no longer uses");
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
@@ -447,6 +481,22 @@ impl Loaded {
             self.equivalent.insert((name, program_id));
         }
         Ok(same)
+    }
+}
+
+/// Logs when the map pinned at `path` has another size than `entries`: the pinned one is used.
+fn warn_if_pinned_differently(path: &Path, name: &str, entries: u32) {
+    let Ok(info) = aya::maps::MapInfo::from_pin(path) else { return };
+    if info.max_entries() != entries {
+        tracing::warn!(
+            map = %name,
+            pinned = info.max_entries(),
+            asked = entries,
+            "the pinned map {name} holds at most {} entries, not the {entries} asked: it is kept, with its \
+             entries; the new size applies once {} is removed (which drops them) and the agent restarts",
+            info.max_entries(),
+            path.display()
+        );
     }
 }
 

@@ -40,11 +40,18 @@ mod kernel_tests;
 
 use std::path::PathBuf;
 
-/// Where the dataplane keeps its objects.
+use plexus_ebpf_common::flow::Timeouts;
+
+/// Where the dataplane keeps its objects, and how port mappings track flows.
 #[derive(Debug, Clone)]
 pub struct DataplaneOptions {
     /// bpffs directory for pins (see [`pin`]).
     pub pin_dir: PathBuf,
     /// cgroup v2 directory the socket hooks attach to (the root: they filter by namespace).
     pub cgroup_root: PathBuf,
+    /// Entries of the port mapping flow table, when it is created (a pinned one keeps its
+    /// size).
+    pub max_flows: u32,
+    /// How long port mapping flows live after their last packet, by state.
+    pub timeouts: Timeouts,
 }

@@ -39,6 +39,13 @@ impl Delta {
         self.dword(old[0], new[0]).dword(old[1], new[1]).dword(old[2], new[2]).dword(old[3], new[3])
     }
 
+    /// Both changes.
+    #[inline(always)]
+    pub const fn plus(self, o: Delta) -> Delta {
+        let s = self.0 + o.0;
+        Delta((s & 0xffff) + (s >> 16))
+    }
+
     /// The checksum `csum` (as stored) after the changes.
     #[inline(always)]
     pub const fn apply(self, csum: u16) -> u16 {

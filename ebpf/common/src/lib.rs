@@ -38,12 +38,12 @@ pub const MAP_STATS: &str = "PM_STATS";
 /// One [`flow::Settings`] entry at index 0.
 pub const MAP_SETTINGS: &str = "PM_SETTINGS";
 /// Program array: index [`TAIL_SCTP`] holds the SCTP checksum fixup program, [`TAIL_ICMP`] the
-/// translation of ICMP errors.
+/// translation of ICMP errors, [`TAIL_FRAGMENT`] that of IP fragments after the first.
 pub const MAP_TAIL: &str = "PM_TAILS";
 
 /// Every map of its own the object defines, for pinning. It also reads the shaping object's
 /// [`shape::MAP_LIMITS`], pinned with that object.
-pub const MAPS: [&str; 7] = [
+pub const MAPS: [&str; 8] = [
     MAP_FORWARD,
     MAP_STATS,
     MAP_SETTINGS,
@@ -51,6 +51,7 @@ pub const MAPS: [&str; 7] = [
     flow::MAP_FLOWS,
     flow::MAP_FLOW_STATS,
     flow::MAP_SOCKETS,
+    flow::MAP_FRAGMENTS,
 ];
 
 /// Map names of earlier versions that a pin directory may still hold: the agent removes their
@@ -62,8 +63,10 @@ pub const RETIRED_MAPS: [&str; 3] = ["PM_REV", "PM_CONFIG", "PM_TAIL"];
 pub const TAIL_SCTP: u32 = 0;
 /// [`MAP_TAIL`] index of the ICMP error translation program.
 pub const TAIL_ICMP: u32 = 1;
+/// [`MAP_TAIL`] index of the program for IP fragments after the first.
+pub const TAIL_FRAGMENT: u32 = 2;
 /// Entries of [`MAP_TAIL`].
-pub const TAILS: u32 = 2;
+pub const TAILS: u32 = 3;
 
 /// How many mappings a node can hold (forward entries).
 pub const MAX_MAPPINGS: u32 = 16384;

@@ -84,25 +84,16 @@ impl Entry {
         Endpoint::new(addr_words(self.pod_ip), self.container_port.to_be(), protocol_number(self.protocol))
     }
 
-    fn rewrite(&self, addr: IpAddr, port: u16) -> Rewrite {
+    /// The forward value: to the pod, and how to deliver to it.
+    pub fn forward(&self) -> Rewrite {
         Rewrite {
-            addr: addr_words(addr),
-            port_be: port.to_be(),
+            addr: addr_words(self.pod_ip),
+            port_be: self.container_port.to_be(),
             flags: if self.deliver == Hook::Ingress { DELIVER_INGRESS } else { 0 },
             ifindex: self.deliver_ifindex,
             pod_mac: self.pod_mac.parse::<Mac>().map(|m| m.0).unwrap_or_default(),
             host_mac: self.host_mac.parse::<Mac>().map(|m| m.0).unwrap_or_default(),
         }
-    }
-
-    /// The forward value: to the pod.
-    pub fn forward(&self) -> Rewrite {
-        self.rewrite(self.pod_ip, self.container_port)
-    }
-
-    /// The reverse value: back to the host endpoint.
-    pub fn reverse(&self) -> Rewrite {
-        self.rewrite(self.host_ip, self.host_port)
     }
 }
 
@@ -142,11 +133,6 @@ pub enum PlanError {
         "two portMappings of the pod ask for {what}; each host IP, port and protocol can be mapped once"
     )]
     DuplicateHost { what: String },
-    #[error(
-        "portMappings {first} and {second} map two host ports to the same container port; plexus translates replies \
-         without per-connection state, so a container port can be behind one host port per address family only"
-    )]
-    DuplicatePod { first: String, second: String },
 }
 
 fn family(ip: IpAddr) -> &'static str {
@@ -240,9 +226,6 @@ pub fn plan(
                     what: format!("{}/{}", endpoint_text(a.host_ip, a.host_port), a.protocol.as_str()),
                 });
             }
-            if a.pod_endpoint() == b.pod_endpoint() {
-                return Err(PlanError::DuplicatePod { first: a.to_string(), second: b.to_string() });
-            }
         }
     }
     Ok(entries)
@@ -312,7 +295,7 @@ mod tests {
         assert_eq!(fwd.flags, 0);
         assert_eq!(u16::from_be(fwd.port_be), 80);
         assert_eq!(words_addr(&fwd.addr), "10.77.0.5".parse::<IpAddr>().unwrap());
-        assert_eq!(words_addr(&entries[1].reverse().addr), "fd00:77::1".parse::<IpAddr>().unwrap());
+        assert_eq!(words_addr(&entries[1].host_endpoint().addr), "fd00:77::1".parse::<IpAddr>().unwrap());
     }
 
     #[test]
@@ -351,15 +334,33 @@ mod tests {
     }
 
     #[test]
-    fn duplicates_are_refused() {
+    fn a_host_endpoint_mapped_twice_is_refused() {
         let t = topology(vec![iface(5, "br0", &["10.77.0.1/24"])]);
         let p = pod(&["10.77.0.5/24"]);
         let twice = [mapping(8080, 80, Protocol::Tcp, None), mapping(8080, 81, Protocol::Tcp, None)];
         assert!(matches!(plan("n", &twice, &p, &t), Err(PlanError::DuplicateHost { .. })));
-        let same_pod_port = [mapping(8080, 80, Protocol::Tcp, None), mapping(8081, 80, Protocol::Tcp, None)];
-        assert!(matches!(plan("n", &same_pod_port, &p, &t), Err(PlanError::DuplicatePod { .. })));
         let other_protocol = [mapping(8080, 80, Protocol::Tcp, None), mapping(8080, 80, Protocol::Udp, None)];
         assert_eq!(plan("n", &other_protocol, &p, &t).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn two_host_ports_may_map_to_one_container_port() {
+        // Each flow remembers the host port it came in on, so replies are not ambiguous.
+        let t = topology(vec![iface(5, "br0", &["10.77.0.1/24", "fd00:77::1/64"])]);
+        let p = pod(&["10.77.0.5/24", "fd00:77::5/64"]);
+        let same_pod_port = [mapping(8080, 80, Protocol::Tcp, None), mapping(8081, 80, Protocol::Tcp, None)];
+        let entries = plan("n", &same_pod_port, &p, &t).unwrap();
+        let text: Vec<String> = entries.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "10.77.0.1:8080/tcp -> 10.77.0.5:80/tcp",
+                "[fd00:77::1]:8080/tcp -> [fd00:77::5]:80/tcp",
+                "10.77.0.1:8081/tcp -> 10.77.0.5:80/tcp",
+                "[fd00:77::1]:8081/tcp -> [fd00:77::5]:80/tcp",
+            ]
+        );
+        assert_eq!(entries[0].forward(), entries[2].forward(), "one pod endpoint behind both");
     }
 
     #[test]

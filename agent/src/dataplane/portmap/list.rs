@@ -1,14 +1,16 @@
 //! `plexus-agent portmap list`: the active mappings, read from the pinned maps (the
-//! dataplane's truth, with the programs' per-CPU counters summed), with the pod holding each
-//! one from the agent's records when the state directory is readable.
+//! dataplane's truth, with the programs' per-CPU counters summed, and the flows each one has),
+//! with the pod holding each one from the agent's records when the state directory is readable;
+//! and `plexus-agent portmap flows`: the tracked flows and the flow table's figures.
 
 use std::path::Path;
 
 use serde::Serialize;
 
 use super::entries::{endpoint_text, protocol_from_number, words_addr};
+use super::flows::{counts_by_host, rows, FlowListing, TableSummary};
 use super::store::Store;
-use super::table::{TableError, Tables};
+use super::table::{monotonic_ns, TableError, Tables};
 use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
 
@@ -26,6 +28,8 @@ pub struct Listed {
     pub packets_out: u64,
     pub bytes_out: u64,
     pub local_translations: u64,
+    /// Flows tracked for the mapping.
+    pub flows: usize,
 }
 
 /// The mappings installed under `pin_dir`, described with the records of `state_dir`.
@@ -40,6 +44,7 @@ pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>,
         }
         None => Vec::new(),
     };
+    let flows = counts_by_host(&tables.flows());
     Ok(tables
         .list()
         .into_iter()
@@ -59,6 +64,7 @@ pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>,
                 packets_out: counters.packets_out,
                 bytes_out: counters.bytes_out,
                 local_translations: counters.local,
+                flows: flows.get(&host).copied().unwrap_or(0),
             }
         })
         .collect())
@@ -66,9 +72,10 @@ pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>,
 
 /// A table for people.
 pub fn render(rows: &[Listed]) -> String {
-    let mut lines = vec![["PROTO", "HOST", "POD ADDRESS", "POD", "IN PKTS/BYTES", "OUT PKTS/BYTES", "LOCAL"]
-        .map(str::to_owned)
-        .to_vec()];
+    let mut lines =
+        vec![["PROTO", "HOST", "POD ADDRESS", "POD", "IN PKTS/BYTES", "OUT PKTS/BYTES", "LOCAL", "FLOWS"]
+            .map(str::to_owned)
+            .to_vec()];
     for r in rows {
         lines.push(vec![
             r.protocol.clone(),
@@ -82,7 +89,26 @@ pub fn render(rows: &[Listed]) -> String {
             format!("{}/{}", r.packets_in, r.bytes_in),
             format!("{}/{}", r.packets_out, r.bytes_out),
             r.local_translations.to_string(),
+            r.flows.to_string(),
         ]);
     }
     columns(&lines)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FlowsError {
+    #[error(transparent)]
+    Table(#[from] TableError),
+    #[error("reading the monotonic clock: {0}")]
+    Clock(#[source] nix::Error),
+}
+
+/// The flows tracked under `pin_dir`, with the table's figures.
+pub fn flows(pin_dir: &Path) -> Result<FlowListing, FlowsError> {
+    let tables = Tables::open_pinned(&PinDir::open(pin_dir))?;
+    let flows = tables.flows();
+    let now = monotonic_ns().map_err(FlowsError::Clock)?;
+    let table =
+        TableSummary::new(flows.len() as u64, u64::from(tables.flow_capacity()), &tables.flow_stats());
+    Ok(FlowListing { flows: rows(&flows, now), table })
 }

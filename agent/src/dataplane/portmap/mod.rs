@@ -2,15 +2,19 @@
 //!
 //! Traffic to hostIP:hostPort, where the host IP is the node's address on the attachment's
 //! network, is translated to podIP:containerPort on the pod's interface of that network, and
-//! the pod's replies back, by the programs of `ebpf/programs` (TC on the host-side interfaces,
-//! see [`topology`]; cgroup socket hooks for the node's own clients). An ADD is a netlink dump,
-//! a few map updates and at most one TCX attachment: no exec, no iptables, no conntrack.
+//! the replies of those flows back, by the programs of `ebpf/programs` (TC on the host-side
+//! interfaces, see [`topology`]; cgroup socket hooks for the node's own clients). The programs
+//! track each translated flow in a pinned LRU table, so only its replies are rewritten; the
+//! agent removes the flows of deleted mappings and reaps expired ones. An ADD is a netlink
+//! dump, a few map updates and at most one TCX attachment: no exec, no iptables, no conntrack.
 //!
 //! - [`config`]: the plugin's config and `runtimeConfig.portMappings`;
 //! - [`topology`]: which node interfaces are involved (read by `dataplane::netdev`);
 //! - [`entries`]: mappings to map entries (pure);
-//! - [`mapper`]: the BPF object; [`table`]: its maps; [`store`]: durable records;
-//! - [`plugin`]: the `plexus-portmap` CNI plugin type; [`list`]: `plexus-agent portmap list`.
+//! - [`mapper`]: the BPF object; [`table`]: its maps; [`reaper`]: removes expired flows;
+//!   [`store`]: durable records;
+//! - [`plugin`]: the `plexus-portmap` CNI plugin type; [`list`]: `plexus-agent portmap list`
+//!   and `flows`, with [`flows`] (pure) formatting flows.
 //!
 //! The lifecycle (ADD, DEL, CHECK, GC, STATUS, the start) is the dataplane's one
 //! ([`crate::dataplane::service`]), with [`mapper::Mapper`] as its feature. Native plugins
@@ -19,9 +23,11 @@
 
 pub mod config;
 pub mod entries;
+pub mod flows;
 pub mod list;
 pub mod mapper;
 pub mod plugin;
+pub mod reaper;
 pub mod store;
 pub mod table;
 pub mod topology;

@@ -1,32 +1,48 @@
-//! The port mapping maps, as the agent writes and the `list` subcommand reads them.
+//! The port mapping maps, as the agent writes and the `list` and `flows` subcommands read them.
 //!
-//! Write order makes every intermediate state safe for traffic: on install the counters and
-//! the reverse entry come first and the forward entry last, so no packet is translated towards
-//! the pod before its reply can be translated back; removal goes the other way.
+//! Write order makes every intermediate state safe for traffic: on install the counters come
+//! first and the forward entry last, so every packet translated towards the pod is counted;
+//! removal goes the other way, and a mapping's flows go once its forward entry is gone (no new
+//! flow can be made for it then), so no reply of it is translated after its DEL.
+//!
+//! Flows are made by the programs only; the agent reads them, removes those of deleted
+//! mappings, and reaps expired ones ([`Tables::reap`]). What it removes is counted in
+//! [`STATS_AGENT`] of the flow counters, so created − removed − live is the kernel's evictions.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Mutex;
 
-use aya::maps::{Array, HashMap, MapData, PerCpuHashMap};
+use aya::maps::{Array, HashMap, IterableMap, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use aya::Ebpf;
-use plexus_ebpf_common::{
-    Config, Counters, Endpoint, Rewrite, MAP_CONFIG, MAP_FORWARD, MAP_REVERSE, MAP_STATS,
+use plexus_ebpf_common::flow::{
+    Flow, FlowKey, FlowStats, Settings, SockKey, Timeouts, MAP_FLOWS, MAP_FLOW_STATS, MAP_SOCKETS,
+    STATS_AGENT, STATS_PROGRAMS,
 };
+use plexus_ebpf_common::{Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS};
 
 use super::entries::Entry;
 pub use crate::dataplane::maps::TableError;
 use crate::dataplane::maps::{ignore_missing, map_error, open_pinned_map, per_cpu, take_map};
 use crate::dataplane::pin::PinDir;
 
+/// Serialises the read-modify-write of the agent's flow counters between the handles of one
+/// process (the service's, the reaper's): the map has no atomic add from user space.
+static AGENT_STATS: Mutex<()> = Mutex::new(());
+
 pub struct Tables {
     forward: HashMap<MapData, Endpoint, Rewrite>,
-    reverse: HashMap<MapData, Endpoint, Rewrite>,
     stats: PerCpuHashMap<MapData, Endpoint, Counters>,
-    config: Option<Array<MapData, Config>>,
+    settings: Array<MapData, Settings>,
+    flows: HashMap<MapData, FlowKey, Flow>,
+    flow_stats: PerCpuArray<MapData, FlowStats>,
+    sockets: HashMap<MapData, SockKey, Endpoint>,
+    /// The flow table's max_entries, as created (a pinned table keeps its size).
+    capacity: u32,
 }
 
 impl std::fmt::Debug for Tables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tables")
+        f.debug_struct("Tables").field("capacity", &self.capacity).finish_non_exhaustive()
     }
 }
 
@@ -35,98 +51,107 @@ impl std::fmt::Debug for Tables {
 pub struct Reconciled {
     pub removed: usize,
     pub restored: usize,
+    /// Flows of mappings that are gone.
+    pub flows_removed: usize,
+}
+
+/// What a pass of the reaper found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    /// Expired flows removed.
+    pub removed: usize,
+    /// Flows left in the table.
+    pub live: usize,
+}
+
+fn opened(name: &'static str) -> impl FnOnce(MapError) -> TableError {
+    map_error(name, "opening")
 }
 
 impl Tables {
+    fn from_maps(
+        open: &mut dyn FnMut(&'static str) -> Result<aya::maps::Map, TableError>,
+    ) -> Result<Tables, TableError> {
+        let flows: HashMap<MapData, FlowKey, Flow> =
+            HashMap::try_from(open(MAP_FLOWS)?).map_err(opened(MAP_FLOWS))?;
+        let capacity = flows.map().info().map_err(map_error(MAP_FLOWS, "reading its size"))?.max_entries();
+        Ok(Tables {
+            forward: HashMap::try_from(open(MAP_FORWARD)?).map_err(opened(MAP_FORWARD))?,
+            stats: PerCpuHashMap::try_from(open(MAP_STATS)?).map_err(opened(MAP_STATS))?,
+            settings: Array::try_from(open(MAP_SETTINGS)?).map_err(opened(MAP_SETTINGS))?,
+            flows,
+            flow_stats: PerCpuArray::try_from(open(MAP_FLOW_STATS)?).map_err(opened(MAP_FLOW_STATS))?,
+            sockets: HashMap::try_from(open(MAP_SOCKETS)?).map_err(opened(MAP_SOCKETS))?,
+            capacity,
+        })
+    }
+
     /// Takes the maps out of a freshly loaded object.
     pub fn take(ebpf: &mut Ebpf) -> Result<Tables, TableError> {
-        let forward = take_map(ebpf, MAP_FORWARD)?;
-        let reverse = take_map(ebpf, MAP_REVERSE)?;
-        let stats = take_map(ebpf, MAP_STATS)?;
-        let config = take_map(ebpf, MAP_CONFIG)?;
-        Ok(Tables {
-            forward: HashMap::try_from(forward).map_err(map_error(MAP_FORWARD, "opening"))?,
-            reverse: HashMap::try_from(reverse).map_err(map_error(MAP_REVERSE, "opening"))?,
-            stats: PerCpuHashMap::try_from(stats).map_err(map_error(MAP_STATS, "opening"))?,
-            config: Some(Array::try_from(config).map_err(map_error(MAP_CONFIG, "opening"))?),
-        })
+        Tables::from_maps(&mut |name| take_map(ebpf, name))
     }
 
-    /// Opens the pinned maps of a running dataplane, read-mostly (`plexus-agent portmap list`).
+    /// Opens the pinned maps of a running (or stopped) dataplane: `plexus-agent portmap list`
+    /// and `flows`, and the agent's reaper.
     pub fn open_pinned(pins: &PinDir) -> Result<Tables, TableError> {
-        let open = |name| open_pinned_map(pins, name);
-        Ok(Tables {
-            forward: HashMap::try_from(open(MAP_FORWARD)?).map_err(map_error(MAP_FORWARD, "opening"))?,
-            reverse: HashMap::try_from(open(MAP_REVERSE)?).map_err(map_error(MAP_REVERSE, "opening"))?,
-            stats: PerCpuHashMap::try_from(open(MAP_STATS)?).map_err(map_error(MAP_STATS, "opening"))?,
-            config: None,
-        })
+        Tables::from_maps(&mut |name| open_pinned_map(pins, name))
     }
 
-    /// Tells the socket hooks which network namespace is the node's.
-    pub fn set_netns_cookie(&mut self, netns_cookie: u64) -> Result<(), TableError> {
-        if let Some(config) = &mut self.config {
-            config
-                .set(0, Config { netns_cookie }, 0)
-                .map_err(map_error(MAP_CONFIG, "setting the netns cookie"))?;
-        }
-        Ok(())
+    /// Writes the programs' settings: the node's network namespace for the socket hooks, and
+    /// the flow timeouts.
+    pub fn set_settings(&mut self, s: &Settings) -> Result<(), TableError> {
+        self.settings.set(0, *s, 0).map_err(map_error(MAP_SETTINGS, "writing the settings"))
     }
 
     pub fn install(&mut self, e: &Entry) -> Result<(), TableError> {
-        let (host, pod) = (e.host_endpoint(), e.pod_endpoint());
+        let host = e.host_endpoint();
         if self.stats.get(&host, 0).is_err() {
             self.stats
                 .insert(host, per_cpu(Counters::default())?, 0)
                 .map_err(map_error(MAP_STATS, format!("adding {e}")))?;
         }
-        self.reverse.insert(pod, e.reverse(), 0).map_err(map_error(MAP_REVERSE, format!("adding {e}")))?;
         self.forward.insert(host, e.forward(), 0).map_err(map_error(MAP_FORWARD, format!("adding {e}")))
     }
 
+    /// Removes a mapping: its forward entry, then its flows and the sockets remembered for it,
+    /// then its counters.
     pub fn remove(&mut self, e: &Entry) -> Result<(), TableError> {
-        let (host, pod) = (e.host_endpoint(), e.pod_endpoint());
+        let host = e.host_endpoint();
         ignore_missing(self.forward.remove(&host))
             .map_err(map_error(MAP_FORWARD, format!("removing {e}")))?;
-        ignore_missing(self.reverse.remove(&pod)).map_err(map_error(MAP_REVERSE, format!("removing {e}")))?;
+        self.remove_flows_of(&host)?;
+        self.remove_sockets_where(|h| *h == host)?;
         ignore_missing(self.stats.remove(&host)).map_err(map_error(MAP_STATS, format!("removing {e}")))
     }
 
     /// Why `e` is not installed exactly, if it is not.
     pub fn verify(&self, e: &Entry) -> Option<String> {
         match self.forward.get(&e.host_endpoint(), 0) {
-            Ok(v) if v == e.forward() => {}
-            Ok(_) => return Some(format!("the forward entry of {e} differs")),
-            Err(_) => return Some(format!("the forward entry of {e} is missing")),
-        }
-        match self.reverse.get(&e.pod_endpoint(), 0) {
-            Ok(v) if v == e.reverse() => None,
-            Ok(_) => Some(format!("the reverse entry of {e} differs")),
-            Err(_) => Some(format!("the reverse entry of {e} is missing")),
+            Ok(v) if v == e.forward() => None,
+            Ok(_) => Some(format!("the forward entry of {e} differs")),
+            Err(_) => Some(format!("the forward entry of {e} is missing")),
         }
     }
 
-    /// Makes the maps hold exactly `desired`: stale entries go, missing or different ones are
-    /// written. Counters of entries that stay are kept.
+    /// Makes the maps hold exactly `desired`: stale entries go with their flows, missing or
+    /// different ones are written. Counters and flows of entries that stay are kept (a restart
+    /// loses no connection).
     pub fn reconcile(&mut self, desired: &[Entry]) -> Result<Reconciled, TableError> {
         let mut done = Reconciled::default();
-        let want_fwd: BTreeMap<Endpoint, Rewrite> =
+        let want: BTreeMap<Endpoint, Rewrite> =
             desired.iter().map(|e| (e.host_endpoint(), e.forward())).collect();
-        let want_rev: BTreeMap<Endpoint, Rewrite> =
-            desired.iter().map(|e| (e.pod_endpoint(), e.reverse())).collect();
         let fwd_keys: Vec<Endpoint> = self.forward.keys().filter_map(Result::ok).collect();
-        for k in fwd_keys.iter().filter(|k| !want_fwd.contains_key(k)) {
+        for k in fwd_keys.iter().filter(|k| !want.contains_key(k)) {
             ignore_missing(self.forward.remove(k))
                 .map_err(map_error(MAP_FORWARD, "removing a stale entry"))?;
             done.removed += 1;
         }
-        let rev_keys: Vec<Endpoint> = self.reverse.keys().filter_map(Result::ok).collect();
-        for k in rev_keys.iter().filter(|k| !want_rev.contains_key(k)) {
-            ignore_missing(self.reverse.remove(k))
-                .map_err(map_error(MAP_REVERSE, "removing a stale entry"))?;
-        }
+        // Flows of any mapping not wanted: those just removed, and those a crash left behind
+        // between a forward entry's removal and its flows'.
+        done.flows_removed = self.remove_flows_where(|f| !want.contains_key(&f.host))?;
+        self.remove_sockets_where(|h| !want.contains_key(h))?;
         let stat_keys: Vec<Endpoint> = self.stats.keys().filter_map(Result::ok).collect();
-        for k in stat_keys.iter().filter(|k| !want_fwd.contains_key(k)) {
+        for k in stat_keys.iter().filter(|k| !want.contains_key(k)) {
             ignore_missing(self.stats.remove(k)).map_err(map_error(MAP_STATS, "removing stale counters"))?;
         }
         let present: BTreeSet<Endpoint> = fwd_keys.into_iter().collect();
@@ -140,7 +165,7 @@ impl Tables {
         Ok(done)
     }
 
-    /// Every forward entry with its reverse value and summed counters.
+    /// Every forward entry with its value and summed counters.
     pub fn list(&self) -> Vec<(Endpoint, Rewrite, Counters)> {
         let mut out: Vec<(Endpoint, Rewrite, Counters)> = self
             .forward
@@ -163,12 +188,351 @@ impl Tables {
         out
     }
 
-    /// Every key of the reverse map (tests check that DEL leaves nothing behind).
-    pub fn reverse_keys(&self) -> Vec<Endpoint> {
-        self.reverse.keys().filter_map(Result::ok).collect()
-    }
-
     pub fn stats_keys(&self) -> Vec<Endpoint> {
         self.stats.keys().filter_map(Result::ok).collect()
+    }
+
+    /// Every flow of the table, by key. The programs add and remove flows meanwhile: a flow
+    /// made during the walk may be missing, none is listed twice.
+    pub fn flows(&self) -> Vec<(FlowKey, Flow)> {
+        let mut seen = BTreeMap::new();
+        self.walk_flows(|k, f| {
+            seen.insert(k, f);
+        });
+        seen.into_iter().collect()
+    }
+
+    /// The flow counters, summed over the CPUs and both writers (programs and agent).
+    pub fn flow_stats(&self) -> FlowStats {
+        let mut total = FlowStats::default();
+        for index in [STATS_PROGRAMS, STATS_AGENT] {
+            if let Ok(values) = self.flow_stats.get(&index, 0) {
+                values.iter().for_each(|v| total.add(v));
+            }
+        }
+        total
+    }
+
+    /// How many flows the table holds at most.
+    pub fn flow_capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Removes every flow of the mapping whose host endpoint is `host`; returns how many.
+    pub fn remove_flows_of(&mut self, host: &Endpoint) -> Result<usize, TableError> {
+        self.remove_flows_where(|f| f.host == *host)
+    }
+
+    /// Removes the flows expired at `now_ns` (the monotonic clock of `bpf_ktime_get_ns`, see
+    /// [`monotonic_ns`]); returns how many.
+    pub fn reap(&mut self, now_ns: u64, timeouts: &Timeouts) -> Result<usize, TableError> {
+        self.reap_counted(now_ns, timeouts).map(|r| r.removed)
+    }
+
+    /// [`Tables::reap`], also counting the flows left (one walk of the table for both).
+    pub fn reap_counted(&mut self, now_ns: u64, timeouts: &Timeouts) -> Result<Reaped, TableError> {
+        let mut expired = BTreeSet::new();
+        let mut seen = 0usize;
+        self.walk_flows(|k, f| {
+            seen += 1;
+            if timeouts.expired(&f, now_ns) {
+                expired.insert(k);
+            }
+        });
+        // A flow may have been refreshed since it was read (a new packet, or the forward path
+        // overwrote it with a new flow): read again just before removing, so only a packet in
+        // the last microseconds can lose its flow, as it would if it came just after the pass.
+        let mut removed = 0;
+        for k in &expired {
+            let still = self.flows.get(k, 0).is_ok_and(|f| timeouts.expired(&f, now_ns));
+            if still && self.remove_flow(k)? {
+                removed += 1;
+            }
+        }
+        self.count_removed(removed)?;
+        Ok(Reaped { removed, live: seen.saturating_sub(expired.len()) })
+    }
+
+    fn remove_flows_where(&mut self, pick: impl Fn(&Flow) -> bool) -> Result<usize, TableError> {
+        let mut keys = BTreeSet::new();
+        self.walk_flows(|k, f| {
+            if pick(&f) {
+                keys.insert(k);
+            }
+        });
+        let mut removed = 0;
+        for k in &keys {
+            if self.remove_flow(k)? {
+                removed += 1;
+            }
+        }
+        self.count_removed(removed)?;
+        Ok(removed)
+    }
+
+    /// Calls `each` on the flows of the table. The kernel's walk (next key after the last one
+    /// read) starts over when that key vanished meanwhile, so a table changing under it could
+    /// be walked for long: the walk stops after twice the table's size.
+    fn walk_flows(&self, mut each: impl FnMut(FlowKey, Flow)) {
+        let bound = 2 * self.capacity as usize + 16;
+        for (k, f) in self.flows.iter().take(bound).filter_map(Result::ok) {
+            each(k, f);
+        }
+    }
+
+    /// Removes one flow; false when it was gone already (the programs removed it, and counted
+    /// it).
+    fn remove_flow(&mut self, k: &FlowKey) -> Result<bool, TableError> {
+        match self.flows.remove(k) {
+            Ok(()) => Ok(true),
+            r => ignore_missing(r).map(|()| false).map_err(map_error(MAP_FLOWS, "removing a flow")),
+        }
+    }
+
+    /// Adds `n` to the agent's `removed` counter (index [`STATS_AGENT`], CPU 0's slot).
+    fn count_removed(&mut self, n: usize) -> Result<(), TableError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let _only = AGENT_STATS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut values: Vec<FlowStats> = match self.flow_stats.get(&STATS_AGENT, 0) {
+            Ok(v) => v.to_vec(),
+            Err(_) => vec![FlowStats::default(); crate::dataplane::maps::cpus()?],
+        };
+        if let Some(first) = values.first_mut() {
+            first.removed += n as u64;
+        }
+        let values = PerCpuValues::try_from(values)
+            .map_err(|source| TableError::Cpus { what: "the per-CPU flow counters", source })?;
+        self.flow_stats
+            .set(STATS_AGENT, values, 0)
+            .map_err(map_error(MAP_FLOW_STATS, "counting removed flows"))
+    }
+
+    /// Removes the sockets the hooks remember for host endpoints `pick` selects.
+    fn remove_sockets_where(&mut self, pick: impl Fn(&Endpoint) -> bool) -> Result<(), TableError> {
+        let bound = 2 * plexus_ebpf_common::flow::MAX_SOCKETS as usize;
+        let keys: HashSet<SockKey> = self
+            .sockets
+            .iter()
+            .take(bound)
+            .filter_map(Result::ok)
+            .filter(|(_, host)| pick(host))
+            .map(|(k, _)| k)
+            .collect();
+        for k in keys {
+            ignore_missing(self.sockets.remove(&k)).map_err(map_error(MAP_SOCKETS, "removing a socket"))?;
+        }
+        Ok(())
+    }
+
+    /// Adds a flow as the programs would (tests).
+    #[cfg(test)]
+    pub(crate) fn insert_flow(&mut self, k: FlowKey, f: Flow) -> Result<(), TableError> {
+        self.flows.insert(k, f, 0).map_err(map_error(MAP_FLOWS, "adding a flow"))
+    }
+
+    /// Adds a socket as the hooks would (tests).
+    #[cfg(test)]
+    pub(crate) fn insert_socket(&mut self, k: SockKey, host: Endpoint) -> Result<(), TableError> {
+        self.sockets.insert(k, host, 0).map_err(map_error(MAP_SOCKETS, "adding a socket"))
+    }
+
+    /// Every key of the sockets table (tests).
+    #[cfg(test)]
+    pub(crate) fn socket_keys(&self) -> Vec<SockKey> {
+        self.sockets.keys().filter_map(Result::ok).collect()
+    }
+}
+
+/// Now on CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns`, in nanoseconds: the time base of
+/// [`Flow::created_ns`] and [`Flow::seen_ns`].
+pub fn monotonic_ns() -> Result<u64, nix::Error> {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)?;
+    let (secs, nanos) = (u64::try_from(t.tv_sec()).unwrap_or(0), u64::try_from(t.tv_nsec()).unwrap_or(0));
+    Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+}
+
+/// The maps of a freshly loaded object (not pinned), with flows written from user space as the
+/// programs would make them. Needs root (CAP_BPF) and the object with the flow table.
+#[cfg(test)]
+mod kernel_tests {
+    use plexus_ebpf_common::flow::{FLOW_FIN_CLIENT, FLOW_FIN_POD, FLOW_REPLIED, FLOW_RST, NSEC_PER_SEC};
+    use plexus_ebpf_common::{PROTO_TCP, PROTO_UDP};
+
+    use super::*;
+    use crate::dataplane::attach::Hook;
+    use crate::dataplane::loader::Loaded;
+    use crate::dataplane::portmap::entries::addr_words;
+    use crate::dataplane::portmap::mapper;
+    use crate::spec::selection::Protocol;
+
+    const S: u64 = NSEC_PER_SEC;
+
+    fn tables(max_flows: u32) -> (Loaded, Tables) {
+        let mut loaded =
+            mapper::load_with(None, max_flows).expect("loading the BPF object (run the tests as root)");
+        let tables = Tables::take(loaded.ebpf_mut()).expect("maps");
+        (loaded, tables)
+    }
+
+    fn entry(protocol: Protocol, host_port: u16, pod: &str, container_port: u16) -> Entry {
+        Entry {
+            protocol,
+            host_ip: "10.77.0.1".parse().unwrap(),
+            host_port,
+            pod_ip: pod.parse().unwrap(),
+            container_port,
+            pod_mac: "0a:58:00:00:00:05".into(),
+            host_mac: "02:00:00:00:00:01".into(),
+            deliver_ifindex: 7,
+            deliver: Hook::Egress,
+        }
+    }
+
+    /// A flow of `e` from client 10.0.0.<n>:<40000+n>, last seen at `seen_s` seconds.
+    fn flow_of(e: &Entry, n: u8, state: u8, seen_s: u64) -> (FlowKey, Flow) {
+        let client = addr_words(std::net::IpAddr::from([10, 0, 0, n]));
+        let port = (40000 + u16::from(n)).to_be();
+        let pod = e.pod_endpoint();
+        let key = FlowKey::new(pod.addr, pod.port_be, client, port, pod.proto);
+        let flow = Flow {
+            host: e.host_endpoint(),
+            client,
+            client_port: port,
+            state,
+            rewrite: e.forward(),
+            created_ns: S,
+            seen_ns: seen_s * S,
+            ..Flow::default()
+        };
+        (key, flow)
+    }
+
+    fn keys(t: &Tables) -> BTreeSet<FlowKey> {
+        t.flows().into_iter().map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn the_flow_table_has_the_size_asked_and_starts_empty() {
+        let (_loaded, t) = tables(2048);
+        assert_eq!(t.flow_capacity(), 2048);
+        assert!(t.flows().is_empty());
+        assert_eq!(t.flow_stats(), FlowStats::default());
+    }
+
+    #[test]
+    fn removing_a_mapping_removes_exactly_its_flows_and_sockets_and_counts_them() {
+        let (_loaded, mut t) = tables(1024);
+        // Two host ports to one container port, and another pod.
+        let a = entry(Protocol::Tcp, 8080, "10.77.0.5", 80);
+        let b = entry(Protocol::Tcp, 8081, "10.77.0.5", 80);
+        let c = entry(Protocol::Udp, 5353, "10.77.0.6", 53);
+        for e in [&a, &b, &c] {
+            t.install(e).unwrap();
+        }
+        let mut kept = BTreeSet::new();
+        for (e, n) in [(&a, 1), (&a, 2), (&a, 3), (&b, 4), (&c, 5)] {
+            let (k, f) = flow_of(e, n, FLOW_REPLIED, 10);
+            t.insert_flow(k, f).unwrap();
+            if e.host_port != 8080 {
+                kept.insert(k);
+            }
+        }
+        let sock = |cookie: u64, e: &Entry| SockKey { cookie, pod: e.pod_endpoint(), pad: 0 };
+        t.insert_socket(sock(1, &a), a.host_endpoint()).unwrap();
+        t.insert_socket(sock(2, &b), b.host_endpoint()).unwrap();
+        assert_eq!(
+            crate::dataplane::portmap::flows::counts_by_host(&t.flows()).get(&a.host_endpoint()),
+            Some(&3)
+        );
+
+        t.remove(&a).unwrap();
+        assert_eq!(keys(&t), kept, "the flows of 8080 went, the others stay");
+        assert_eq!(t.socket_keys(), [sock(2, &b)]);
+        assert_eq!(t.flow_stats().removed, 3);
+        assert_eq!(
+            t.verify(&a).as_deref(),
+            Some("the forward entry of 10.77.0.1:8080/tcp -> 10.77.0.5:80/tcp is missing")
+        );
+        assert_eq!(t.verify(&b), None);
+
+        assert_eq!(t.remove_flows_of(&c.host_endpoint()).unwrap(), 1);
+        assert_eq!(t.remove_flows_of(&c.host_endpoint()).unwrap(), 0, "nothing left to remove");
+        assert_eq!(t.flow_stats().removed, 4);
+        t.remove(&a).unwrap();
+        assert_eq!(t.flow_stats().removed, 4, "removing again removes nothing");
+    }
+
+    #[test]
+    fn reaping_removes_exactly_the_expired_flows_and_counts_them() {
+        let (_loaded, mut t) = tables(1024);
+        let tcp = entry(Protocol::Tcp, 8080, "10.77.0.5", 80);
+        let udp = entry(Protocol::Udp, 5353, "10.77.0.5", 53);
+        let timeouts = Timeouts::default();
+        let now_s = 1000;
+        // (entry, client, state, last seen, expired at now?)
+        let cases = [
+            (&tcp, 1, 0, now_s - 120, false),                     // syn: 120 s
+            (&tcp, 2, 0, now_s - 121, true),                      // syn, past
+            (&tcp, 3, FLOW_REPLIED, 10, false),                   // established: 5 days
+            (&tcp, 4, FLOW_REPLIED | FLOW_RST, now_s - 11, true), // reset: 10 s
+            (&tcp, 5, FLOW_REPLIED | FLOW_RST, now_s - 9, false),
+            (&tcp, 6, FLOW_REPLIED | FLOW_FIN_CLIENT | FLOW_FIN_POD, now_s - 121, true), // closed: 120 s
+            (&tcp, 7, FLOW_REPLIED | FLOW_FIN_CLIENT, now_s - 121, false), // closing: established
+            (&udp, 8, 0, now_s - 31, true),                                // udp: 30 s
+            (&udp, 9, FLOW_REPLIED, now_s - 31, false),                    // replied: 120 s
+            (&udp, 10, FLOW_REPLIED, now_s - 200, true),
+            (&udp, 11, 0, now_s + 5, false), // seen "after" now
+        ];
+        let mut live = BTreeSet::new();
+        for (e, n, state, seen, expired) in cases {
+            let (k, f) = flow_of(e, n, state, seen);
+            t.insert_flow(k, f).unwrap();
+            if !expired {
+                live.insert(k);
+            }
+        }
+        let reaped = t.reap_counted(now_s * S, &timeouts).unwrap();
+        assert_eq!(reaped, Reaped { removed: 5, live: 6 });
+        assert_eq!(keys(&t), live);
+        assert_eq!(t.flow_stats().removed, 5);
+        assert_eq!(t.reap(now_s * S, &timeouts).unwrap(), 0, "a second pass finds nothing");
+        // Shorter timeouts expire more.
+        let short = Timeouts { udp_stream: S, tcp_syn: S, ..timeouts };
+        assert_eq!(t.reap(now_s * S, &short).unwrap(), 2);
+        assert_eq!(t.flow_stats().removed, 7);
+        assert_eq!(
+            t.flows().iter().map(|(_, f)| (f.host.proto, f.state)).collect::<BTreeSet<_>>(),
+            [
+                (PROTO_TCP, FLOW_REPLIED),
+                (PROTO_TCP, FLOW_REPLIED | FLOW_RST),
+                (PROTO_TCP, FLOW_REPLIED | FLOW_FIN_CLIENT),
+                (PROTO_UDP, 0)
+            ]
+            .into_iter()
+            .collect()
+        );
+    }
+
+    #[test]
+    fn reconciling_removes_the_flows_of_mappings_that_are_gone() {
+        let (_loaded, mut t) = tables(1024);
+        let keep = entry(Protocol::Tcp, 8080, "10.77.0.5", 80);
+        let stale = entry(Protocol::Tcp, 8081, "10.77.0.6", 80);
+        t.install(&keep).unwrap();
+        t.install(&stale).unwrap();
+        let (k1, f1) = flow_of(&keep, 1, FLOW_REPLIED, 10);
+        let (k2, f2) = flow_of(&stale, 2, FLOW_REPLIED, 10);
+        // A flow of a mapping whose forward entry is gone already (a crash during a DEL).
+        let orphan = entry(Protocol::Udp, 53, "10.77.0.7", 53);
+        let (k3, f3) = flow_of(&orphan, 3, 0, 10);
+        for (k, f) in [(k1, f1), (k2, f2), (k3, f3)] {
+            t.insert_flow(k, f).unwrap();
+        }
+        let done = t.reconcile(std::slice::from_ref(&keep)).unwrap();
+        assert_eq!(done, Reconciled { removed: 1, restored: 0, flows_removed: 2 });
+        assert_eq!(keys(&t), [k1].into_iter().collect());
+        assert_eq!(t.flow_stats().removed, 2);
     }
 }

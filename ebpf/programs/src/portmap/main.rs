@@ -3,7 +3,9 @@
 //!
 //! - [`tc`]: port mappings on the host-side interfaces of secondary networks (TC, via TCX
 //!   links): destination NAT of hostIP:hostPort to podIP:containerPort, and the reverse rewrite
-//!   of the pod's replies, without conntrack.
+//!   of the replies of the flows it made ([`flows`]), without conntrack;
+//! - [`icmp`]: ICMP errors about those flows, translated (path MTU discovery);
+//! - [`fragments`]: IP fragments after the first, translated like their first;
 //! - [`sock`]: the same translation for sockets of the node itself (cgroup sock_addr hooks),
 //!   whose packets never cross those interfaces' ingress.
 
@@ -13,6 +15,9 @@
 #[path = "../shared.rs"]
 mod shared;
 
+mod flows;
+mod fragments;
+mod icmp;
 mod maps;
 mod sock;
 mod tc;

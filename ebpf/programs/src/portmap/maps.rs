@@ -1,11 +1,16 @@
 //! The maps the programs share with the agent; names and layouts come from
 //! plexus-ebpf-common. The agent pins them, so they outlive the agent process.
 
-use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap, ProgramArray};
+use aya_ebpf::helpers::bpf_ktime_get_ns;
+use aya_ebpf::maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray};
+use plexus_ebpf_common::flow::{
+    Flow, FlowKey, FlowStats, Fragment, FragmentKey, Settings, SockKey, DEFAULT_MAX_FLOWS, MAP_FLOWS,
+    MAP_FLOW_STATS, MAP_FRAGMENTS, MAP_FRAGMENT_SCRATCH, MAP_SCRATCH, MAP_SOCKETS, MAX_FRAGMENTED,
+    MAX_SOCKETS, STATS_PROGRAMS,
+};
 use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS, MAP_LIMITS, MAX_SHAPED};
 use plexus_ebpf_common::{
-    Config, Counters, Endpoint, Rewrite, MAP_CONFIG, MAP_FORWARD, MAP_REVERSE, MAP_STATS, MAP_TAIL,
-    MAX_MAPPINGS,
+    Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS, MAP_TAIL, MAX_MAPPINGS, TAILS,
 };
 
 use crate::shared::map;
@@ -14,21 +19,43 @@ map! { "PM_FWD" == MAP_FORWARD;
     pub static PM_FWD: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
 }
 
-map! { "PM_REV" == MAP_REVERSE;
-    pub static PM_REV: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
-}
-
 map! { "PM_STATS" == MAP_STATS;
     pub static PM_STATS: PerCpuHashMap<Endpoint, Counters> = PerCpuHashMap::with_max_entries(MAX_MAPPINGS, 0);
 }
 
-map! { "PM_CONFIG" == MAP_CONFIG;
-    pub static PM_CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+map! { "PM_SETTINGS" == MAP_SETTINGS;
+    pub static PM_SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
 }
 
-map! { "PM_TAIL" == MAP_TAIL;
-    /// The SCTP checksum fixup, a program of its own (see `tc::pm_sctp`).
-    pub static PM_TAIL: ProgramArray = ProgramArray::with_max_entries(1, 0);
+map! { "PM_TAILS" == MAP_TAIL;
+    /// The SCTP checksum fixup and the ICMP error translation, programs of their own (see
+    /// `tc::pm_sctp`, `icmp::pm_icmp`).
+    pub static PM_TAILS: ProgramArray = ProgramArray::with_max_entries(TAILS, 0);
+}
+
+map! { "PM_FLOWS" == MAP_FLOWS;
+    /// The flow table (see plexus_ebpf_common::flow). Its size is the agent's to set at load.
+    pub static PM_FLOWS: LruHashMap<FlowKey, Flow> = LruHashMap::with_max_entries(DEFAULT_MAX_FLOWS, 0);
+}
+
+map! { "PM_FLOW_STATS" == MAP_FLOW_STATS;
+    pub static PM_FLOW_STATS: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(2, 0);
+}
+
+map! { "PM_SCRATCH" == MAP_SCRATCH;
+    pub static PM_SCRATCH: PerCpuArray<Flow> = PerCpuArray::with_max_entries(1, 0);
+}
+
+map! { "PM_FRAGMENTS" == MAP_FRAGMENTS;
+    pub static PM_FRAGMENTS: LruHashMap<FragmentKey, Fragment> = LruHashMap::with_max_entries(MAX_FRAGMENTED, 0);
+}
+
+map! { "PM_FRAG_SCRATCH" == MAP_FRAGMENT_SCRATCH;
+    pub static PM_FRAG_SCRATCH: PerCpuArray<Fragment> = PerCpuArray::with_max_entries(1, 0);
+}
+
+map! { "PM_SOCKETS" == MAP_SOCKETS;
+    pub static PM_SOCKETS: LruHashMap<SockKey, Endpoint> = LruHashMap::with_max_entries(MAX_SOCKETS, 0);
 }
 
 map! { "BW_LIMITS" == MAP_LIMITS;
@@ -80,22 +107,59 @@ pub fn count(host: &Endpoint, len: u32, dir: Direction) {
     }
 }
 
-/// The forward entry of a host endpoint, copied out of the map.
+/// The forward entry of a host endpoint, read in place: a map value stays valid while the
+/// program runs (an update by the agent replaces it atomically for later lookups).
 #[inline(always)]
-pub fn forward(host: &Endpoint) -> Option<Rewrite> {
-    // SAFETY: the value is copied before the program can be preempted by an update.
-    unsafe { PM_FWD.get(host).copied() }
+pub fn forward(host: &Endpoint) -> Option<&'static Rewrite> {
+    // SAFETY: see above.
+    unsafe { PM_FWD.get(host) }
 }
 
-/// The reverse entry of a pod endpoint, copied out of the map.
+/// The settings (an array entry: always present), read in place.
 #[inline(always)]
-pub fn reverse(pod: &Endpoint) -> Option<Rewrite> {
-    // SAFETY: as in `forward`.
-    unsafe { PM_REV.get(pod).copied() }
+pub fn settings() -> Option<&'static Settings> {
+    PM_SETTINGS.get(0)
+}
+
+/// Now, in nanoseconds of the monotonic clock, or the tests' fixed clock.
+#[inline(always)]
+pub fn now(s: &Settings) -> u64 {
+    if s.fixed_now_ns != 0 {
+        return s.fixed_now_ns;
+    }
+    // SAFETY: a helper call without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Which flow counter a packet adds to.
+#[derive(Clone, Copy)]
+pub enum FlowEvent {
+    Created,
+    Removed,
+    Forward,
+    Reverse,
+    Icmp,
+}
+
+/// Adds one to a flow counter of this CPU (programs' index; no atomics needed).
+#[inline(always)]
+pub fn flow_count(event: FlowEvent) {
+    if let Some(s) = PM_FLOW_STATS.get_ptr_mut(STATS_PROGRAMS) {
+        // SAFETY: a per-CPU value of this CPU, valid while the program runs.
+        unsafe {
+            match event {
+                FlowEvent::Created => (*s).created += 1,
+                FlowEvent::Removed => (*s).removed += 1,
+                FlowEvent::Forward => (*s).forward += 1,
+                FlowEvent::Reverse => (*s).reverse += 1,
+                FlowEvent::Icmp => (*s).icmp += 1,
+            }
+        }
+    }
 }
 
 /// The network namespace whose sockets the cgroup hooks translate (0: none).
 #[inline(always)]
 pub fn netns_cookie() -> u64 {
-    PM_CONFIG.get(0).map_or(0, |c| c.netns_cookie)
+    PM_SETTINGS.get(0).map_or(0, |c| c.netns_cookie)
 }

@@ -4,19 +4,21 @@
 //! output path, never through the ingress hooks of [`crate::tc`]. So the translation happens
 //! on the socket: `connect`/`sendmsg` see podIP:containerPort instead of the host endpoint, and
 //! `getpeername`/`recvmsg` report the host endpoint back, so the application never notices.
-//! Replies from the pod are addressed to the node and left alone by the TC programs, which find
-//! this socket with a socket lookup.
+//! Which host endpoint is remembered per socket (its cookie) and pod endpoint in `PM_SOCKETS`,
+//! since several host ports may map to one container port. Replies from the pod are addressed
+//! to the node and belong to no flow, so the TC programs leave them alone.
 //!
 //! cgroup hooks see every network namespace; only the agent's own (its cookie in PM_CONFIG) is
 //! translated, so pods and other agents on the machine are never touched.
 
-use aya_ebpf::helpers::bpf_get_netns_cookie;
+use aya_ebpf::helpers::{bpf_get_netns_cookie, bpf_get_socket_cookie};
 use aya_ebpf::macros::cgroup_sock_addr;
 use aya_ebpf::programs::SockAddrContext;
 use aya_ebpf::EbpfContext;
+use plexus_ebpf_common::flow::SockKey;
 use plexus_ebpf_common::{is_v4_mapped, v4_mapped, Addr, Endpoint};
 
-use crate::maps::{count, forward, netns_cookie, reverse, Direction};
+use crate::maps::{count, forward, netns_cookie, Direction, PM_SOCKETS};
 
 /// sock_addr programs must allow the call (1) or it fails with EPERM.
 const ALLOW: i32 = 1;
@@ -119,8 +121,19 @@ fn to_pod(ctx: &SockAddrContext, v6: bool) {
     if !v6 && !is_v4_mapped(&rw.addr) {
         return;
     }
+    let pod = Endpoint::new(rw.addr, rw.port_be, host.proto);
+    // Without the entry (an LRU table full of busier sockets) the application would see the
+    // pod's endpoint as its peer: the connection itself still works.
+    let _ = PM_SOCKETS.insert(&sock_key(ctx, &pod), &host, 0);
     set_user_endpoint(ctx, v6, &rw.addr, rw.port_be);
     count(&host, 0, Direction::Local);
+}
+
+#[inline(always)]
+fn sock_key(ctx: &SockAddrContext, pod: &Endpoint) -> SockKey {
+    // SAFETY: a helper call with the program's own context.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    SockKey { cookie, pod: *pod, pad: 0 }
 }
 
 /// recvmsg/getpeername: podIP:containerPort → hostIP:hostPort.
@@ -130,9 +143,10 @@ fn to_host(ctx: &SockAddrContext, v6: bool) {
         return;
     }
     let pod = user_endpoint(ctx, v6);
-    let Some(rw) = reverse(&pod) else { return };
-    if !v6 && !is_v4_mapped(&rw.addr) {
+    // SAFETY: the value is copied before the program can be preempted by an update.
+    let Some(host) = (unsafe { PM_SOCKETS.get(&sock_key(ctx, &pod)).copied() }) else { return };
+    if !v6 && !is_v4_mapped(&host.addr) {
         return;
     }
-    set_user_endpoint(ctx, v6, &rw.addr, rw.port_be);
+    set_user_endpoint(ctx, v6, &host.addr, host.port_be);
 }

@@ -2,49 +2,48 @@
 //!
 //! One program body, attached at the receive (`pm_tc_in`) or transmit (`pm_tc_out`) hook of
 //! every interface a mapped packet or its reply crosses (the agent decides where: the bridge
-//! and each pod's host-side veth, or the macvlan master and a host-side macvlan). Every packet
-//! is looked up twice at most:
+//! and each pod's host-side veth, or the macvlan master and a host-side macvlan):
 //!
-//! 1. Forward: its destination in `PM_FWD` (hostIP:hostPort/proto). A hit rewrites the
-//!    destination to podIP:containerPort and the destination MAC to the pod's, then delivers it
-//!    to the pod. When the source is the pod itself (hairpin), the source becomes the host IP
-//!    too: a packet from its own address would be dropped by the pod's kernel as a martian.
-//! 2. Reverse: its source in `PM_REV` (podIP:containerPort/proto). A hit rewrites the source
-//!    back to hostIP:hostPort, so the client sees the address it talked to. A reply addressed
-//!    to the host IP itself is either for a node-local socket (translated at connect time by
-//!    the cgroup hooks, so it expects the pod's address: left alone) or the reply of a hairpin
-//!    flow (turned around to the pod).
-//!
-//! Nothing is remembered per flow: the mapping alone decides both directions, so the programs
-//! keep working unchanged while the agent restarts. The costs are in the README (Port
-//! mappings): a pod's containerPort answers as hostIP:hostPort to everyone on that network.
+//! 1. Forward: a packet whose destination is in `PM_FWD` (hostIP:hostPort/proto) is rewritten
+//!    to podIP:containerPort, the destination MAC to the pod's, and delivered to the pod. When
+//!    its source is the pod itself (hairpin), the source becomes the host IP too: a packet from
+//!    its own address would be dropped by the pod's kernel as a martian. The flow is made or
+//!    refreshed in `PM_FLOWS` (see [`crate::flows`]), keyed by the tuple its replies will have.
+//! 2. Reverse: a packet whose tuple is a tracked flow's reply gets the host endpoint back as
+//!    its source (and, for a hairpin flow, the pod's own address as destination, turned around
+//!    to it). Every other packet passes untouched: peers talking to podIP:containerPort
+//!    directly, the pod's own connections, node-local clients (translated at connect time by
+//!    the cgroup hooks, their replies belong to no flow).
+//! 3. ICMP errors are handed to `pm_icmp` (see [`crate::icmp`]), which translates those that
+//!    quote a tracked flow; IP fragments after the first to `pm_fragment` (see
+//!    [`crate::fragments`]), which translates them like their first fragment.
 //!
 //! Checksums are updated incrementally: `bpf_l3_csum_replace` for the IPv4 header,
 //! `bpf_l4_csum_replace` with `BPF_F_PSEUDO_HDR` for addresses in the TCP/UDP pseudo-header,
 //! and without it for ports; SCTP's CRC32c by its linearity (plexus_ebpf_common::crc32c), in a
 //! program of its own (`pm_sctp`, tail-called) to keep each program's verification small.
 
-use aya_ebpf::bindings::{
-    bpf_sock_tuple, bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1 as Tuple4,
-    bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2 as Tuple6, BPF_F_CURRENT_NETNS, BPF_F_INGRESS,
-    BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR,
-};
-use aya_ebpf::helpers::{
-    bpf_redirect, bpf_redirect_peer, bpf_sk_lookup_tcp, bpf_sk_lookup_udp, bpf_sk_release,
-};
+use aya_ebpf::bindings::{BPF_F_INGRESS, BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
+use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
 use aya_ebpf::macros::classifier;
 use aya_ebpf::programs::TcContext;
-use aya_ebpf::EbpfContext;
+use plexus_ebpf_common::flow::{
+    FlowKey, FragmentKey, FLOW_SNAT, FRAG_DST, FRAG_HAIRPIN, FRAG_REPLY, FRAG_SRC, FRAG_TO_POD,
+};
 use plexus_ebpf_common::{
-    addr_eq, crc32c, v4_mapped, Addr, Endpoint, Rewrite, DELIVER_INGRESS, PROTO_SCTP, PROTO_TCP, PROTO_UDP,
-    TAIL_SCTP,
+    addr_eq, crc32c, v4_mapped, Addr, Endpoint, Rewrite, DELIVER_INGRESS, PROTO_ICMP, PROTO_ICMPV6,
+    PROTO_SCTP, PROTO_TCP, PROTO_UDP, TAIL_FRAGMENT, TAIL_ICMP, TAIL_SCTP,
 };
 
-use crate::maps::{count, forward, ingress_limited, reverse, Direction, PM_TAIL};
+use crate::flows::{track_reply, track_request, Request};
+use crate::fragments;
+use crate::icmp::is_error;
+use crate::maps::{
+    count, flow_count, forward, ingress_limited, now, settings, Direction, FlowEvent, PM_TAILS,
+};
 use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
 
-const IPV6_HLEN: usize = 40;
-const TCP_LISTEN: u32 = 10;
+pub const IPV6_HLEN: usize = 40;
 
 #[classifier]
 pub fn pm_tc_in(ctx: TcContext) -> i32 {
@@ -78,49 +77,110 @@ struct Packet {
     dst: Addr,
     sport: u16,
     dport: u16,
+    /// TCP flags (0 for other protocols).
+    tcp_flags: u8,
+    /// The first fragment of a fragmented datagram, and its identification.
+    fragment: bool,
+    frag_id: u32,
+}
+
+/// What a packet is to the port mapping.
+enum Kind {
+    /// TCP, UDP or SCTP: a candidate for translation.
+    Transport(Packet),
+    /// An ICMP or ICMPv6 error message: `pm_icmp`'s.
+    IcmpError,
+    /// A TCP or UDP fragment after the first: `pm_fragment`'s.
+    LaterFragment,
+    /// Anything else.
+    Other,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Side {
+pub enum Side {
     Src,
     Dst,
 }
 
+/// The IPv6 fragment header's next-header number.
+const IPPROTO_FRAGMENT: u8 = 44;
+const FRAG_HLEN: usize = 8;
+
 #[inline(always)]
-fn parse(ctx: &TcContext) -> Option<Packet> {
+fn parse(ctx: &TcContext) -> Option<Kind> {
     let ethertype = u16::from_be(ctx.load::<u16>(12).ok()?);
-    let (v6, l4, l4_len, proto, src, dst) = if ethertype == ETH_P_IP {
+    // (offset of the L4 header, its length, protocol, addresses, the fragment's identification
+    // when this is the first fragment of several, whether a later fragment).
+    let (v6, l4, l4_len, proto, src, dst, frag_id, later) = if ethertype == ETH_P_IP {
         let vihl: u8 = ctx.load(ETH_HLEN).ok()?;
         let ihl = usize::from(vihl & 0x0f) * 4;
         if vihl >> 4 != 4 || ihl < 20 {
             return None;
         }
-        // Only the first fragment has ports; a stateless rewrite cannot follow the others.
         let frag = u16::from_be(ctx.load::<u16>(ETH_HLEN + 6).ok()?);
-        if frag & 0x3fff != 0 {
-            return None;
-        }
+        let id = u32::from(ctx.load::<u16>(ETH_HLEN + 4).ok()?);
         let total = u32::from(u16::from_be(ctx.load::<u16>(ETH_HLEN + 2).ok()?));
         let proto: u8 = ctx.load(ETH_HLEN + 9).ok()?;
         let src: u32 = ctx.load(ETH_HLEN + 12).ok()?;
         let dst: u32 = ctx.load(ETH_HLEN + 16).ok()?;
-        (false, ETH_HLEN + ihl, total.saturating_sub(ihl as u32), proto, v4_mapped(src), v4_mapped(dst))
+        let (first, later) = (frag & 0x2000 != 0 && frag & 0x1fff == 0, frag & 0x1fff != 0);
+        let frag_id = if first { Some(id) } else { None };
+        let (src, dst) = (v4_mapped(src), v4_mapped(dst));
+        (false, ETH_HLEN + ihl, total.saturating_sub(ihl as u32), proto, src, dst, frag_id, later)
     } else if ethertype == ETH_P_IPV6 {
-        // Extension headers are not followed: the L4 header must come first.
+        // Extension headers other than a fragment header are not followed: the L4 header must
+        // come first.
         let payload = u32::from(u16::from_be(ctx.load::<u16>(ETH_HLEN + 4).ok()?));
-        let proto: u8 = ctx.load(ETH_HLEN + 6).ok()?;
+        let next: u8 = ctx.load(ETH_HLEN + 6).ok()?;
         let src: Addr = ctx.load(ETH_HLEN + 8).ok()?;
         let dst: Addr = ctx.load(ETH_HLEN + 24).ok()?;
-        (true, ETH_HLEN + IPV6_HLEN, payload, proto, src, dst)
+        if next == IPPROTO_FRAGMENT {
+            let fh = ETH_HLEN + IPV6_HLEN;
+            let proto: u8 = ctx.load(fh).ok()?;
+            let off_flags = u16::from_be(ctx.load::<u16>(fh + 2).ok()?);
+            let id: u32 = ctx.load(fh + 4).ok()?;
+            let (offset, more) = (off_flags & 0xfff8, off_flags & 1 != 0);
+            let frag_id = if offset == 0 && more { Some(id) } else { None };
+            let l4 = fh + FRAG_HLEN;
+            (true, l4, payload.saturating_sub(FRAG_HLEN as u32), proto, src, dst, frag_id, offset != 0)
+        } else {
+            (true, ETH_HLEN + IPV6_HLEN, payload, next, src, dst, None, false)
+        }
     } else {
-        return None;
+        return Some(Kind::Other);
     };
-    if proto != PROTO_TCP && proto != PROTO_UDP && proto != PROTO_SCTP {
-        return None;
+    if (proto == PROTO_ICMP && !v6) || (proto == PROTO_ICMPV6 && v6) {
+        if later {
+            return Some(Kind::Other);
+        }
+        let kind: u8 = ctx.load(l4).ok()?;
+        return Some(if is_error(v6, kind) { Kind::IcmpError } else { Kind::Other });
+    }
+    // SCTP fragments itself (chunks): IP fragments of it are left alone, as the CRC fixup needs
+    // the whole packet.
+    if proto != PROTO_TCP && proto != PROTO_UDP && (proto != PROTO_SCTP || frag_id.is_some() || later) {
+        return Some(Kind::Other);
+    }
+    if later {
+        return Some(Kind::LaterFragment);
     }
     let sport: u16 = ctx.load(l4).ok()?;
     let dport: u16 = ctx.load(l4 + 2).ok()?;
-    Some(Packet { v6, l4, l4_len, proto, src, dst, sport, dport })
+    let tcp_flags: u8 = if proto == PROTO_TCP { ctx.load(l4 + 13).ok()? } else { 0 };
+    let (fragment, frag_id) = (frag_id.is_some(), frag_id.unwrap_or(0));
+    Some(Kind::Transport(Packet {
+        v6,
+        l4,
+        l4_len,
+        proto,
+        src,
+        dst,
+        sport,
+        dport,
+        tcp_flags,
+        fragment,
+        frag_id,
+    }))
 }
 
 /// What to do with a matched packet. Deciding and rewriting are separate so the rewriting
@@ -141,16 +201,30 @@ struct Action {
     to_pod: bool,
     /// The pod is the source too: source MAC of the host interface.
     hairpin: bool,
-    rw: Rewrite,
+    rw: &'static Rewrite,
 }
 
 #[inline(always)]
-fn decide(ctx: &TcContext, p: &Packet) -> Option<Action> {
+fn decide(p: &Packet) -> Option<Action> {
+    let s = settings()?;
+    let now = now(s);
     let host = Endpoint::new(p.dst, p.dport, p.proto);
     if let Some(rw) = forward(&host) {
         // The pod reaching its own hostPort (hairpin): from the host IP, or the pod's kernel
         // drops a packet from its own address as a martian.
         let hairpin = addr_eq(&p.src, &rw.addr);
+        let peer = if hairpin { host.addr } else { p.src };
+        let request = Request {
+            key: FlowKey::new(rw.addr, rw.port_be, peer, p.sport, p.proto),
+            host: &host,
+            client: p.src,
+            client_port: p.sport,
+            snat: hairpin,
+            rewrite: rw,
+            tcp_flags: p.tcp_flags,
+        };
+        track_request(&request, s, now);
+        flow_count(FlowEvent::Forward);
         return Some(Action {
             host,
             dir: Direction::In,
@@ -165,35 +239,38 @@ fn decide(ctx: &TcContext, p: &Packet) -> Option<Action> {
             rw,
         });
     }
-    let pod = Endpoint::new(p.src, p.sport, p.proto);
-    let rw = reverse(&pod)?;
-    let host = Endpoint::new(rw.addr, rw.port_be, p.proto);
-    // A reply to the host IP itself is for a node-local client (translated at connect time,
-    // it expects the pod's address: left alone) or the reply of a hairpin flow (turned around
-    // to the pod, from hostIP:hostPort).
-    let to_host = addr_eq(&p.dst, &rw.addr);
-    if to_host && local_socket(ctx, p) {
-        return None;
-    }
+    let key = FlowKey::new(p.src, p.sport, p.dst, p.dport, p.proto);
+    let flow = track_reply(&key, p.tcp_flags, s, now)?;
+    flow_count(FlowEvent::Reverse);
+    // A hairpin flow's reply goes back to the pod, from hostIP:hostPort to its own address.
+    let snat = flow.state & FLOW_SNAT != 0;
     Some(Action {
-        host,
+        host: flow.host,
         dir: Direction::Out,
         rewrite_src: true,
-        src: rw.addr,
-        sport: rw.port_be,
-        rewrite_dst: to_host,
-        dst: p.src,
-        dport: p.dport,
-        to_pod: to_host,
-        hairpin: to_host,
-        rw,
+        src: flow.host.addr,
+        sport: flow.host.port_be,
+        rewrite_dst: snat,
+        dst: flow.client,
+        dport: flow.client_port,
+        to_pod: snat,
+        hairpin: snat,
+        rw: &flow.rewrite,
     })
 }
 
 #[inline(always)]
 fn try_portmap(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
-    let Some(mut p) = parse(ctx) else { return Ok(NEXT) };
-    let Some(a) = decide(ctx, &p) else { return Ok(NEXT) };
+    let mut p = match parse(ctx) {
+        Some(Kind::Transport(p)) => p,
+        Some(Kind::IcmpError) => return Ok(tail_call(ctx, ingress, TAIL_ICMP)),
+        Some(Kind::LaterFragment) => return Ok(tail_call(ctx, ingress, TAIL_FRAGMENT)),
+        _ => return Ok(NEXT),
+    };
+    let Some(a) = decide(&p) else { return Ok(NEXT) };
+    if p.fragment {
+        remember_fragment(&p.src, &p.dst, p.frag_id, p.proto, &a);
+    }
     let ports_before = (p.sport, p.dport);
     if a.rewrite_src {
         rewrite(ctx, &mut p, Side::Src, &a.src, a.sport)?;
@@ -208,7 +285,7 @@ fn try_portmap(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
         ctx.store(6, &a.rw.host_mac, 0)?;
     }
     count(&a.host, ctx.len(), a.dir);
-    let verdict = if a.to_pod { deliver(ctx, &a.rw, ingress) } else { NEXT };
+    let verdict = if a.to_pod { deliver(ctx, a.rw, ingress) } else { NEXT };
     if p.proto == PROTO_SCTP && ports_before != (p.sport, p.dport) {
         return Ok(sctp_tail_call(ctx, &p, ports_before, verdict));
     }
@@ -233,11 +310,49 @@ fn sctp_tail_call(ctx: &TcContext, p: &Packet, before: (u16, u16), verdict: i32)
         (*skb).cb[1] = p.l4 as u32;
         (*skb).cb[2] = p.l4_len;
         (*skb).cb[3] = verdict as u32;
-        PM_TAIL.tail_call(ctx, TAIL_SCTP);
+        PM_TAILS.tail_call(ctx, TAIL_SCTP);
     }
     // Only reached when the tail call failed (no fixup program loaded): a packet with a stale
     // CRC would be dropped by the receiver anyway.
     DROP
+}
+
+/// Hands an ICMP error or a later fragment to its program (`pm_icmp`, `pm_fragment`), with the
+/// hook it arrived on in the control buffer.
+#[inline(always)]
+fn tail_call(ctx: &TcContext, ingress: bool, index: u32) -> i32 {
+    // SAFETY: as in `sctp_tail_call`.
+    unsafe {
+        (*ctx.skb.skb).cb[0] = u32::from(ingress);
+        PM_TAILS.tail_call(ctx, index);
+    }
+    // No program loaded there: the packet goes on as it is, as it did without plexus.
+    NEXT
+}
+
+/// Records what the first fragment's translation did, for the rest of its datagram.
+#[inline(always)]
+fn remember_fragment(src: &Addr, dst: &Addr, id: u32, proto: u8, a: &Action) {
+    let key = FragmentKey { src: *src, dst: *dst, id, proto, pad: [0; 3] };
+    let mut flags = 0;
+    if a.rewrite_src {
+        flags |= FRAG_SRC;
+    }
+    if a.rewrite_dst {
+        flags |= FRAG_DST;
+    }
+    if a.to_pod {
+        flags |= FRAG_TO_POD;
+    }
+    if a.hairpin {
+        flags |= FRAG_HAIRPIN;
+    }
+    if matches!(a.dir, Direction::Out) {
+        flags |= FRAG_REPLY;
+    }
+    let new_src = if a.rewrite_src { &a.src } else { src };
+    let new_dst = if a.rewrite_dst { &a.dst } else { dst };
+    fragments::remember(&key, new_src, new_dst, &a.host, a.rw, flags);
 }
 
 /// SCTP's CRC32c update for the port rewrite `pm_tc_in`/`pm_tc_out` made (the addresses are
@@ -275,7 +390,7 @@ fn sctp_fixup(ctx: &TcContext, before: [u8; 4], l4: usize, len: u32) -> Result<(
 /// is limited on that veth's transmit path (a `BW_LIMITS` entry, the shaping object's pinned
 /// map): then it takes the transmit path, where the limit applies.
 #[inline(always)]
-fn deliver(ctx: &TcContext, rw: &Rewrite, ingress: bool) -> i32 {
+pub fn deliver(ctx: &TcContext, rw: &Rewrite, ingress: bool) -> i32 {
     let to_ingress = rw.flags & DELIVER_INGRESS != 0;
     // SAFETY: the context pointer is the program's __sk_buff.
     let here = unsafe { (*ctx.skb.skb).ifindex };
@@ -346,37 +461,4 @@ fn rewrite(ctx: &TcContext, p: &mut Packet, side: Side, addr: &Addr, port: u16) 
         }
     }
     Ok(())
-}
-
-/// True when a socket of this (the node's) namespace owns the flow of `p` as an incoming
-/// packet: a node-local client whose connection the cgroup hooks sent to the pod directly.
-/// Listeners do not count: a hairpin flow may use any source port.
-#[inline(always)]
-fn local_socket(ctx: &TcContext, p: &Packet) -> bool {
-    // SAFETY: plain data; every field is set below for the family used.
-    let mut tuple: bpf_sock_tuple = unsafe { core::mem::zeroed() };
-    let size = if p.v6 {
-        tuple.__bindgen_anon_1.ipv6 = Tuple6 { saddr: p.src, daddr: p.dst, sport: p.sport, dport: p.dport };
-        core::mem::size_of::<Tuple6>() as u32
-    } else {
-        tuple.__bindgen_anon_1.ipv4 =
-            Tuple4 { saddr: p.src[3], daddr: p.dst[3], sport: p.sport, dport: p.dport };
-        core::mem::size_of::<Tuple4>() as u32
-    };
-    let netns = BPF_F_CURRENT_NETNS as u64;
-    // SAFETY: helper calls with the program's own context and a stack tuple; every socket
-    // found is released on the one path below.
-    unsafe {
-        let sk = match p.proto {
-            PROTO_TCP => bpf_sk_lookup_tcp(ctx.as_ptr(), &mut tuple, size, netns, 0),
-            PROTO_UDP => bpf_sk_lookup_udp(ctx.as_ptr(), &mut tuple, size, netns, 0),
-            _ => return false,
-        };
-        if sk.is_null() {
-            return false;
-        }
-        let listening = p.proto == PROTO_TCP && (*sk).state == TCP_LISTEN;
-        bpf_sk_release(sk.cast());
-        !listening
-    }
 }

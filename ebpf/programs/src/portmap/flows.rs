@@ -1,0 +1,107 @@
+//! The flow table on the packet path: made or refreshed by requests, found by replies.
+//! Keys, values, timeouts and the TCP state rules are plexus_ebpf_common::flow's, shared with
+//! the agent's reaper.
+//!
+//! Entries are updated in place through the map's value pointer: a flow's packets run on one
+//! CPU at a time in the common case, and a torn update of `seen_ns` or `state` by two CPUs at
+//! once only shortens or lengthens one flow's life by a packet. `seen_ns` is written at most
+//! once a second (SEEN_GRANULARITY_NS) so a busy flow does not bounce its cache line.
+
+use aya_ebpf::bindings::BPF_NOEXIST;
+use plexus_ebpf_common::flow::{needs_update, next_state, Flow, FlowKey, Settings, FLOW_SNAT};
+use plexus_ebpf_common::{addr_eq, Addr, Endpoint, Rewrite};
+
+use crate::maps::{flow_count, FlowEvent, PM_FLOWS, PM_SCRATCH};
+
+/// What a request tells the flow table.
+pub struct Request<'a> {
+    pub key: FlowKey,
+    pub host: &'a Endpoint,
+    /// The client as it sent the request.
+    pub client: Addr,
+    pub client_port: u16,
+    /// Its source was rewritten to the host IP (the pod reached its own host port).
+    pub snat: bool,
+    pub rewrite: &'a Rewrite,
+    pub tcp_flags: u8,
+}
+
+/// Makes or refreshes the flow of a request translated forward. A flow that expired, or that
+/// another host port made on the same tuple (the client reused its port for another mapping of
+/// the same container port), is started anew.
+#[inline(always)]
+pub fn track_request(r: &Request, s: &Settings, now: u64) {
+    let proto = r.key.proto;
+    if let Some(f) = PM_FLOWS.get_ptr_mut(&r.key) {
+        // SAFETY: the map's value, valid while the program runs (see the module's notes).
+        let f = unsafe { &mut *f };
+        let same_host = f.host.port_be == r.host.port_be && addr_eq(&f.host.addr, &r.host.addr);
+        if same_host && !s.timeouts.expired(f, now) {
+            let state = next_state(f.state, proto, r.tcp_flags, true);
+            if needs_update(f, state, now) {
+                f.state = state;
+                f.seen_ns = now;
+            }
+            return;
+        }
+        fill(f, r, now);
+        return;
+    }
+    // The new value is built in this CPU's scratch entry, then copied into the table.
+    let Some(scratch) = PM_SCRATCH.get_ptr_mut(0) else { return };
+    // SAFETY: this CPU's scratch value; nothing else runs on this CPU meanwhile.
+    let scratch = unsafe { &mut *scratch };
+    fill(scratch, r, now);
+    if PM_FLOWS.insert(&r.key, &*scratch, u64::from(BPF_NOEXIST)).is_ok() {
+        flow_count(FlowEvent::Created);
+    }
+}
+
+/// Writes a new flow of request `r` into `f`, field by field (no copy on the stack).
+#[inline(always)]
+fn fill(f: &mut Flow, r: &Request, now: u64) {
+    let base = if r.snat { FLOW_SNAT } else { 0 };
+    f.host = *r.host;
+    f.client = r.client;
+    f.client_port = r.client_port;
+    f.state = next_state(base, r.key.proto, r.tcp_flags, true);
+    f.pad = 0;
+    f.rewrite = *r.rewrite;
+    f.pad2 = 0;
+    f.created_ns = now;
+    f.seen_ns = now;
+}
+
+/// The flow a packet from the pod with this tuple is a reply of, refreshed; `None` for
+/// untracked packets. An expired flow is removed here and its packet is untracked. The flow is
+/// read in place (a copy would not fit the program's stack next to the packet's state); the
+/// map value stays valid while the program runs, even if another CPU removes the entry.
+#[inline(always)]
+pub fn track_reply(key: &FlowKey, tcp_flags: u8, s: &Settings, now: u64) -> Option<&'static Flow> {
+    let f = PM_FLOWS.get_ptr_mut(key)?;
+    // SAFETY: as in `track_request`.
+    let f = unsafe { &mut *f };
+    if s.timeouts.expired(f, now) {
+        if PM_FLOWS.remove(key).is_ok() {
+            flow_count(FlowEvent::Removed);
+        }
+        return None;
+    }
+    let state = next_state(f.state, key.proto, tcp_flags, false);
+    if needs_update(f, state, now) {
+        f.state = state;
+        f.seen_ns = now;
+    }
+    Some(f)
+}
+
+/// The live flow of `key`, untouched (ICMP errors quote flows, they do not refresh them).
+#[inline(always)]
+pub fn find(key: &FlowKey, s: &Settings, now: u64) -> Option<&'static Flow> {
+    // SAFETY: read in place, as in `track_reply`.
+    let f = unsafe { PM_FLOWS.get(key) }?;
+    if s.timeouts.expired(f, now) {
+        return None;
+    }
+    Some(f)
+}

@@ -1,0 +1,115 @@
+//! IP fragments of mapped datagrams. Only the first fragment carries the ports, so it alone
+//! decides (and its flow is tracked as any packet's); what its translation did is recorded in
+//! `PM_FRAGMENTS` under the datagram's identity (addresses, identification, protocol), and
+//! `pm_fragment`, tail-called for every later fragment, applies the same address rewrite and
+//! delivery. The L4 checksum sits in the first fragment and was updated there; later fragments
+//! need their addresses (and the IPv4 header checksum) only.
+//!
+//! A later fragment that arrives before its first one (reordered) finds nothing and passes
+//! untouched, as does one arriving after FRAGMENT_TIMEOUT_NS (the kernel's own reassembly
+//! timeout): its datagram cannot be reassembled by the receiver then.
+
+use aya_ebpf::macros::classifier;
+use aya_ebpf::programs::TcContext;
+use plexus_ebpf_common::flow::{
+    Fragment, FragmentKey, FRAGMENT_TIMEOUT_NS, FRAG_DST, FRAG_HAIRPIN, FRAG_REPLY, FRAG_SRC, FRAG_TO_POD,
+};
+use plexus_ebpf_common::{v4_mapped, Addr, Endpoint, Rewrite};
+
+use crate::maps::{count, now, settings, Direction, PM_FRAGMENTS, PM_FRAG_SCRATCH};
+use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
+use crate::tc::{deliver, Side, IPV6_HLEN};
+
+/// Records the first fragment's translation (built in this CPU's scratch entry: it does not
+/// fit the calling program's stack).
+#[inline(always)]
+pub fn remember(key: &FragmentKey, src: &Addr, dst: &Addr, host: &Endpoint, rewrite: &Rewrite, flags: u8) {
+    let Some(s) = settings() else { return };
+    let Some(f) = PM_FRAG_SCRATCH.get_ptr_mut(0) else { return };
+    // SAFETY: this CPU's scratch value; nothing else runs on this CPU meanwhile.
+    let f: &mut Fragment = unsafe { &mut *f };
+    f.src = *src;
+    f.dst = *dst;
+    f.host = *host;
+    f.rewrite = *rewrite;
+    f.flags = flags;
+    f.pad = [0; 3];
+    f.pad2 = 0;
+    f.created_ns = now(s);
+    // A full table evicts the oldest datagram, whose reassembly has most likely ended.
+    let _ = PM_FRAGMENTS.insert(key, &*f, 0);
+}
+
+#[classifier]
+pub fn pm_fragment(ctx: TcContext) -> i32 {
+    // SAFETY: the context pointer is the program's __sk_buff.
+    let ingress = unsafe { (*ctx.skb.skb).cb[0] } != 0;
+    match translate(&ctx, ingress) {
+        Ok(verdict) => verdict,
+        // A helper failed halfway through a rewrite: the packet is inconsistent, drop it.
+        Err(_) => DROP,
+    }
+}
+
+/// The datagram a later fragment belongs to.
+#[inline(always)]
+fn parse(ctx: &TcContext) -> Option<(bool, FragmentKey)> {
+    let ethertype = u16::from_be(ctx.load::<u16>(12).ok()?);
+    if ethertype == ETH_P_IP {
+        let id = u32::from(ctx.load::<u16>(ETH_HLEN + 4).ok()?);
+        let proto: u8 = ctx.load(ETH_HLEN + 9).ok()?;
+        let src: u32 = ctx.load(ETH_HLEN + 12).ok()?;
+        let dst: u32 = ctx.load(ETH_HLEN + 16).ok()?;
+        Some((false, FragmentKey { src: v4_mapped(src), dst: v4_mapped(dst), id, proto, pad: [0; 3] }))
+    } else if ethertype == ETH_P_IPV6 {
+        let src: Addr = ctx.load(ETH_HLEN + 8).ok()?;
+        let dst: Addr = ctx.load(ETH_HLEN + 24).ok()?;
+        // The fragment header follows the IPv6 header (the caller checked).
+        let proto: u8 = ctx.load(ETH_HLEN + IPV6_HLEN).ok()?;
+        let id: u32 = ctx.load(ETH_HLEN + IPV6_HLEN + 4).ok()?;
+        Some((true, FragmentKey { src, dst, id, proto, pad: [0; 3] }))
+    } else {
+        None
+    }
+}
+
+#[inline(always)]
+fn translate(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
+    let Some((v6, key)) = parse(ctx) else { return Ok(NEXT) };
+    // SAFETY: read in place; a map value stays valid while the program runs.
+    let Some(f) = (unsafe { PM_FRAGMENTS.get(&key) }) else { return Ok(NEXT) };
+    let Some(s) = settings() else { return Ok(NEXT) };
+    if now(s).saturating_sub(f.created_ns) > FRAGMENT_TIMEOUT_NS {
+        return Ok(NEXT);
+    }
+    if f.flags & FRAG_SRC != 0 {
+        rewrite_addr(ctx, v6, Side::Src, &key.src, &f.src)?;
+    }
+    if f.flags & FRAG_DST != 0 {
+        rewrite_addr(ctx, v6, Side::Dst, &key.dst, &f.dst)?;
+    }
+    let to_pod = f.flags & FRAG_TO_POD != 0;
+    if to_pod {
+        ctx.store(0, &f.rewrite.pod_mac, 0)?;
+    }
+    if f.flags & FRAG_HAIRPIN != 0 {
+        ctx.store(6, &f.rewrite.host_mac, 0)?;
+    }
+    let dir = if f.flags & FRAG_REPLY != 0 { Direction::Out } else { Direction::In };
+    count(&f.host, ctx.len(), dir);
+    Ok(if to_pod { deliver(ctx, &f.rewrite, ingress) } else { NEXT })
+}
+
+/// Rewrites an address of the IP header (IPv4: with its checksum; IPv6 has none, and a later
+/// fragment carries no L4 checksum).
+#[inline(always)]
+fn rewrite_addr(ctx: &TcContext, v6: bool, side: Side, old: &Addr, new: &Addr) -> Result<(), i64> {
+    if v6 {
+        let off = ETH_HLEN + if side == Side::Src { 8 } else { 24 };
+        ctx.store(off, new, 0)
+    } else {
+        ctx.l3_csum_replace(ETH_HLEN + 10, u64::from(old[3]), u64::from(new[3]), 4)?;
+        let off = ETH_HLEN + if side == Side::Src { 12 } else { 16 };
+        ctx.store(off, &new[3], 0)
+    }
+}
