@@ -348,8 +348,9 @@ fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
     // The mapping tracks flows: only replies of mapped connections are rewritten, so the pod's
     // own address keeps working for peers on its network.
     let pod_ip = network_ip(demo, "pod-a", "web0")?;
-    let reply = output(Command::new("ip").args(["netns", "exec", client, "python3", "-c", CLIENT, &pod_ip, "80"]))
-        .with_context(|| format!("the client could not reach pod-a directly at {pod_ip}:80"))?;
+    let reply =
+        output(Command::new("ip").args(["netns", "exec", client, "python3", "-c", CLIENT, &pod_ip, "80"]))
+            .with_context(|| format!("the client could not reach pod-a directly at {pod_ip}:80"))?;
     println!("  client 10.30.0.200 -> pod-a {pod_ip}:80 directly: {}", reply.trim());
     println!("  plexus-agent portmap list (the pinned BPF maps, with the programs' counters):");
     for line in portmap_command(bin, &demo.base, "list")?.lines() {

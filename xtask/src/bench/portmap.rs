@@ -212,14 +212,19 @@ impl Measured {
             Err(e) => format!(" (portmap step unknown: {e})"),
         };
         let full = match &self.crr_full {
+            Ok((rate, d)) if d["table_before_fill"].is_null() => {
+                format!("{rate:.0} conn/s after the same {FILL_FLOWS} datagrams (no table)")
+            }
             Ok((rate, d)) => {
-                let flows =
-                    |k: &str| d[k]["table"].as_f64().map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
+                let n = |k: &str, f: &str| {
+                    d[k][f].as_f64().map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
+                };
+                let at = |k: &str| format!("{} ({} of the mapping)", n(k, "table"), n(k, "mapping"));
                 format!(
-                    "{rate:.0} conn/s with {FILL_FLOWS} flows (table {} -> {} -> {})",
-                    flows("table_before_fill"),
-                    flows("table_before_crr"),
-                    flows("table_after_crr")
+                    "{rate:.0} conn/s with {FILL_FLOWS} flows (table before the fill {}, before the CRR {}, after {})",
+                    at("table_before_fill"),
+                    at("table_before_crr"),
+                    at("table_after_crr")
                 )
             }
             Err(e) => format!("with {FILL_FLOWS} flows failed: {e}"),
@@ -348,7 +353,7 @@ fn crr_with_full_table(
         );
     }
     if let (Some(f), Some(b), Some(a)) = (&before_fill, &before_crr, &after_crr) {
-        if let Some(why) = flows::shortfall(FILL_FLOWS, f, b, a) {
+        if let Some(why) = flows::shortfall(FILL_FLOWS, b, a) {
             bail!(
                 "{why}; the fill took {filled_s:.1} s; table before the fill {}, before the CRR {}, after it {}",
                 f.to_json(),
@@ -464,7 +469,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
             side: Side::Plexus,
             driver: &plexus,
             step: Step::Agent(&agent),
-            table: FlowTable::Agent(&agent),
+            table: FlowTable::Agent { agent: &agent, port: host_ports(Side::Plexus).udp },
         },
         Contender {
             side: Side::Reference,

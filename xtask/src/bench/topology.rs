@@ -335,6 +335,8 @@ pub struct Agent {
     pub metrics: Option<SocketAddr>,
     /// The namespace it runs in (the node's), by path.
     netns_path: String,
+    /// Its binary, for its read-only subcommands.
+    bin: PathBuf,
 }
 
 impl Agent {
@@ -413,6 +415,7 @@ impl Agent {
             log,
             metrics,
             netns_path: lab.node.path_str(),
+            bin: bins.agent.clone(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while UnixStream::connect(&agent.socket).is_err() {
@@ -456,6 +459,19 @@ impl Agent {
     /// agent does not expose it. Needs [`Agent::start_with_metrics`].
     pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> anyhow::Result<Option<f64>> {
         Ok(super::prom::value(&self.metrics_text()?, name, labels))
+    }
+
+    /// `plexus-agent portmap list --json` of this agent's pins and records: one object per
+    /// mapping, with `protocol`, `host` (`address:port`) and the `flows` it tracks right now.
+    pub fn portmap_list(&self) -> anyhow::Result<Vec<Value>> {
+        let text = output(
+            Command::new(&self.bin)
+                .args(["portmap", "list", "--json", "--bpf-pin-dir"])
+                .arg(self.root.join("bpffs"))
+                .arg("--state-dir")
+                .arg(self.root.join("state")),
+        )?;
+        serde_json::from_str(&text).context("plexus-agent portmap list --json")
     }
 
     fn metrics_text(&self) -> anyhow::Result<String> {

@@ -1,9 +1,10 @@
 //! crr_rate_100k_flows: how full each side's flow table is around the CRR run, and whether
 //! the fill's flows were all there.
 //!
-//! - plexus: the agent's `plexus_portmap_flows` (live entries), with its counters of flows made
-//!   (`plexus_portmap_flows_created_total`) and evicted (`plexus_portmap_flow_evictions_total`):
-//!   the flows the fill made, less every eviction since, are flows of the fill still present;
+//! - plexus: `plexus-agent portmap list --json` counts the flows of each mapping in the pinned
+//!   table right now (the table's entries are the sum, the fill's those of its UDP mapping);
+//!   the agent's `plexus_portmap_flows` is recorded too, but its reaper publishes it once a
+//!   pass (every 5 s with the default timeouts), so it may lag a fill of a second or two;
 //! - reference: the node namespace's `nf_conntrack_count`, and the entries of the fill's
 //!   mapping (UDP to hostIP:hostPort) counted in its `/proc/net/nf_conntrack`;
 //! - baseline: no table.
@@ -19,8 +20,8 @@ use crate::bench::topology::{in_netns, read_sysctl, Agent};
 /// Where a side keeps its flows.
 #[derive(Clone, Copy)]
 pub enum FlowTable<'a> {
-    /// The agent's flow table, read from its metrics.
-    Agent(&'a Agent),
+    /// The agent's flow table; the fill's flows are those of its UDP mapping of host `port`.
+    Agent { agent: &'a Agent, port: u16 },
     /// Conntrack in the node namespace; the fill's entries are UDP to `dst`:`dport`.
     Conntrack { node: &'a Netns, dst: &'a str, dport: u16 },
     /// No table (no NAT).
@@ -30,19 +31,17 @@ pub enum FlowTable<'a> {
 /// One reading of a side's table.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Occupancy {
-    /// Every entry: `plexus_portmap_flows`, or `nf_conntrack_count`.
+    /// Every entry: the flows of every mapping, or `nf_conntrack_count`.
     pub table: f64,
-    /// Conntrack entries of the fill's mapping, when /proc/net/nf_conntrack could be read.
+    /// Entries of the fill's mapping, when they can be told apart.
     pub mapping: Option<f64>,
-    /// plexus: flows made so far.
-    pub created: Option<f64>,
-    /// plexus: flows evicted so far (a full table dropping its least recently used entry).
-    pub evicted: Option<f64>,
+    /// plexus: `plexus_portmap_flows` as the agent last published it.
+    pub published: Option<f64>,
 }
 
 impl Occupancy {
     pub fn to_json(self) -> Value {
-        json!({"table": self.table, "mapping": self.mapping, "created": self.created, "evicted": self.evicted})
+        json!({"table": self.table, "mapping": self.mapping, "plexus_portmap_flows": self.published})
     }
 }
 
@@ -50,16 +49,11 @@ impl FlowTable<'_> {
     /// How full the table is now; `None` for a side without one.
     pub fn read(&self) -> anyhow::Result<Option<Occupancy>> {
         match *self {
-            FlowTable::Agent(a) => {
-                let table = a
-                    .metric("plexus_portmap_flows", &[])?
-                    .context("the agent's metrics have no plexus_portmap_flows")?;
-                Ok(Some(Occupancy {
-                    table,
-                    mapping: None,
-                    created: a.metric("plexus_portmap_flows_created_total", &[])?,
-                    evicted: a.metric("plexus_portmap_flow_evictions_total", &[])?,
-                }))
+            FlowTable::Agent { agent, port } => {
+                let rows = agent.portmap_list()?;
+                let (table, mapping) = mapping_flows(&rows, "udp", port);
+                let published = agent.metric("plexus_portmap_flows", &[])?;
+                Ok(Some(Occupancy { table, mapping: Some(mapping), published }))
             }
             FlowTable::Conntrack { node, dst, dport } => {
                 let count = read_sysctl(node, "net.netfilter.nf_conntrack_count")?;
@@ -72,7 +66,7 @@ impl FlowTable<'_> {
                 })
                 .ok()
                 .map(|n| n as f64);
-                Ok(Some(Occupancy { table, mapping, created: None, evicted: None }))
+                Ok(Some(Occupancy { table, mapping, published: None }))
             }
             FlowTable::None => Ok(None),
         }
@@ -80,11 +74,27 @@ impl FlowTable<'_> {
 
     pub fn what(&self) -> &'static str {
         match self {
-            FlowTable::Agent(_) => "plexus_portmap_flows (agent metrics)",
-            FlowTable::Conntrack { .. } => "nf_conntrack_count of the node namespace",
+            FlowTable::Agent { .. } => {
+                "flows per mapping from plexus-agent portmap list --json; plexus_portmap_flows as last published"
+            }
+            FlowTable::Conntrack { .. } => {
+                "nf_conntrack_count and /proc/net/nf_conntrack of the node namespace"
+            }
             FlowTable::None => "none",
         }
     }
+}
+
+/// (flows of every mapping, flows of the `protocol` mapping of host port `port`) from the rows
+/// of `plexus-agent portmap list --json`.
+pub fn mapping_flows(rows: &[Value], protocol: &str, port: u16) -> (f64, f64) {
+    let flows = |r: &Value| r["flows"].as_f64().unwrap_or(0.0);
+    let suffix = format!(":{port}");
+    let ours = |r: &&Value| {
+        r["protocol"].as_str().is_some_and(|p| p.eq_ignore_ascii_case(protocol))
+            && r["host"].as_str().is_some_and(|h| h.ends_with(&suffix))
+    };
+    (rows.iter().map(flows).sum(), rows.iter().filter(ours).map(flows).sum())
 }
 
 /// Conntrack entries (lines of /proc/net/nf_conntrack) of `proto` whose original direction
@@ -100,36 +110,17 @@ pub fn conntrack_entries(text: impl BufRead, proto: &str, dst: &str, dport: u16)
     text.lines().map_while(Result::ok).filter(|l| matches(l)).count() as u64
 }
 
-/// Flows of the fill present in the table at `now` (the fill ran between the readings
-/// `before_fill` and `before_crr`), as far as the table tells them apart: conntrack's entries
-/// of the mapping; for plexus, the flows made during the fill less every flow evicted since it
-/// began (any eviction might have been one of them); otherwise every entry of the table.
-pub fn fill_present(before_fill: &Occupancy, before_crr: &Occupancy, now: &Occupancy) -> f64 {
-    if let Some(m) = now.mapping {
-        return m;
-    }
-    match (before_fill.created, before_crr.created) {
-        (Some(c0), Some(c1)) => {
-            let evicted = match (before_fill.evicted, now.evicted) {
-                (Some(e0), Some(e1)) => e1 - e0,
-                _ => 0.0,
-            };
-            (c1 - c0 - evicted).min(now.table)
-        }
-        _ => now.table,
-    }
+/// Flows of the fill present in the table: the entries of its mapping where the table tells
+/// them apart, otherwise every entry.
+pub fn fill_present(now: &Occupancy) -> f64 {
+    now.mapping.unwrap_or(now.table)
 }
 
 /// Why the table did not hold the fill's `flows` flows before and after the CRR, if it did not.
-pub fn shortfall(
-    flows: u32,
-    before_fill: &Occupancy,
-    before_crr: &Occupancy,
-    after_crr: &Occupancy,
-) -> Option<String> {
+pub fn shortfall(flows: u32, before_crr: &Occupancy, after_crr: &Occupancy) -> Option<String> {
     let want = f64::from(flows);
     let check = |when: &str, now: &Occupancy| {
-        let present = fill_present(before_fill, before_crr, now);
+        let present = fill_present(now);
         (present < want).then(|| {
             format!(
                 "{present} of the fill's {flows} flows were in the table {when} (table: {} entries)",
@@ -161,38 +152,32 @@ ipv4     2 udp      17 28 src=10.77.255.250 dst=10.77.0.1 sport=10003 dport=2700
         assert_eq!(conntrack_entries("".as_bytes(), "udp", "10.77.0.1", 27001), 0);
     }
 
-    fn agent(table: f64, created: f64, evicted: f64) -> Occupancy {
-        Occupancy { table, mapping: None, created: Some(created), evicted: Some(evicted) }
+    #[test]
+    fn plexus_counts_the_flows_of_the_fill_mapping() {
+        let rows = vec![
+            json!({"protocol": "tcp", "host": "10.77.0.1:17000", "flows": 25_000}),
+            json!({"protocol": "udp", "host": "10.77.0.1:17001", "flows": 100_000}),
+            json!({"protocol": "tcp", "host": "10.77.0.1:17001", "flows": 3}),
+            json!({"protocol": "udp", "host": "[fd00::1]:17001", "flows": 2}),
+            json!({"protocol": "udp", "host": "10.77.0.1:170010", "flows": 7}),
+        ];
+        assert_eq!(mapping_flows(&rows, "udp", 17001), (125_012.0, 100_002.0));
+        assert_eq!(mapping_flows(&rows, "sctp", 17001), (125_012.0, 0.0));
+        assert_eq!(mapping_flows(&[], "udp", 17001), (0.0, 0.0));
     }
 
     #[test]
-    fn plexus_counts_what_the_fill_made_less_evictions() {
-        let before = agent(20_000.0, 50_000.0, 0.0);
-        let full = agent(120_000.0, 150_000.0, 0.0);
-        assert_eq!(fill_present(&before, &full, &full), 100_000.0);
-        // The CRR's own flows are not the fill's.
-        assert_eq!(fill_present(&before, &full, &agent(145_000.0, 175_000.0, 0.0)), 100_000.0);
-        assert_eq!(shortfall(100_000, &before, &full, &agent(145_000.0, 175_000.0, 0.0)), None);
-        // Leftover flows do not stand in for missing ones.
-        let short = agent(119_000.0, 149_000.0, 0.0);
-        let why = shortfall(100_000, &before, &short, &short).expect("short");
-        assert!(why.contains("99000 of the fill's 100000") && why.contains("before the CRR"), "{why}");
-        // An eviction during the CRR may have taken one of them.
-        let evicted = agent(131_072.0, 175_000.0, 3.0);
-        let why = shortfall(100_000, &before, &full, &evicted).expect("evicted");
+    fn the_mapping_decides_where_there_is_one() {
+        let full = Occupancy { table: 130_000.0, mapping: Some(100_000.0), published: Some(20_000.0) };
+        assert_eq!(shortfall(100_000, &full, &full), None);
+        let leftovers = Occupancy { table: 130_000.0, mapping: Some(90_000.0), published: None };
+        let why = shortfall(100_000, &leftovers, &full).expect("short before");
+        assert!(why.contains("90000 of the fill's 100000") && why.contains("before the CRR"), "{why}");
+        let why = shortfall(100_000, &full, &leftovers).expect("short after");
         assert!(why.contains("after the CRR"), "{why}");
-    }
-
-    #[test]
-    fn conntrack_counts_the_mapping_or_else_the_table() {
-        let before = Occupancy { table: 30_000.0, mapping: Some(0.0), ..Default::default() };
-        let full = Occupancy { table: 130_000.0, mapping: Some(100_000.0), ..Default::default() };
-        assert_eq!(shortfall(100_000, &before, &full, &full), None);
-        let leftovers = Occupancy { table: 130_000.0, mapping: Some(90_000.0), ..Default::default() };
-        assert!(shortfall(100_000, &before, &leftovers, &full).is_some(), "the mapping's entries decide");
         let blind = Occupancy { table: 99_999.0, ..Default::default() };
-        assert!(shortfall(100_000, &Occupancy::default(), &blind, &blind).is_some());
+        assert!(shortfall(100_000, &blind, &blind).is_some());
         let blind = Occupancy { table: 100_000.0, ..Default::default() };
-        assert_eq!(shortfall(100_000, &Occupancy::default(), &blind, &blind), None);
+        assert_eq!(shortfall(100_000, &blind, &blind), None);
     }
 }
