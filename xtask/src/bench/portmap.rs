@@ -1,5 +1,5 @@
-//! portmap: a pod on the client's bridge publishes two ports; the client reaches them at the
-//! bridge's address (hostIP) and hostPort.
+//! portmap: a pod on the client's bridge publishes two TCP ports; the client reaches them at
+//! the bridge's address (hostIP) and hostPort.
 //!
 //! - plexus: `plexus-portmap` chained after bridge (TC programs rewrite and redirect);
 //! - reference: `portmap` chained after bridge (iptables DNAT), with br_netfilter on in the
@@ -8,20 +8,23 @@
 //!
 //! Per repeat and side, one pod is attached (add_latency), then iperf3 (tcp_throughput and,
 //! from the cgroup's CPU time, cpu_per_gbit), request/response on one connection
-//! (rr_latency_p50/p99) and connect-request-response-close (crr_rate) run against it, then the
-//! flow table is filled and the CRR runs again (crr_rate_100k_flows), and the pod is deleted.
+//! (rr_latency_p50/p99) and connect-request-response-close (crr_rate) run against it, and it
+//! is deleted. Then a second pod, mapping the echo server and a UDP port, is attached for
+//! crr_rate_100k_flows and deleted. (A second pod keeps the first pod's ADD what it was: with a
+//! UDP mapping, the reference `portmap` sweeps the node's whole conntrack table for stale UDP
+//! entries on ADD, a cost that would grow with what earlier runs left in the table.)
 //!
-//! crr_rate_100k_flows: the pod also maps a UDP port. The client sends one datagram to it
+//! crr_rate_100k_flows: the client sends one datagram to the second pod's UDP mapping
 //! (hostIP:hostPort; the baseline: the pod's own address, where no table exists) from each of
 //! 100,000 distinct (source address, source port) pairs, two addresses outside the pods'
 //! subnet x 50,000 ports (see [`FILL_SOURCES`]), each a new flow in the side's table (plexus's
-//! flow table, conntrack for the reference), then runs
-//! the CRR at once: unanswered UDP flows live 30 s on both sides, and the run fails the figure
-//! if the CRR ends later than that after the fill began. The figure's detail has how full the
-//! table was before the fill, before and after the CRR (see [`flows`]), and the figure fails
-//! for a side whose table held fewer than the fill's flows. plexus's table is sized like the
-//! reference's (`--portmap-max-flows` = the node's `nf_conntrack_max`), so the run measures
-//! lookups in a table of 100,000 flows, not evictions.
+//! flow table, conntrack for the reference), then runs the CRR at once: unanswered UDP flows
+//! live 30 s on both sides, and the run fails the figure if the CRR ends later than that after
+//! the fill began. The figure's detail has how full the table was before the fill, before and
+//! after the CRR (see [`flows`]), and the figure fails for a side whose table held fewer than
+//! the fill's flows. plexus's table is sized like the reference's (`--portmap-max-flows` = the
+//! node's `nf_conntrack_max`), so the run measures lookups in a table of 100,000 flows, not
+//! evictions.
 //!
 //! The targets are issue #12's, as ratios to the baseline of the same run (and the step's to
 //! the reference's).
@@ -66,42 +69,59 @@ const FALLBACK_MAX_FLOWS: u64 = 262_144;
 const ISSUE: &str = "issue #12";
 
 /// hostPorts per side: distinct, so a side's leftover mapping could never serve another.
+/// `full_echo` and `udp` are the second pod's (crr_rate_100k_flows).
 #[derive(Clone, Copy)]
 struct Ports {
     iperf: u16,
     echo: u16,
+    full_echo: u16,
     udp: u16,
 }
 
 fn host_ports(side: Side) -> Ports {
     match side {
-        Side::Plexus => Ports { iperf: 15201, echo: 17000, udp: 17001 },
-        _ => Ports { iperf: 25201, echo: 27000, udp: 27001 },
+        Side::Plexus => Ports { iperf: 15201, echo: 17000, full_echo: 17002, udp: 17001 },
+        _ => Ports { iperf: 25201, echo: 27000, full_echo: 27002, udp: 27001 },
     }
 }
 
 /// The ports the client reaches on each side: the host ports, or the pod's own.
 fn target_ports(side: Side) -> Ports {
     match side {
-        Side::Baseline => Ports { iperf: IPERF_PORT, echo: ECHO_PORT, udp: UDP_PORT },
+        Side::Baseline => Ports { iperf: IPERF_PORT, echo: ECHO_PORT, full_echo: ECHO_PORT, udp: UDP_PORT },
         _ => host_ports(side),
     }
 }
 
-/// Port mappings of the pod: iperf3, the echo server and the fill's UDP port.
-const MAPPINGS: u32 = 3;
+/// Port mappings of the measured pod: iperf3 and the echo server.
+const MAPPINGS: u32 = 2;
 
-fn selection(side: Side) -> Selection {
+fn mappings(side: Side, list: Value) -> Selection {
     if side == Side::Baseline {
         return Selection::plain("bench-pm");
     }
+    Selection::with("bench-pm", "portMappings", list)
+}
+
+/// The measured pod's selection: iperf3 and the echo server.
+fn selection(side: Side) -> Selection {
     let p = host_ports(side);
-    Selection::with(
-        "bench-pm",
-        "portMappings",
+    mappings(
+        side,
         json!([
             {"hostPort": p.iperf, "containerPort": IPERF_PORT, "protocol": "tcp"},
             {"hostPort": p.echo, "containerPort": ECHO_PORT, "protocol": "tcp"},
+        ]),
+    )
+}
+
+/// The second pod's selection (crr_rate_100k_flows): the echo server and the fill's UDP port.
+fn full_selection(side: Side) -> Selection {
+    let p = host_ports(side);
+    mappings(
+        side,
+        json!([
+            {"hostPort": p.full_echo, "containerPort": ECHO_PORT, "protocol": "tcp"},
             {"hostPort": p.udp, "containerPort": UDP_PORT, "protocol": "udp"},
         ]),
     )
@@ -245,7 +265,6 @@ struct Traffic {
     iperf: super::traffic::Iperf,
     rr: Value,
     crr: Value,
-    crr_full: Result<(f64, Value), String>,
 }
 
 /// One side's repeat: attach, measure, delete (also when a measurement failed).
@@ -273,8 +292,9 @@ fn measure(
     };
     let outcome = added.and_then(|()| traffic(b, lab, cg, c, &pod));
     let deleted = driver.del(rt, &pod);
-    let Traffic { iperf, rr, crr, crr_full } = outcome?;
+    let Traffic { iperf, rr, crr } = outcome?;
     deleted?;
+    let crr_full = with_full_table(b, lab, rt, c, &format!("{name}-full")).map_err(|e| format!("{e:#}"));
     let gbits = iperf.bytes * 8.0 / 1e9;
     Ok(Measured {
         add_ms,
@@ -289,23 +309,56 @@ fn measure(
     })
 }
 
+/// Where the client reaches a pod: the host IP, or the pod's own address on the baseline.
+fn destination(side: Side, pod: &Pod) -> anyhow::Result<String> {
+    match side {
+        Side::Baseline => pod.secondary_ip(1),
+        _ => Ok(PM_GATEWAY.to_owned()),
+    }
+}
+
 fn traffic(b: &Bench, lab: &Lab, cg: Option<&Cgroup>, c: &Contender, pod: &Pod) -> anyhow::Result<Traffic> {
-    let pod_ip = pod.secondary_ip(1)?;
-    let host = match c.side {
-        Side::Baseline => pod_ip.as_str(),
-        _ => PM_GATEWAY,
-    };
+    let host = destination(c.side, pod)?;
     let ports = target_ports(c.side);
     let _iperf_server = iperf_server(&pod.netns, IPERF_PORT, cg)?;
     let _echo_server = echo_server(&pod.netns, ECHO_PORT)?;
-    let _udp_sink = udp_sink(&pod.netns, UDP_PORT)?;
     let secs = b.set.traffic_secs;
     let echo = format!("{host}:{}", ports.echo);
-    let run = iperf(&lab.client, host, ports.iperf, secs, cg)?;
+    let run = iperf(&lab.client, &host, ports.iperf, secs, cg)?;
     let rr = tcp_client(&lab.client, "rr", &echo, secs)?;
     let crr = tcp_client(&lab.client, "crr", &echo, secs)?;
-    let crr_full = crr_with_full_table(lab, c.table, host, ports, secs).map_err(|e| format!("{e:#}"));
-    Ok(Traffic { iperf: run, rr, crr, crr_full })
+    Ok(Traffic { iperf: run, rr, crr })
+}
+
+/// crr_rate_100k_flows on a second pod, attached after the measured one is deleted, so the
+/// measured pod's ADD stays what it always was (two TCP mappings; a UDP mapping makes the
+/// reference `portmap` sweep the node's whole conntrack table for stale entries on ADD).
+fn with_full_table(
+    b: &Bench,
+    lab: &Lab,
+    rt: &Runtime,
+    c: &Contender,
+    name: &str,
+) -> anyhow::Result<(f64, Value)> {
+    let pod = Pod::new(name, vec![full_selection(c.side)])?;
+    c.driver.prepare(&pod)?;
+    let added = c.driver.add(rt, &pod);
+    c.driver.finish(&pod);
+    let outcome = added.and_then(|()| {
+        let _echo_server = echo_server(&pod.netns, ECHO_PORT)?;
+        let _udp_sink = udp_sink(&pod.netns, UDP_PORT)?;
+        crr_with_full_table(
+            lab,
+            c.table,
+            &destination(c.side, &pod)?,
+            target_ports(c.side),
+            b.set.traffic_secs,
+        )
+    });
+    let deleted = c.driver.del(rt, &pod);
+    let measured = outcome?;
+    deleted?;
+    Ok(measured)
 }
 
 /// crr_rate_100k_flows: fills the side's table with [`FILL_FLOWS`] UDP flows through the pod's
@@ -328,7 +381,7 @@ fn crr_with_full_table(
     )?;
     let filled_s = started.elapsed().as_secs_f64();
     let before_crr = table.read().context("reading the table after the fill")?;
-    let crr = tcp_client(&lab.client, "crr", &format!("{host}:{}", ports.echo), secs)?;
+    let crr = tcp_client(&lab.client, "crr", &format!("{host}:{}", ports.full_echo), secs)?;
     let crr_end_s = started.elapsed().as_secs_f64();
     let after_crr = table.read().context("reading the table after the CRR")?;
     let occupancy = |o: Option<Occupancy>| o.map(Occupancy::to_json);

@@ -314,7 +314,7 @@ pub fn table(figures: &[Figure]) -> String {
     out
 }
 
-/// One line per figure with a target: `portmap  crr_rate  plexus/baseline  0.98x  >= 0.95x
+/// One line per figure with a target: `portmap  crr_rate  plexus/baseline  0.981x  >= 0.95x
 /// met  (issue #12)`; empty when no figure has one.
 pub fn targets(figures: &[Figure]) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
@@ -325,7 +325,9 @@ pub fn targets(figures: &[Figure]) -> String {
             f.section.to_owned(),
             f.metric.to_owned(),
             t.ratio_label().to_owned(),
-            measured.map(|r| format!("{r:.2}x")).unwrap_or_else(|| NOT_APPLICABLE.to_owned()),
+            // Three decimals: 0.9449 is no longer "0.94x" next to ">= 0.95x", nor "0.94x MISSED"
+            // mistaken for a rounding of 0.95.
+            measured.map(|r| format!("{r:.3}x")).unwrap_or_else(|| NOT_APPLICABLE.to_owned()),
             format!("{} {:.2}x", t.op(), t.ratio),
             match met {
                 Some(true) => "met".to_owned(),
@@ -512,16 +514,16 @@ mod tests {
         let lines: Vec<&str> = block.lines().skip(1).collect();
         assert_eq!(lines.len(), 4, "one line per figure with a target: {block}");
         assert!(
-            lines[0].contains("crr_rate ") && lines[0].contains("0.96x") && lines[0].contains(">= 0.95x")
+            lines[0].contains("crr_rate ") && lines[0].contains("0.960x") && lines[0].contains(">= 0.95x")
         );
         assert!(
             lines[0].contains("plexus/baseline")
                 && lines[0].contains(" met")
                 && lines[0].contains("issue #12")
         );
-        assert!(lines[1].contains("1.10x") && lines[1].contains("<= 1.05x") && lines[1].contains("MISSED"));
+        assert!(lines[1].contains("1.100x") && lines[1].contains("<= 1.05x") && lines[1].contains("MISSED"));
         assert!(
-            lines[2].contains("plexus/ref") && lines[2].contains("0.05x") && lines[2].contains("<= 0.10x")
+            lines[2].contains("plexus/ref") && lines[2].contains("0.050x") && lines[2].contains("<= 0.10x")
         );
         assert!(lines[3].contains("n/a") && lines[3].contains("unknown"));
         assert_eq!(targets(&figures[4..]), "", "no target, no block");
