@@ -381,7 +381,14 @@ fn crr_with_full_table(
     )?;
     let filled_s = started.elapsed().as_secs_f64();
     let before_crr = table.read().context("reading the table after the fill")?;
-    let crr = tcp_client(&lab.client, "crr", &format!("{host}:{}", ports.full_echo), secs)?;
+    let crr =
+        tcp_client(&lab.client, "crr", &format!("{host}:{}", ports.full_echo), secs).with_context(|| {
+            format!(
+                "the CRR after the fill ({filled_s:.1} s, {} datagrams sent; table before it: {})",
+                fill["sent"],
+                before_crr.map_or(Value::Null, Occupancy::to_json)
+            )
+        })?;
     let crr_end_s = started.elapsed().as_secs_f64();
     let after_crr = table.read().context("reading the table after the CRR")?;
     let occupancy = |o: Option<Occupancy>| o.map(Occupancy::to_json);
