@@ -386,21 +386,21 @@ fn crr_with_full_table(
             format!(
                 "the CRR after the fill ({filled_s:.1} s, {} datagrams sent; table before it: {})",
                 fill["sent"],
-                before_crr.map_or(Value::Null, Occupancy::to_json)
+                before_crr.as_ref().map_or(Value::Null, Occupancy::to_json)
             )
         })?;
     let crr_end_s = started.elapsed().as_secs_f64();
     let after_crr = table.read().context("reading the table after the CRR")?;
-    let occupancy = |o: Option<Occupancy>| o.map(Occupancy::to_json);
+    let occupancy = |o: &Option<Occupancy>| o.as_ref().map(Occupancy::to_json);
     let detail = json!({
         "crr": crr,
         "fill": fill,
         "fill_secs": filled_s,
         "crr_end_secs_after_fill_start": crr_end_s,
         "table_source": table.what(),
-        "table_before_fill": occupancy(before_fill),
-        "table_before_crr": occupancy(before_crr),
-        "table_after_crr": occupancy(after_crr),
+        "table_before_fill": occupancy(&before_fill),
+        "table_before_crr": occupancy(&before_crr),
+        "table_after_crr": occupancy(&after_crr),
     });
     let sent = fill["sent"].as_u64().unwrap_or(0);
     if sent < u64::from(FILL_FLOWS) {

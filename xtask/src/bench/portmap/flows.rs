@@ -29,7 +29,7 @@ pub enum FlowTable<'a> {
 }
 
 /// One reading of a side's table.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Occupancy {
     /// Every entry: the flows of every mapping, or `nf_conntrack_count`.
     pub table: f64,
@@ -37,11 +37,15 @@ pub struct Occupancy {
     pub mapping: Option<f64>,
     /// plexus: `plexus_portmap_flows` as the agent last published it.
     pub published: Option<f64>,
+    /// plexus: the mappings `portmap list` shows (`udp 10.77.0.1:17001`), to tell a mapping
+    /// that is missing from one without flows.
+    pub listed: Option<Vec<String>>,
 }
 
 impl Occupancy {
-    pub fn to_json(self) -> Value {
-        json!({"table": self.table, "mapping": self.mapping, "plexus_portmap_flows": self.published})
+    pub fn to_json(&self) -> Value {
+        json!({"table": self.table, "mapping": self.mapping, "plexus_portmap_flows": self.published,
+               "mappings": self.listed})
     }
 }
 
@@ -53,7 +57,17 @@ impl FlowTable<'_> {
                 let rows = agent.portmap_list()?;
                 let (table, mapping) = mapping_flows(&rows, "udp", port);
                 let published = agent.metric("plexus_portmap_flows", &[])?;
-                Ok(Some(Occupancy { table, mapping: Some(mapping), published }))
+                let listed = rows
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} {}",
+                            r["protocol"].as_str().unwrap_or("?"),
+                            r["host"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect();
+                Ok(Some(Occupancy { table, mapping: Some(mapping), published, listed: Some(listed) }))
             }
             FlowTable::Conntrack { node, dst, dport } => {
                 let count = read_sysctl(node, "net.netfilter.nf_conntrack_count")?;
@@ -66,7 +80,7 @@ impl FlowTable<'_> {
                 })
                 .ok()
                 .map(|n| n as f64);
-                Ok(Some(Occupancy { table, mapping, published: None }))
+                Ok(Some(Occupancy { table, mapping, published: None, listed: None }))
             }
             FlowTable::None => Ok(None),
         }
@@ -168,9 +182,10 @@ ipv4     2 udp      17 28 src=10.77.255.250 dst=10.77.0.1 sport=10003 dport=2700
 
     #[test]
     fn the_mapping_decides_where_there_is_one() {
-        let full = Occupancy { table: 130_000.0, mapping: Some(100_000.0), published: Some(20_000.0) };
+        let full =
+            Occupancy { table: 130_000.0, mapping: Some(100_000.0), published: Some(20_000.0), listed: None };
         assert_eq!(shortfall(100_000, &full, &full), None);
-        let leftovers = Occupancy { table: 130_000.0, mapping: Some(90_000.0), published: None };
+        let leftovers = Occupancy { table: 130_000.0, mapping: Some(90_000.0), ..Default::default() };
         let why = shortfall(100_000, &leftovers, &full).expect("short before");
         assert!(why.contains("90000 of the fill's 100000") && why.contains("before the CRR"), "{why}");
         let why = shortfall(100_000, &full, &leftovers).expect("short after");
