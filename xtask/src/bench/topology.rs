@@ -37,6 +37,8 @@ pub const MASTER: &str = "pxmv0";
 /// The bridge of the portmap and bandwidth networks, with the client attached to it.
 pub const PM_BRIDGE: &str = "pxpm0";
 pub const PM_GATEWAY: &str = "10.77.0.1";
+/// The MAC of [`PM_BRIDGE`], set so that it stays put (locally administered).
+const PM_BRIDGE_MAC: &str = "02:77:00:00:00:01";
 pub const CLIENT_ADDR: &str = "10.77.255.250";
 /// Addresses of the client outside the pods' subnet, the sources of the portmap section's
 /// flow table fill (two: more distinct source address and port pairs than one address has
@@ -223,7 +225,12 @@ impl Lab {
 
         // The portmap/bandwidth bridge with the client attached; the bridge plugin adopts an
         // existing bridge and its gateway address.
-        node.try_ip(&["link", "add", PM_BRIDGE, "type", "bridge"])?;
+        // A MAC of its own: a bridge without one takes its lowest port's, which changes as pods'
+        // veths come and go, and the client's cached neighbour entry for the bridge's address
+        // then points at a MAC the bridge no longer answers to: frames to it are flooded to the
+        // ports instead of going up the bridge (where plexus translates them) until the client
+        // resolves the address again, tens of seconds later.
+        node.try_ip(&["link", "add", PM_BRIDGE, "address", PM_BRIDGE_MAC, "type", "bridge"])?;
         node.try_ip(&["addr", "add", &format!("{PM_GATEWAY}/16"), "dev", PM_BRIDGE])?;
         node.try_ip(&["link", "set", PM_BRIDGE, "up"])?;
         node.try_ip(&[
