@@ -1,5 +1,5 @@
-//! portmap: a pod on the client's bridge publishes two ports; the client reaches them at the
-//! bridge's address (hostIP) and hostPort.
+//! portmap: a pod on the client's bridge publishes two TCP ports; the client reaches them at
+//! the bridge's address (hostIP) and hostPort.
 //!
 //! - plexus: `plexus-portmap` chained after bridge (TC programs rewrite and redirect);
 //! - reference: `portmap` chained after bridge (iptables DNAT), with br_netfilter on in the
@@ -9,7 +9,25 @@
 //! Per repeat and side, one pod is attached (add_latency), then iperf3 (tcp_throughput and,
 //! from the cgroup's CPU time, cpu_per_gbit), request/response on one connection
 //! (rr_latency_p50/p99) and connect-request-response-close (crr_rate) run against it, and it
-//! is deleted.
+//! is deleted. Then a second pod, mapping the echo server and a UDP port, is attached for
+//! crr_rate_100k_flows and deleted. (A second pod keeps the first pod's ADD what it was: with a
+//! UDP mapping, the reference `portmap` sweeps the node's whole conntrack table for stale UDP
+//! entries on ADD, a cost that would grow with what earlier runs left in the table.)
+//!
+//! crr_rate_100k_flows: the client sends one datagram to the second pod's UDP mapping
+//! (hostIP:hostPort; the baseline: the pod's own address, where no table exists) from each of
+//! 100,000 distinct (source address, source port) pairs, two addresses outside the pods'
+//! subnet x 50,000 ports (see [`FILL_SOURCES`]), each a new flow in the side's table (plexus's
+//! flow table, conntrack for the reference), then runs the CRR at once: unanswered UDP flows
+//! live 30 s on both sides, and the run fails the figure if the CRR ends later than that after
+//! the fill began. The figure's detail has how full the table was before the fill, before and
+//! after the CRR (see [`flows`]), and the figure fails for a side whose table held fewer than
+//! the fill's flows. plexus's table is sized like the reference's (`--portmap-max-flows` = the
+//! node's `nf_conntrack_max`), so the run measures lookups in a table of 100,000 flows, not
+//! evictions.
+//!
+//! The targets are issue #12's, as ratios to the baseline of the same run (and the step's to
+//! the reference's).
 //!
 //! portmap_step_latency is the port mapping step of that ADD alone (issue #4 asks for it at
 //! most 0.1x the reference's): for plexus, the plexus-portmap ADD as the agent timed it
@@ -17,43 +35,107 @@
 //! ADD); for the reference, the exec of `portmap` (spawn to exit). add_latency keeps the
 //! whole ADD (default network, bridge, port mapping).
 
+mod flows;
+
+use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use super::report::Figure;
+use super::report::{Figure, Target};
 use super::runner::{probe, Driver, PlexusDriver, Pod, ReferenceDriver, Runtime, Selection};
 use super::stats::load;
-use super::topology::{bridge_network, Agent, Cgroup, Lab, PM_GATEWAY};
-use super::traffic::{echo_server, iperf, iperf_server, tcp_client};
+use super::topology::{bridge_network, read_sysctl, Agent, Cgroup, Lab, FILL_SOURCES, PM_GATEWAY};
+use super::traffic::{echo_server, iperf, iperf_server, tcp_client, udp_fill_from, udp_sink};
 use super::{check_interrupt, Bench, Side};
+use flows::{FlowTable, Occupancy};
 
 const IPERF_PORT: u16 = 5201;
 const ECHO_PORT: u16 = 7000;
+/// The UDP port the fill's flows go to.
+const UDP_PORT: u16 = 7001;
+/// Flows in the table when crr_rate_100k_flows runs.
+const FILL_FLOWS: u32 = 100_000;
+/// The fill's source ports on each client address: 10000 to 59999.
+const FILL_FIRST_PORT: u16 = 10_000;
+/// How long an unanswered UDP flow lives: conntrack's `nf_conntrack_udp_timeout` and
+/// plexus's `--portmap-udp-timeout`, both 30 s by default.
+const UDP_FLOW_SECS: f64 = 30.0;
+/// plexus's flow table when the node's `nf_conntrack_max` cannot be read (it is this on most
+/// machines).
+const FALLBACK_MAX_FLOWS: u64 = 262_144;
+/// Who asks for the targets.
+const ISSUE: &str = "issue #12";
 
 /// hostPorts per side: distinct, so a side's leftover mapping could never serve another.
-fn host_ports(side: Side) -> (u16, u16) {
+/// `full_echo` and `udp` are the second pod's (crr_rate_100k_flows).
+#[derive(Clone, Copy)]
+struct Ports {
+    iperf: u16,
+    echo: u16,
+    full_echo: u16,
+    udp: u16,
+}
+
+fn host_ports(side: Side) -> Ports {
     match side {
-        Side::Plexus => (15201, 17000),
-        _ => (25201, 27000),
+        Side::Plexus => Ports { iperf: 15201, echo: 17000, full_echo: 17002, udp: 17001 },
+        _ => Ports { iperf: 25201, echo: 27000, full_echo: 27002, udp: 27001 },
     }
 }
 
-fn selection(side: Side) -> Selection {
+/// The ports the client reaches on each side: the host ports, or the pod's own.
+fn target_ports(side: Side) -> Ports {
+    match side {
+        Side::Baseline => Ports { iperf: IPERF_PORT, echo: ECHO_PORT, full_echo: ECHO_PORT, udp: UDP_PORT },
+        _ => host_ports(side),
+    }
+}
+
+/// Port mappings of the measured pod: iperf3 and the echo server.
+const MAPPINGS: u32 = 2;
+
+fn mappings(side: Side, list: Value) -> Selection {
     if side == Side::Baseline {
         return Selection::plain("bench-pm");
     }
-    let (hi, he) = host_ports(side);
-    Selection::with(
-        "bench-pm",
-        "portMappings",
+    Selection::with("bench-pm", "portMappings", list)
+}
+
+/// The measured pod's selection: iperf3 and the echo server.
+fn selection(side: Side) -> Selection {
+    let p = host_ports(side);
+    mappings(
+        side,
         json!([
-            {"hostPort": hi, "containerPort": IPERF_PORT, "protocol": "tcp"},
-            {"hostPort": he, "containerPort": ECHO_PORT, "protocol": "tcp"},
+            {"hostPort": p.iperf, "containerPort": IPERF_PORT, "protocol": "tcp"},
+            {"hostPort": p.echo, "containerPort": ECHO_PORT, "protocol": "tcp"},
         ]),
     )
 }
+
+/// The second pod's selection (crr_rate_100k_flows): the echo server and the fill's UDP port.
+fn full_selection(side: Side) -> Selection {
+    let p = host_ports(side);
+    mappings(
+        side,
+        json!([
+            {"hostPort": p.full_echo, "containerPort": ECHO_PORT, "protocol": "tcp"},
+            {"hostPort": p.udp, "containerPort": UDP_PORT, "protocol": "udp"},
+        ]),
+    )
+}
+
+/// The section's figures, in the order of the table.
+const F_TPUT: usize = 0;
+const F_CPU: usize = 1;
+const F_P50: usize = 2;
+const F_P99: usize = 3;
+const F_CRR: usize = 4;
+const F_CRR_FULL: usize = 5;
+const F_ADD: usize = 6;
+const F_STEP: usize = 7;
 
 /// How a side's port mapping step is timed.
 #[derive(Clone, Copy)]
@@ -118,11 +200,13 @@ fn step_from_metrics(before: (f64, f64), after: (f64, f64)) -> anyhow::Result<f6
     Ok((after.0 - before.0) * 1e3)
 }
 
-/// One side of the section: how it attaches pods and times its port mapping step.
+/// One side of the section: how it attaches pods, times its port mapping step and counts its
+/// flows.
 struct Contender<'a> {
     side: Side,
     driver: &'a dyn Driver,
     step: Step<'a>,
+    table: FlowTable<'a>,
 }
 
 struct Measured {
@@ -133,6 +217,52 @@ struct Measured {
     gbps: f64,
     cpu_ms_per_gbit: f64,
     iperf: Value,
+    rr: Value,
+    crr: Value,
+    /// crr_rate_100k_flows: the rate and its detail, or why the figure failed.
+    crr_full: Result<(f64, Value), String>,
+}
+
+impl Measured {
+    /// The progress line of one side's repeat.
+    fn line(&self) -> String {
+        let step = match &self.step {
+            Ok(Some((ms, _))) => format!(" (portmap step {ms:.2} ms)"),
+            Ok(None) => String::new(),
+            Err(e) => format!(" (portmap step unknown: {e})"),
+        };
+        let full = match &self.crr_full {
+            Ok((rate, d)) if d["table_before_fill"].is_null() => {
+                format!("{rate:.0} conn/s after the same {FILL_FLOWS} datagrams (no table)")
+            }
+            Ok((rate, d)) => {
+                let n = |k: &str, f: &str| {
+                    d[k][f].as_f64().map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
+                };
+                let at = |k: &str| format!("{} ({} of the mapping)", n(k, "table"), n(k, "mapping"));
+                format!(
+                    "{rate:.0} conn/s with {FILL_FLOWS} flows (table before the fill {}, before the CRR {}, after {})",
+                    at("table_before_fill"),
+                    at("table_before_crr"),
+                    at("table_after_crr")
+                )
+            }
+            Err(e) => format!("with {FILL_FLOWS} flows failed: {e}"),
+        };
+        format!(
+            "add {:.1} ms{step}, {:.2} Gbit/s, {:.1} ms CPU/Gbit, rr p50 {} us, crr {} conn/s, crr {full}",
+            self.add_ms,
+            self.gbps,
+            self.cpu_ms_per_gbit,
+            self.rr["p50_us"].as_f64().map(|v| format!("{v:.1}")).unwrap_or_default(),
+            self.crr["rate"].as_f64().map(|v| format!("{v:.0}")).unwrap_or_default(),
+        )
+    }
+}
+
+/// What [`traffic`] measured.
+struct Traffic {
+    iperf: super::traffic::Iperf,
     rr: Value,
     crr: Value,
 }
@@ -160,10 +290,11 @@ fn measure(
         (Ok(()), Err(e)) => Err(format!("{e:#}")),
         (Ok(()), Ok(before)) => step.after(&pod, before).map_err(|e| format!("{e:#}")),
     };
-    let outcome = added.and_then(|()| traffic(b, lab, cg, side, &pod));
+    let outcome = added.and_then(|()| traffic(b, lab, cg, c, &pod));
     let deleted = driver.del(rt, &pod);
-    let (iperf, rr, crr) = outcome?;
+    let Traffic { iperf, rr, crr } = outcome?;
     deleted?;
+    let crr_full = with_full_table(b, lab, rt, c, &format!("{name}-full")).map_err(|e| format!("{e:#}"));
     let gbits = iperf.bytes * 8.0 / 1e9;
     Ok(Measured {
         add_ms,
@@ -174,33 +305,145 @@ fn measure(
                       "cpu_source": iperf.cpu_source}),
         rr,
         crr,
+        crr_full,
     })
 }
 
-fn traffic(
-    b: &Bench,
-    lab: &Lab,
-    cg: Option<&Cgroup>,
-    side: Side,
-    pod: &Pod,
-) -> anyhow::Result<(super::traffic::Iperf, Value, Value)> {
-    let pod_ip = pod.secondary_ip(1)?;
-    let (host, (iperf_port, echo_port)) = match side {
-        Side::Baseline => (pod_ip.as_str(), (IPERF_PORT, ECHO_PORT)),
-        _ => (PM_GATEWAY, host_ports(side)),
-    };
+/// Where the client reaches a pod: the host IP, or the pod's own address on the baseline.
+fn destination(side: Side, pod: &Pod) -> anyhow::Result<String> {
+    match side {
+        Side::Baseline => pod.secondary_ip(1),
+        _ => Ok(PM_GATEWAY.to_owned()),
+    }
+}
+
+fn traffic(b: &Bench, lab: &Lab, cg: Option<&Cgroup>, c: &Contender, pod: &Pod) -> anyhow::Result<Traffic> {
+    let host = destination(c.side, pod)?;
+    let ports = target_ports(c.side);
     let _iperf_server = iperf_server(&pod.netns, IPERF_PORT, cg)?;
     let _echo_server = echo_server(&pod.netns, ECHO_PORT)?;
     let secs = b.set.traffic_secs;
-    let run = iperf(&lab.client, host, iperf_port, secs, cg)?;
-    let rr = tcp_client(&lab.client, "rr", &format!("{host}:{echo_port}"), secs)?;
-    let crr = tcp_client(&lab.client, "crr", &format!("{host}:{echo_port}"), secs)?;
-    Ok((run, rr, crr))
+    let echo = format!("{host}:{}", ports.echo);
+    let run = iperf(&lab.client, &host, ports.iperf, secs, cg)?;
+    let rr = tcp_client(&lab.client, "rr", &echo, secs)?;
+    let crr = tcp_client(&lab.client, "crr", &echo, secs)?;
+    Ok(Traffic { iperf: run, rr, crr })
+}
+
+/// crr_rate_100k_flows on a second pod, attached after the measured one is deleted, so the
+/// measured pod's ADD stays what it always was (two TCP mappings; a UDP mapping makes the
+/// reference `portmap` sweep the node's whole conntrack table for stale entries on ADD).
+fn with_full_table(
+    b: &Bench,
+    lab: &Lab,
+    rt: &Runtime,
+    c: &Contender,
+    name: &str,
+) -> anyhow::Result<(f64, Value)> {
+    let pod = Pod::new(name, vec![full_selection(c.side)])?;
+    c.driver.prepare(&pod)?;
+    let added = c.driver.add(rt, &pod);
+    c.driver.finish(&pod);
+    let outcome = added.and_then(|()| {
+        let _echo_server = echo_server(&pod.netns, ECHO_PORT)?;
+        let _udp_sink = udp_sink(&pod.netns, UDP_PORT)?;
+        crr_with_full_table(
+            lab,
+            c.table,
+            &destination(c.side, &pod)?,
+            target_ports(c.side),
+            b.set.traffic_secs,
+        )
+    });
+    let deleted = c.driver.del(rt, &pod);
+    let measured = outcome?;
+    deleted?;
+    Ok(measured)
+}
+
+/// crr_rate_100k_flows: fills the side's table with [`FILL_FLOWS`] UDP flows through the pod's
+/// UDP mapping, runs the CRR, and checks the flows were there throughout.
+fn crr_with_full_table(
+    lab: &Lab,
+    table: FlowTable,
+    host: &str,
+    ports: Ports,
+    secs: u32,
+) -> anyhow::Result<(f64, Value)> {
+    let before_fill = table.read().context("reading the table before the fill")?;
+    let started = Instant::now();
+    let fill = udp_fill_from(
+        &lab.client,
+        &format!("{host}:{}", ports.udp),
+        &FILL_SOURCES,
+        FILL_FIRST_PORT,
+        FILL_FLOWS,
+    )?;
+    let filled_s = started.elapsed().as_secs_f64();
+    let before_crr = table.read().context("reading the table after the fill")?;
+    let crr =
+        tcp_client(&lab.client, "crr", &format!("{host}:{}", ports.full_echo), secs).with_context(|| {
+            format!(
+                "the CRR after the fill ({filled_s:.1} s, {} datagrams sent; table before it: {})",
+                fill["sent"],
+                before_crr.as_ref().map_or(Value::Null, Occupancy::to_json)
+            )
+        })?;
+    let crr_end_s = started.elapsed().as_secs_f64();
+    let after_crr = table.read().context("reading the table after the CRR")?;
+    let occupancy = |o: &Option<Occupancy>| o.as_ref().map(Occupancy::to_json);
+    let detail = json!({
+        "crr": crr,
+        "fill": fill,
+        "fill_secs": filled_s,
+        "crr_end_secs_after_fill_start": crr_end_s,
+        "table_source": table.what(),
+        "table_before_fill": occupancy(&before_fill),
+        "table_before_crr": occupancy(&before_crr),
+        "table_after_crr": occupancy(&after_crr),
+    });
+    let sent = fill["sent"].as_u64().unwrap_or(0);
+    if sent < u64::from(FILL_FLOWS) {
+        bail!("the fill sent {sent} of {FILL_FLOWS} datagrams (first error: {})", fill["first_error"]);
+    }
+    if crr_end_s > UDP_FLOW_SECS {
+        bail!(
+            "the CRR ended {crr_end_s:.1} s after the fill began, past the {UDP_FLOW_SECS} s unanswered UDP \
+             flows live (use shorter traffic runs)"
+        );
+    }
+    if let (Some(f), Some(b), Some(a)) = (&before_fill, &before_crr, &after_crr) {
+        if let Some(why) = flows::shortfall(FILL_FLOWS, b, a) {
+            bail!(
+                "{why}; the fill took {filled_s:.1} s; table before the fill {}, before the CRR {}, after it {}",
+                f.to_json(),
+                b.to_json(),
+                a.to_json()
+            );
+        }
+    }
+    let rate = crr["rate"].as_f64().context("the CRR reported no rate")?;
+    Ok((rate, detail))
+}
+
+/// The agent's option sizing its flow table, and the size: the node's `nf_conntrack_max`, the
+/// reference's table. `None` when the agent has no such option (before flow tracking).
+fn flow_capacity(b: &Bench, lab: &Lab) -> Option<u64> {
+    let help = crate::util::output(Command::new(&b.bins.agent).args(["run", "--help"])).unwrap_or_default();
+    if !help.contains("--portmap-max-flows") {
+        return None;
+    }
+    let max = read_sysctl(&lab.node, "net.netfilter.nf_conntrack_max").ok().and_then(|v| v.parse().ok());
+    Some(max.unwrap_or(FALLBACK_MAX_FLOWS))
 }
 
 pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
-    // With a metrics endpoint: the plexus-portmap step is read from it.
-    let agent = Agent::start_with_metrics(lab, &b.bins, "portmap-plexus", Side::Plexus, &[])?;
+    let capacity = flow_capacity(b, lab);
+    let extra: Vec<String> =
+        capacity.map(|n| vec!["--portmap-max-flows".to_owned(), n.to_string()]).unwrap_or_default();
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    // With a metrics endpoint: the plexus-portmap step and the flow count are read from it.
+    let agent = Agent::start_with_metrics(lab, &b.bins, "portmap-plexus", Side::Plexus, &extra)?;
     let rt = Runtime::spawn(&lab.node)?;
     let plexus = PlexusDriver { agent: &agent, shim: b.bins.shim.clone() };
     let pm = json!({"type": "plexus-portmap", "capabilities": {"portMappings": true}});
@@ -222,23 +465,48 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
         Ok("no NAT: the client talks to the pod's address over the bridge"),
     ];
     let mk = |metric, unit, params: Value| Figure::new("portmap", metric, unit, params).sides(what);
+    let vs_baseline_at_least = |r| Target::at_least(Side::Baseline, r, ISSUE);
+    let vs_baseline_at_most = |r| Target::at_most(Side::Baseline, r, ISSUE);
     let mut figs = vec![
-        mk("tcp_throughput", "Gbit/s", json!({"secs": secs, "streams": 1})),
-        mk("cpu_per_gbit", "ms CPU/Gbit", json!({"secs": secs, "source": cpu_source})),
+        mk("tcp_throughput", "Gbit/s", json!({"secs": secs, "streams": 1}))
+            .with_target(vs_baseline_at_least(0.97)),
+        mk("cpu_per_gbit", "ms CPU/Gbit", json!({"secs": secs, "source": cpu_source}))
+            .with_target(vs_baseline_at_most(1.05)),
         mk("rr_latency_p50", "us", json!({"secs": secs, "bytes": 64})),
-        mk("rr_latency_p99", "us", json!({"secs": secs, "bytes": 64})),
-        mk("crr_rate", "conn/s", json!({"secs": secs, "bytes": 64})),
-        mk("add_latency", "ms", json!({"mappings": 2})),
-        mk("portmap_step_latency", "ms", json!({"mappings": 2})),
+        mk("rr_latency_p99", "us", json!({"secs": secs, "bytes": 64})).with_target(vs_baseline_at_most(1.05)),
+        mk("crr_rate", "conn/s", json!({"secs": secs, "bytes": 64})).with_target(vs_baseline_at_least(0.95)),
+        mk("crr_rate_100k_flows", "conn/s", json!({"secs": secs, "bytes": 64, "flows": FILL_FLOWS}))
+            .with_target(vs_baseline_at_least(0.95)),
+        mk("add_latency", "ms", json!({"mappings": MAPPINGS})),
+        mk("portmap_step_latency", "ms", json!({"mappings": MAPPINGS})).with_target(Target::at_most(
+            Side::Reference,
+            0.1,
+            ISSUE,
+        )),
     ];
+    let full = &mut figs[F_CRR_FULL].sides;
+    full[Side::Plexus.index()].what = match capacity {
+        Some(n) => format!(
+            "plexus-portmap, {FILL_FLOWS} UDP flows in its flow table of {n} entries (--portmap-max-flows, \
+             the node's nf_conntrack_max)"
+        ),
+        None => {
+            format!("plexus-portmap, {FILL_FLOWS} UDP flows in its flow table (the agent's default size)")
+        }
+    };
+    full[Side::Reference.index()].what = format!("reference portmap, {FILL_FLOWS} UDP flows in conntrack");
+    full[Side::Baseline.index()].what =
+        format!("no NAT, no table: the same {FILL_FLOWS} UDP datagrams to the pod's own address");
     // add_latency of the baseline is the bridge ADD without any port mapping plugin.
-    figs[5].sides[Side::Baseline.index()].what = "bridge + host-local without a port mapping plugin".into();
-    figs[6].sides[Side::Plexus.index()].what = "the plexus-portmap ADD step alone, as the agent timed it \
+    figs[F_ADD].sides[Side::Baseline.index()].what =
+        "bridge + host-local without a port mapping plugin".into();
+    figs[F_STEP].sides[Side::Plexus.index()].what =
+        "the plexus-portmap ADD step alone, as the agent timed it \
         (plexus_plugin_duration_seconds _sum/_count around the pod's ADD)"
-        .into();
-    figs[6].sides[Side::Reference.index()].what =
+            .into();
+    figs[F_STEP].sides[Side::Reference.index()].what =
         "the exec of the reference portmap ADD alone (spawn to exit, iptables work included)".into();
-    figs[6].set_missing(
+    figs[F_STEP].set_missing(
         Side::Baseline,
         super::report::NOT_APPLICABLE,
         "no port mapping plugin on the baseline: there is no step to time (add_latency has its whole ADD)",
@@ -254,10 +522,22 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
             f.set_missing(Side::Plexus, label, note.clone());
         }
     }
+    let reference_table =
+        FlowTable::Conntrack { node: &lab.node, dst: PM_GATEWAY, dport: host_ports(Side::Reference).udp };
     let contenders: Vec<Contender> = [
-        Contender { side: Side::Plexus, driver: &plexus, step: Step::Agent(&agent) },
-        Contender { side: Side::Reference, driver: &reference, step: Step::Exec(&reference) },
-        Contender { side: Side::Baseline, driver: &baseline, step: Step::None },
+        Contender {
+            side: Side::Plexus,
+            driver: &plexus,
+            step: Step::Agent(&agent),
+            table: FlowTable::Agent { agent: &agent, port: host_ports(Side::Plexus).udp },
+        },
+        Contender {
+            side: Side::Reference,
+            driver: &reference,
+            step: Step::Exec(&reference),
+            table: reference_table,
+        },
+        Contender { side: Side::Baseline, driver: &baseline, step: Step::None, table: FlowTable::None },
     ]
     .into_iter()
     .filter(|c| c.side != Side::Plexus || supported.is_ok())
@@ -271,36 +551,25 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
             let name = format!("pm{r}-{}", side.name());
             match measure(b, lab, &rt, cg.as_ref(), c, &name) {
                 Ok(m) => {
-                    let step_text = match &m.step {
-                        Ok(Some((ms, _))) => format!(" (portmap step {ms:.2} ms)"),
-                        Ok(None) => String::new(),
-                        Err(e) => format!(" (portmap step unknown: {e})"),
-                    };
                     b.progress(
                         "portmap",
-                        &format!(
-                            "repeat {r}/{}: {}: add {:.1} ms{step_text}, {:.2} Gbit/s, {:.1} ms CPU/Gbit, \
-                             rr p50 {} us, crr {} conn/s",
-                            b.set.repeat,
-                            side.name(),
-                            m.add_ms,
-                            m.gbps,
-                            m.cpu_ms_per_gbit,
-                            m.rr["p50_us"].as_f64().map(|v| format!("{v:.1}")).unwrap_or_default(),
-                            m.crr["rate"].as_f64().map(|v| format!("{v:.0}")).unwrap_or_default(),
-                        ),
+                        &format!("repeat {r}/{}: {}: {}", b.set.repeat, side.name(), m.line()),
                     );
                     let num = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-                    figs[0].push(*side, m.gbps, m.iperf.clone());
-                    figs[1].push(*side, m.cpu_ms_per_gbit, m.iperf);
-                    figs[2].push(*side, num(&m.rr, "p50_us"), m.rr.clone());
-                    figs[3].push(*side, num(&m.rr, "p99_us"), m.rr);
-                    figs[4].push(*side, num(&m.crr, "rate"), m.crr);
-                    figs[5].push(*side, m.add_ms, Value::Null);
+                    figs[F_TPUT].push(*side, m.gbps, m.iperf.clone());
+                    figs[F_CPU].push(*side, m.cpu_ms_per_gbit, m.iperf);
+                    figs[F_P50].push(*side, num(&m.rr, "p50_us"), m.rr.clone());
+                    figs[F_P99].push(*side, num(&m.rr, "p99_us"), m.rr);
+                    figs[F_CRR].push(*side, num(&m.crr, "rate"), m.crr);
+                    match m.crr_full {
+                        Ok((rate, detail)) => figs[F_CRR_FULL].push(*side, rate, detail),
+                        Err(e) => figs[F_CRR_FULL].fail(*side, e),
+                    }
+                    figs[F_ADD].push(*side, m.add_ms, Value::Null);
                     match m.step {
-                        Ok(Some((ms, detail))) => figs[6].push(*side, ms, detail),
+                        Ok(Some((ms, detail))) => figs[F_STEP].push(*side, ms, detail),
                         Ok(None) => {}
-                        Err(e) => figs[6].fail(*side, e),
+                        Err(e) => figs[F_STEP].fail(*side, e),
                     }
                 }
                 Err(e) => {

@@ -89,6 +89,15 @@ pub fn histogram_sum_count(body: &str, name: &str, labels: &[(&str, &str)]) -> O
     found.then_some((sum, count))
 }
 
+/// The sum of the samples named exactly `name` carrying all of `labels` (a gauge or a counter,
+/// e.g. `plexus_portmap_flows`); `None` when no sample matches.
+pub fn value(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let matches =
+        |s: &Sample| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v));
+    let found: Vec<f64> = samples(body).into_iter().filter(matches).map(|s| s.value).collect();
+    (!found.is_empty()).then(|| found.iter().sum())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +116,11 @@ plexus_plugin_duration_seconds_count{type="plexus-portmap",command="DEL"} 1
 plexus_plugin_duration_seconds_sum{type="odd \"q\", x}",command="ADD"} 7.5
 plexus_plugin_duration_seconds_count{type="odd \"q\", x}",command="ADD"} 1
 plexus_adds_in_flight 0
+# TYPE plexus_portmap_flows gauge
+plexus_portmap_flows 100012
+# TYPE plexus_portmap_translations counter
+plexus_portmap_translations_total{direction="forward"} 7
+plexus_portmap_translations_total{direction="reverse"} 5
 # EOF
 "#;
 
@@ -146,6 +160,15 @@ plexus_adds_in_flight 0
         );
         assert_eq!(histogram_sum_count(BODY, "plexus_nothing", &[]), None);
         assert_eq!(histogram_sum_count("", "plexus_plugin_duration_seconds", &[]), None);
+    }
+
+    #[test]
+    fn gauges_and_counters() {
+        assert_eq!(value(BODY, "plexus_portmap_flows", &[]), Some(100_012.0));
+        assert_eq!(value(BODY, "plexus_portmap_translations_total", &[]), Some(12.0), "summed over labels");
+        assert_eq!(value(BODY, "plexus_portmap_translations_total", &[("direction", "reverse")]), Some(5.0));
+        assert_eq!(value(BODY, "plexus_portmap_translations", &[]), None, "exact names only");
+        assert_eq!(value(BODY, "plexus_portmap_flow_evictions_total", &[]), None);
     }
 
     #[test]

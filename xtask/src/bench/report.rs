@@ -38,6 +38,77 @@ pub struct Figure {
     pub params: Map<String, Value>,
     pub sides: [SideData; 3],
     pub load: Option<Value>,
+    /// What an issue asks of plexus's ratio for this figure, if anything.
+    pub target: Option<Target>,
+}
+
+/// Which way a target bounds a ratio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    AtLeast,
+    AtMost,
+}
+
+/// A bound on plexus's median over another side's median of the same figure and run, e.g.
+/// "crr_rate: plexus/baseline >= 0.95 (issue #12)".
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// The denominator: the baseline or the reference.
+    pub against: Side,
+    pub bound: Bound,
+    pub ratio: f64,
+    /// Who asks for it, e.g. `issue #12`.
+    pub source: &'static str,
+}
+
+impl Target {
+    pub fn at_least(against: Side, ratio: f64, source: &'static str) -> Target {
+        Target { against, bound: Bound::AtLeast, ratio, source }
+    }
+
+    pub fn at_most(against: Side, ratio: f64, source: &'static str) -> Target {
+        Target { against, bound: Bound::AtMost, ratio, source }
+    }
+
+    fn op(&self) -> &'static str {
+        match self.bound {
+            Bound::AtLeast => ">=",
+            Bound::AtMost => "<=",
+        }
+    }
+
+    /// The summary key of the ratio it bounds.
+    fn ratio_key(&self) -> &'static str {
+        match self.against {
+            Side::Reference => "plexus_over_reference",
+            _ => "plexus_over_baseline",
+        }
+    }
+
+    fn ratio_label(&self) -> &'static str {
+        match self.against {
+            Side::Reference => "plexus/ref",
+            _ => "plexus/baseline",
+        }
+    }
+
+    /// The measured ratio, and whether it meets the bound (`None`: a side has no value).
+    pub fn check(&self, f: &Figure) -> (Option<f64>, Option<bool>) {
+        let r = stats::ratio(f.median(Side::Plexus), f.median(self.against));
+        let met = r.map(|r| match self.bound {
+            Bound::AtLeast => r >= self.ratio,
+            Bound::AtMost => r <= self.ratio,
+        });
+        (r, met)
+    }
+
+    fn to_json(&self, f: &Figure) -> Value {
+        let (measured, met) = self.check(f);
+        json!({
+            "ratio": self.ratio_key(), "bound": self.op(), "value": self.ratio,
+            "measured": measured, "met": met, "source": self.source,
+        })
+    }
 }
 
 /// Parameters left out of the table, which would make it too wide to read.
@@ -54,7 +125,13 @@ impl Figure {
             Value::Object(m) => m,
             _ => Map::new(),
         };
-        Figure { section, metric, unit, params, sides: Default::default(), load: None }
+        Figure { section, metric, unit, params, sides: Default::default(), load: None, target: None }
+    }
+
+    /// Sets what the figure's ratio must meet.
+    pub fn with_target(mut self, t: Target) -> Figure {
+        self.target = Some(t);
+        self
     }
 
     /// Says what each side is (`None`: the side does not apply, with the reason).
@@ -182,6 +259,7 @@ impl Figure {
             "runs": runs,
             "notes": notes,
             "load": self.load,
+            "target": self.target.as_ref().map(|t| t.to_json(self)),
         })
     }
 }
@@ -224,8 +302,78 @@ fn load_cell(f: &Figure) -> String {
     format!("{}->{}{busy}", avg("loadavg_before"), avg("loadavg_after"))
 }
 
-/// The terminal table: medians per side and the ratios, with the load each figure ran under.
+/// The terminal table: medians per side and the ratios, with the load each figure ran under;
+/// then the targets the figures carry, each with its measured ratio and whether it is met.
 pub fn table(figures: &[Figure]) -> String {
+    let mut out = medians(figures);
+    let targets = targets(figures);
+    if !targets.is_empty() {
+        out.push('\n');
+        out.push_str(&targets);
+    }
+    out
+}
+
+/// One line per figure with a target: `portmap  crr_rate  plexus/baseline  0.981x  >= 0.95x
+/// met  (issue #12)`; empty when no figure has one.
+pub fn targets(figures: &[Figure]) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for f in figures {
+        let Some(t) = &f.target else { continue };
+        let (measured, met) = t.check(f);
+        rows.push(vec![
+            f.section.to_owned(),
+            f.metric.to_owned(),
+            t.ratio_label().to_owned(),
+            // Three decimals: 0.9449 is no longer "0.94x" next to ">= 0.95x", nor "0.94x MISSED"
+            // mistaken for a rounding of 0.95.
+            measured.map(|r| format!("{r:.3}x")).unwrap_or_else(|| NOT_APPLICABLE.to_owned()),
+            format!("{} {:.2}x", t.op(), t.ratio),
+            match met {
+                Some(true) => "met".to_owned(),
+                Some(false) => "MISSED".to_owned(),
+                None => "unknown (a side has no value)".to_owned(),
+            },
+            format!("({})", t.source),
+        ]);
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("targets (ratios of this run's medians):\n");
+    out.push_str(&aligned(&rows, &[3]));
+    out
+}
+
+/// Rows as aligned columns, indented by two spaces: the columns in `right` right-aligned
+/// (numbers), the others left-aligned.
+fn aligned(rows: &[Vec<String>], right: &[usize]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|t| t.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, text)| {
+                if right.contains(&c) {
+                    format!("{text:>w$}", w = widths[c])
+                } else {
+                    format!("{text:<w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out.push_str("  ");
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The table of medians and ratios.
+fn medians(figures: &[Figure]) -> String {
     let header = [
         "section",
         "metric",
@@ -309,6 +457,77 @@ mod tests {
         assert!(
             lines[2].contains("add_latency (ms)") && lines[2].contains("0.50x") && lines[2].contains("n/a")
         );
+    }
+
+    #[test]
+    fn targets_bound_the_ratio_of_the_same_run() {
+        let fig = |metric: &'static str, p: f64, r: f64, b: f64| {
+            let mut f = Figure::new("portmap", metric, "x", json!({}));
+            f.push(Side::Plexus, p, Value::Null);
+            f.push(Side::Reference, r, Value::Null);
+            f.push(Side::Baseline, b, Value::Null);
+            f
+        };
+        let rate = fig("crr_rate", 96.0, 80.0, 100.0).with_target(Target::at_least(
+            Side::Baseline,
+            0.95,
+            "issue #12",
+        ));
+        let p99 = fig("rr_latency_p99", 110.0, 150.0, 100.0).with_target(Target::at_most(
+            Side::Baseline,
+            1.05,
+            "issue #12",
+        ));
+        let step = fig("portmap_step_latency", 2.0, 40.0, 1.0).with_target(Target::at_most(
+            Side::Reference,
+            0.1,
+            "issue #12",
+        ));
+        let mut gone = fig("crr_rate_100k_flows", 1.0, 1.0, 1.0).with_target(Target::at_least(
+            Side::Baseline,
+            0.95,
+            "issue #12",
+        ));
+        gone.sides[Side::Baseline.index()].runs.clear();
+        let plain = fig("add_latency", 1.0, 2.0, 1.0);
+
+        assert_eq!(rate.target.as_ref().map(|t| t.check(&rate)), Some((Some(0.96), Some(true))));
+        assert_eq!(p99.target.as_ref().map(|t| t.check(&p99).1), Some(Some(false)));
+        assert_eq!(step.target.as_ref().map(|t| t.check(&step)), Some((Some(0.05), Some(true))));
+        assert_eq!(gone.target.as_ref().map(|t| t.check(&gone)), Some((None, None)));
+
+        let s = step.summary();
+        assert_eq!(s["target"]["ratio"], "plexus_over_reference");
+        assert_eq!(s["target"]["bound"], "<=");
+        assert_eq!(s["target"]["value"], 0.1);
+        assert_eq!(s["target"]["measured"], 0.05);
+        assert_eq!(s["target"]["met"], true);
+        assert_eq!(s["target"]["source"], "issue #12");
+        assert_eq!(p99.summary()["target"]["met"], false);
+        assert_eq!(gone.summary()["target"]["met"], Value::Null);
+        assert_eq!(plain.summary()["target"], Value::Null);
+
+        let figures = [rate, p99, step, gone, plain];
+        let t = table(&figures);
+        let (medians, block) = t.split_once("targets (").expect("a targets block after the table");
+        assert_eq!(medians.lines().filter(|l| l.starts_with("portmap")).count(), 5);
+        let lines: Vec<&str> = block.lines().skip(1).collect();
+        assert_eq!(lines.len(), 4, "one line per figure with a target: {block}");
+        assert!(
+            lines[0].contains("crr_rate ") && lines[0].contains("0.960x") && lines[0].contains(">= 0.95x")
+        );
+        assert!(
+            lines[0].contains("plexus/baseline")
+                && lines[0].contains(" met")
+                && lines[0].contains("issue #12")
+        );
+        assert!(lines[1].contains("1.100x") && lines[1].contains("<= 1.05x") && lines[1].contains("MISSED"));
+        assert!(
+            lines[2].contains("plexus/ref") && lines[2].contains("0.050x") && lines[2].contains("<= 0.10x")
+        );
+        assert!(lines[3].contains("n/a") && lines[3].contains("unknown"));
+        assert_eq!(targets(&figures[4..]), "", "no target, no block");
+        assert!(!table(&figures[4..]).contains("targets"));
     }
 
     #[test]

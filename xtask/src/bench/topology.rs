@@ -9,6 +9,9 @@
 //!                      pxdef0 (bridge 10.88.0.1/16, default network) ─veth── eth0
 //! ```
 //!
+//! The client's `eth1` is 10.77.255.250/16, plus two /32s outside the pods' subnet
+//! ([`FILL_SOURCES`]), which the node routes back over `pxpm0`.
+//!
 //! Namespaces are named by plexus-testkit (`pxb-<role>-<pid>-<n>`), cgroups `pxb<pid>-<role>`:
 //! names carry this process's id, so concurrent runs never collide and a later run can remove
 //! what a killed one left (see [`sweep_stale`]).
@@ -34,7 +37,18 @@ pub const MASTER: &str = "pxmv0";
 /// The bridge of the portmap and bandwidth networks, with the client attached to it.
 pub const PM_BRIDGE: &str = "pxpm0";
 pub const PM_GATEWAY: &str = "10.77.0.1";
+/// The MAC of [`PM_BRIDGE`], set so that it stays put (locally administered).
+const PM_BRIDGE_MAC: &str = "02:77:00:00:00:01";
 pub const CLIENT_ADDR: &str = "10.77.255.250";
+/// Addresses of the client outside the pods' subnet, the sources of the portmap section's
+/// flow table fill (two: more distinct source address and port pairs than one address has
+/// ports). Outside it, because the reference portmap masquerades whatever comes from the
+/// pods' own subnet (its hairpin rule) to the bridge's single address, which has only 64,512
+/// source ports to give; peers from elsewhere are plainly DNAT'ed. /32s: the client's own
+/// connections still leave from [`CLIENT_ADDR`].
+pub const FILL_SOURCES: [&str; 2] = ["10.78.255.250", "10.78.255.249"];
+/// The node's route back to [`FILL_SOURCES`], on the bridge.
+const FILL_NET: &str = "10.78.0.0/16";
 const CLIENT_PORT: &str = "pxcl0";
 /// Node interfaces that are the bench's, not leftovers of a pod.
 const INFRA_LINKS: &[&str] = &["lo", MASTER, CLIENT_PORT, PM_BRIDGE, DEFAULT_BRIDGE];
@@ -63,6 +77,14 @@ pub fn helper_exe() -> anyhow::Result<PathBuf> {
         Some(p) => Ok(p.clone()),
         None => std::env::current_exe().context("finding this executable"),
     }
+}
+
+/// Reads /proc/sys as seen from inside the namespace (network sysctls are per namespace).
+pub fn read_sysctl(ns: &Netns, key: &str) -> anyhow::Result<String> {
+    let path = format!("/proc/sys/{}", key.replace('.', "/"));
+    let text = in_netns(&ns.path_str(), move || std::fs::read_to_string(path))
+        .with_context(|| format!("reading {key} in {}", ns.name))?;
+    Ok(text.trim().to_owned())
 }
 
 /// Writes /proc/sys from inside the namespace (no procps needed).
@@ -203,7 +225,12 @@ impl Lab {
 
         // The portmap/bandwidth bridge with the client attached; the bridge plugin adopts an
         // existing bridge and its gateway address.
-        node.try_ip(&["link", "add", PM_BRIDGE, "type", "bridge"])?;
+        // A MAC of its own: a bridge without one takes its lowest port's, which changes as pods'
+        // veths come and go, and the client's cached neighbour entry for the bridge's address
+        // then points at a MAC the bridge no longer answers to: frames to it are flooded to the
+        // ports instead of going up the bridge (where plexus translates them) until the client
+        // resolves the address again, tens of seconds later.
+        node.try_ip(&["link", "add", PM_BRIDGE, "address", PM_BRIDGE_MAC, "type", "bridge"])?;
         node.try_ip(&["addr", "add", &format!("{PM_GATEWAY}/16"), "dev", PM_BRIDGE])?;
         node.try_ip(&["link", "set", PM_BRIDGE, "up"])?;
         node.try_ip(&[
@@ -220,7 +247,11 @@ impl Lab {
         ])?;
         node.try_ip(&["link", "set", CLIENT_PORT, "master", PM_BRIDGE, "up"])?;
         client.try_ip(&["addr", "add", &format!("{CLIENT_ADDR}/16"), "dev", "eth1"])?;
+        for a in FILL_SOURCES {
+            client.try_ip(&["addr", "add", &format!("{a}/32"), "dev", "eth1"])?;
+        }
         client.try_ip(&["link", "set", "eth1", "up"])?;
+        node.try_ip(&["route", "add", FILL_NET, "dev", PM_BRIDGE])?;
         Ok(lab)
     }
 
@@ -311,6 +342,8 @@ pub struct Agent {
     pub metrics: Option<SocketAddr>,
     /// The namespace it runs in (the node's), by path.
     netns_path: String,
+    /// Its binary, for its read-only subcommands.
+    bin: PathBuf,
 }
 
 impl Agent {
@@ -389,6 +422,7 @@ impl Agent {
             log,
             metrics,
             netns_path: lab.node.path_str(),
+            bin: bins.agent.clone(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while UnixStream::connect(&agent.socket).is_err() {
@@ -419,14 +453,37 @@ impl Agent {
     /// `(sum in seconds, count)` of `plexus_plugin_duration_seconds` for one plugin type and
     /// CNI command, `(0, 0)` before its first run. Needs [`Agent::start_with_metrics`].
     pub fn plugin_seconds(&self, plugin: &str, command: &str) -> anyhow::Result<(f64, f64)> {
-        let addr = self.metrics.context("the agent was started without a metrics address")?;
-        let body = http_get_in(&self.netns_path, addr, "/metrics")?;
+        let body = self.metrics_text()?;
         Ok(super::prom::histogram_sum_count(
             &body,
             "plexus_plugin_duration_seconds",
             &[("type", plugin), ("command", command)],
         )
         .unwrap_or((0.0, 0.0)))
+    }
+
+    /// A gauge's or counter's value (summed over the series carrying `labels`), `None` when the
+    /// agent does not expose it. Needs [`Agent::start_with_metrics`].
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> anyhow::Result<Option<f64>> {
+        Ok(super::prom::value(&self.metrics_text()?, name, labels))
+    }
+
+    /// `plexus-agent portmap list --json` of this agent's pins and records: one object per
+    /// mapping, with `protocol`, `host` (`address:port`) and the `flows` it tracks right now.
+    pub fn portmap_list(&self) -> anyhow::Result<Vec<Value>> {
+        let text = output(
+            Command::new(&self.bin)
+                .args(["portmap", "list", "--json", "--bpf-pin-dir"])
+                .arg(self.root.join("bpffs"))
+                .arg("--state-dir")
+                .arg(self.root.join("state")),
+        )?;
+        serde_json::from_str(&text).context("plexus-agent portmap list --json")
+    }
+
+    fn metrics_text(&self) -> anyhow::Result<String> {
+        let addr = self.metrics.context("the agent was started without a metrics address")?;
+        http_get_in(&self.netns_path, addr, "/metrics")
     }
 
     pub fn ipam_dir(&self) -> PathBuf {

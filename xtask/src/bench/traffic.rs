@@ -10,7 +10,7 @@
 //! which source it used).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,25 @@ pub enum NetCommand {
         #[arg(long, default_value_t = 64)]
         size: usize,
     },
+    /// UDP server that reads and discards; prints `ready` once bound.
+    UdpSink {
+        #[arg(long)]
+        port: u16,
+    },
+    /// One UDP datagram to ADDR from each of FLOWS distinct (source address, source port)
+    /// pairs: ports FIRST_PORT and up of each source address in turn, each from a socket bound
+    /// to the pair. What was sent, as JSON.
+    UdpFill {
+        #[arg(long)]
+        addr: SocketAddr,
+        /// Local addresses, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        sources: Vec<Ipv4Addr>,
+        #[arg(long)]
+        first_port: u16,
+        #[arg(long)]
+        flows: u32,
+    },
 }
 
 pub fn run(cmd: &NetCommand) -> anyhow::Result<()> {
@@ -62,7 +81,64 @@ pub fn run(cmd: &NetCommand) -> anyhow::Result<()> {
             println!("{}", crr(*addr, *secs, *size)?);
             Ok(())
         }
+        NetCommand::UdpSink { port } => discard_udp(*port),
+        NetCommand::UdpFill { addr, sources, first_port, flows } => {
+            println!("{}", udp_fill(*addr, sources, *first_port, *flows)?);
+            Ok(())
+        }
     }
+}
+
+fn discard_udp(port: u16) -> anyhow::Result<()> {
+    let socket = UdpSocket::bind(("0.0.0.0", port)).with_context(|| format!("binding UDP port {port}"))?;
+    println!("ready");
+    std::io::stdout().flush()?;
+    let mut buf = [0u8; 2048];
+    loop {
+        // Errors (none are expected on a bound UDP socket) do not end the sink.
+        let _ = socket.recv(&mut buf);
+    }
+}
+
+/// The `i`-th (source address, source port) pair of a fill of `flows` over `sources` from
+/// `first_port`: each address takes a block of consecutive ports. `None` past the end, or when
+/// the ports would run past 65535.
+fn fill_pair(sources: &[Ipv4Addr], first_port: u16, flows: u32, i: u32) -> Option<(Ipv4Addr, u16)> {
+    let n = u32::try_from(sources.len()).ok().filter(|n| *n > 0)?;
+    let per_address = flows.div_ceil(n);
+    if i >= flows || u32::from(first_port) + per_address > 65_536 {
+        return None;
+    }
+    let address = sources.get(usize::try_from(i / per_address).ok()?)?;
+    let port = u16::try_from(u32::from(first_port) + i % per_address).ok()?;
+    Some((*address, port))
+}
+
+fn udp_fill(addr: SocketAddr, sources: &[Ipv4Addr], first_port: u16, flows: u32) -> anyhow::Result<Value> {
+    if flows > 0 && fill_pair(sources, first_port, flows, flows - 1).is_none() {
+        bail!("{flows} flows do not fit {} source addresses from port {first_port}", sources.len());
+    }
+    let payload = [0x5a_u8; 16];
+    let (mut sent, mut errors, mut first_error) = (0u32, 0u32, None::<String>);
+    let start = Instant::now();
+    for (src, port) in (0..flows).filter_map(|i| fill_pair(sources, first_port, flows, i)) {
+        match UdpSocket::bind((src, port)).and_then(|s| s.send_to(&payload, addr)) {
+            Ok(_) => sent += 1,
+            Err(e) => {
+                errors += 1;
+                first_error.get_or_insert_with(|| format!("from {src}:{port}: {e}"));
+            }
+        }
+    }
+    Ok(json!({
+        "flows": flows,
+        "sent": sent,
+        "errors": errors,
+        "first_error": first_error,
+        "secs": start.elapsed().as_secs_f64(),
+        "sources": sources.iter().map(Ipv4Addr::to_string).collect::<Vec<_>>(),
+        "first_port": first_port,
+    }))
 }
 
 fn serve(port: u16) -> anyhow::Result<()> {
@@ -189,22 +265,56 @@ fn command_in(ns: &Netns, cg: Option<&Cgroup>, program: &str, args: &[&str]) -> 
 
 /// The echo server of rr/crr in a pod, once it listens.
 pub fn echo_server(ns: &Netns, port: u16) -> anyhow::Result<Proc> {
+    helper_server(ns, "serve", port, "the echo server")
+}
+
+/// A UDP server in a pod that discards what it gets (so datagrams to it draw no ICMP port
+/// unreachable), once it is bound.
+pub fn udp_sink(ns: &Netns, port: u16) -> anyhow::Result<Proc> {
+    helper_server(ns, "udp-sink", port, "the UDP sink")
+}
+
+/// A `bench-net` server in `ns`, once it printed `ready`.
+fn helper_server(ns: &Netns, mode: &str, port: u16, what: &str) -> anyhow::Result<Proc> {
     let exe = helper_exe()?;
     let child = ns
         .command(exe)
-        .args(["bench-net", "serve", "--port", &port.to_string()])
+        .args(["bench-net", mode, "--port", &port.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .context("starting the echo server")?;
+        .with_context(|| format!("starting {what}"))?;
     let mut server = Proc(child);
     let stdout = server.0.stdout.take().context("server stdout")?;
     let mut ready = String::new();
     BufReader::new(stdout).read_line(&mut ready)?;
     if ready.trim() != "ready" {
-        bail!("the echo server in {} did not start", ns.name);
+        bail!("{what} in {} did not start", ns.name);
     }
     Ok(server)
+}
+
+/// `bench-net udp-fill` from the client: one datagram to `addr` from each of `flows` distinct
+/// (source, port) pairs (see [`NetCommand::UdpFill`]); its JSON report.
+pub fn udp_fill_from(
+    client: &Netns,
+    addr: &str,
+    sources: &[&str],
+    first_port: u16,
+    flows: u32,
+) -> anyhow::Result<Value> {
+    let exe = helper_exe()?;
+    let out = client
+        .command(exe)
+        .args(["bench-net", "udp-fill", "--addr", addr, "--sources", &sources.join(",")])
+        .args(["--first-port", &first_port.to_string(), "--flows", &flows.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .context("running bench-net udp-fill")?;
+    if !out.status.success() {
+        bail!("bench-net udp-fill to {addr}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    serde_json::from_slice(&out.stdout).context("bench-net udp-fill output")
 }
 
 pub fn iperf_server(ns: &Netns, port: u16, cg: Option<&Cgroup>) -> anyhow::Result<Proc> {
@@ -324,4 +434,28 @@ pub fn ping(client: &Netns, host: &str, secs: u32) -> anyhow::Result<(Vec<f64>, 
         bail!("no ping to {host} was answered: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok((rtts.clone(), sent.saturating_sub(rtts.len() as u64)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_pairs_are_distinct_blocks_of_ports_per_address() {
+        let a = Ipv4Addr::new(10, 0, 0, 1);
+        let b = Ipv4Addr::new(10, 0, 0, 2);
+        let pairs: Vec<_> = (0..5).map(|i| fill_pair(&[a, b], 100, 5, i)).collect();
+        assert_eq!(
+            pairs,
+            vec![Some((a, 100)), Some((a, 101)), Some((a, 102)), Some((b, 100)), Some((b, 101))]
+        );
+        assert_eq!(fill_pair(&[a, b], 100, 5, 5), None, "past the end");
+        let all: std::collections::HashSet<_> =
+            (0..100_000).filter_map(|i| fill_pair(&[a, b], 10_000, 100_000, i)).collect();
+        assert_eq!(all.len(), 100_000);
+        assert_eq!(fill_pair(&[a, b], 10_000, 100_000, 99_999), Some((b, 59_999)));
+        assert_eq!(fill_pair(&[a], 10_000, 100_000, 0), None, "100,000 ports do not fit one address");
+        assert_eq!(fill_pair(&[a], 65_535, 1, 0), Some((a, 65_535)));
+        assert_eq!(fill_pair(&[], 1, 1, 0), None);
+    }
 }
