@@ -125,6 +125,12 @@ impl Endpoint {
     pub const fn new(addr: Addr, port_be: u16, proto: u8) -> Endpoint {
         Endpoint { addr, port_be, proto, pad: 0 }
     }
+
+    /// The same endpoint, compared field by field (see [`addr_eq`]).
+    #[inline(always)]
+    pub const fn same(&self, o: &Endpoint) -> bool {
+        addr_eq(&self.addr, &o.addr) && self.port_be == o.port_be && self.proto == o.proto
+    }
 }
 
 /// What a packet matching an [`Endpoint`] is rewritten to, and where it goes next.

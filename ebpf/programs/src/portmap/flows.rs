@@ -9,7 +9,7 @@
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use plexus_ebpf_common::flow::{needs_update, next_state, Flow, FlowKey, Settings, FLOW_SNAT};
-use plexus_ebpf_common::{addr_eq, Addr, Endpoint, Rewrite};
+use plexus_ebpf_common::{Addr, Endpoint, Rewrite};
 
 use crate::maps::{flow_count, now, settings, FlowEvent, PM_FLOWS, PM_SCRATCH};
 
@@ -35,8 +35,7 @@ pub fn track_request(r: &Request, s: &Settings, now: u64) {
     if let Some(f) = PM_FLOWS.get_ptr_mut(&r.key) {
         // SAFETY: the map's value, valid while the program runs (see the module's notes).
         let f = unsafe { &mut *f };
-        let same_host = f.host.port_be == r.host.port_be && addr_eq(&f.host.addr, &r.host.addr);
-        if same_host && !s.timeouts.expired(f, now) {
+        if f.host.same(r.host) && !s.timeouts.expired(f, now) {
             let state = next_state(f.state, proto, r.tcp_flags, true);
             if needs_update(f, state, now) {
                 f.state = state;

@@ -2,7 +2,7 @@
 //! decides (and its flow is tracked as any packet's); what its translation did is recorded in
 //! `PM_FRAGMENTS` under the datagram's identity (addresses, identification, protocol), and
 //! `pm_fragment`, tail-called for every later fragment, applies the same address rewrite and
-//! delivery. The L4 checksum sits in the first fragment and was updated there; later fragments
+//! delivery (a later fragment carries no L4 checksum: [`set_ip_addr`] is all it needs). The L4 checksum sits in the first fragment and was updated there; later fragments
 //! need their addresses (and the IPv4 header checksum) only.
 //!
 //! A later fragment that arrives before its first one (reordered) finds nothing and passes
@@ -18,7 +18,7 @@ use plexus_ebpf_common::{v4_mapped, Addr, Endpoint, Rewrite};
 
 use crate::maps::{count, now, settings, Direction, PM_FRAGMENTS, PM_FRAG_SCRATCH};
 use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
-use crate::tc::{deliver, Side, IPV6_HLEN};
+use crate::tc::{deliver, set_ip_addr, tail_called_ingress, Side, IPV6_HLEN};
 
 /// Records the first fragment's translation (built in this CPU's scratch entry: it does not
 /// fit the calling program's stack).
@@ -42,9 +42,7 @@ pub fn remember(key: &FragmentKey, src: &Addr, dst: &Addr, host: &Endpoint, rewr
 
 #[classifier]
 pub fn pm_fragment(ctx: TcContext) -> i32 {
-    // SAFETY: the context pointer is the program's __sk_buff.
-    let ingress = unsafe { (*ctx.skb.skb).cb[0] } != 0;
-    match translate(&ctx, ingress) {
+    match translate(&ctx, tail_called_ingress(&ctx)) {
         Ok(verdict) => verdict,
         // A helper failed halfway through a rewrite: the packet is inconsistent, drop it.
         Err(_) => DROP,
@@ -83,10 +81,10 @@ fn translate(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
         return Ok(NEXT);
     }
     if f.flags & FRAG_SRC != 0 {
-        rewrite_addr(ctx, v6, Side::Src, &key.src, &f.src)?;
+        set_ip_addr(ctx, v6, Side::Src, &key.src, &f.src)?;
     }
     if f.flags & FRAG_DST != 0 {
-        rewrite_addr(ctx, v6, Side::Dst, &key.dst, &f.dst)?;
+        set_ip_addr(ctx, v6, Side::Dst, &key.dst, &f.dst)?;
     }
     let to_pod = f.flags & FRAG_TO_POD != 0;
     if to_pod {
@@ -98,18 +96,4 @@ fn translate(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
     let dir = if f.flags & FRAG_REPLY != 0 { Direction::Out } else { Direction::In };
     count(&f.host, ctx.len(), dir);
     Ok(if to_pod { deliver(ctx, &f.rewrite, ingress) } else { NEXT })
-}
-
-/// Rewrites an address of the IP header (IPv4: with its checksum; IPv6 has none, and a later
-/// fragment carries no L4 checksum).
-#[inline(always)]
-fn rewrite_addr(ctx: &TcContext, v6: bool, side: Side, old: &Addr, new: &Addr) -> Result<(), i64> {
-    if v6 {
-        let off = ETH_HLEN + if side == Side::Src { 8 } else { 24 };
-        ctx.store(off, new, 0)
-    } else {
-        ctx.l3_csum_replace(ETH_HLEN + 10, u64::from(old[3]), u64::from(new[3]), 4)?;
-        let off = ETH_HLEN + if side == Side::Src { 12 } else { 16 };
-        ctx.store(off, &new[3], 0)
-    }
 }

@@ -29,7 +29,7 @@ use plexus_ebpf_common::{addr_eq, v4_mapped, Addr, Endpoint, PROTO_SCTP, PROTO_T
 use crate::flows::find;
 use crate::maps::{flow_count, forward, now, settings, FlowEvent};
 use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
-use crate::tc::{deliver, Side, IPV6_HLEN};
+use crate::tc::{deliver, set_ip_addr, tail_called_ingress, Side, IPV6_HLEN};
 
 const ICMP_HLEN: usize = 8;
 
@@ -47,10 +47,8 @@ pub fn is_error(v6: bool, kind: u8) -> bool {
 
 #[classifier]
 pub fn pm_icmp(ctx: TcContext) -> i32 {
-    // SAFETY: the context pointer is the program's __sk_buff.
-    let ingress = unsafe { (*ctx.skb.skb).cb[0] } != 0;
     let Some(m) = parse(&ctx) else { return NEXT };
-    match translate(&ctx, &m, ingress) {
+    match translate(&ctx, &m, tail_called_ingress(&ctx)) {
         Ok(verdict) => verdict,
         // A helper failed halfway through a rewrite: the packet is inconsistent, drop it.
         Err(_) => DROP,
@@ -170,8 +168,7 @@ fn translate(ctx: &TcContext, m: &Message, ingress: bool) -> Result<i32, i64> {
     let Some(rw) = forward(&host) else { return Ok(NEXT) };
     let key = FlowKey::new(rw.addr, rw.port_be, m.inner_dst, m.dport, m.proto);
     let Some(flow) = find(&key, s, now) else { return Ok(NEXT) };
-    let same_host = flow.host.port_be == host.port_be && addr_eq(&flow.host.addr, &host.addr);
-    if !same_host || flow.state & FLOW_SNAT != 0 {
+    if !flow.host.same(&host) || flow.state & FLOW_SNAT != 0 {
         return Ok(NEXT);
     }
     rewrite_inner(ctx, m, Side::Src, &rw.addr, rw.port_be)?;
@@ -243,11 +240,6 @@ fn rewrite_outer(ctx: &TcContext, m: &Message, side: Side, addr: &Addr) -> Resul
         ctx.l4_csum_replace(csum, u64::from(old[1]), u64::from(addr[1]), pseudo)?;
         ctx.l4_csum_replace(csum, u64::from(old[2]), u64::from(addr[2]), pseudo)?;
         ctx.l4_csum_replace(csum, u64::from(old[3]), u64::from(addr[3]), pseudo)?;
-        let off = ETH_HLEN + if side == Side::Src { 8 } else { 24 };
-        ctx.store(off, addr, 0)
-    } else {
-        ctx.l3_csum_replace(ETH_HLEN + 10, u64::from(old[3]), u64::from(addr[3]), 4)?;
-        let off = ETH_HLEN + if side == Side::Src { 12 } else { 16 };
-        ctx.store(off, &addr[3], 0)
     }
+    set_ip_addr(ctx, m.v6, side, &old, addr)
 }

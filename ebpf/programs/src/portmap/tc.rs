@@ -424,25 +424,16 @@ fn rewrite(ctx: &TcContext, p: &mut Packet, side: Side, addr: &Addr, port: u16) 
     let inet_csum = p.proto != PROTO_SCTP;
     let pseudo = u64::from(BPF_F_PSEUDO_HDR) | mangled | 4;
 
-    if p.v6 {
-        let off = ETH_HLEN + if side == Side::Src { 8 } else { 24 };
-        if inet_csum {
+    if inet_csum {
+        if p.v6 {
             // Unchanged words add nothing to the checksum: no need to skip them.
             ctx.l4_csum_replace(csum_off, u64::from(old_addr[0]), u64::from(addr[0]), pseudo)?;
             ctx.l4_csum_replace(csum_off, u64::from(old_addr[1]), u64::from(addr[1]), pseudo)?;
             ctx.l4_csum_replace(csum_off, u64::from(old_addr[2]), u64::from(addr[2]), pseudo)?;
-            ctx.l4_csum_replace(csum_off, u64::from(old_addr[3]), u64::from(addr[3]), pseudo)?;
         }
-        ctx.store(off, addr, 0)?;
-    } else {
-        let off = ETH_HLEN + if side == Side::Src { 12 } else { 16 };
-        let (from, to) = (old_addr[3], addr[3]);
-        ctx.l3_csum_replace(ETH_HLEN + 10, u64::from(from), u64::from(to), 4)?;
-        if inet_csum {
-            ctx.l4_csum_replace(csum_off, u64::from(from), u64::from(to), pseudo)?;
-        }
-        ctx.store(off, &to, 0)?;
+        ctx.l4_csum_replace(csum_off, u64::from(old_addr[3]), u64::from(addr[3]), pseudo)?;
     }
+    set_ip_addr(ctx, p.v6, side, &old_addr, addr)?;
 
     if inet_csum {
         ctx.l4_csum_replace(csum_off, u64::from(old_port), u64::from(port), mangled | 2)?;
@@ -461,4 +452,26 @@ fn rewrite(ctx: &TcContext, p: &mut Packet, side: Side, addr: &Addr, port: u16) 
         }
     }
     Ok(())
+}
+
+/// Writes an address of the IP header: with the IPv4 header checksum, or as it is (IPv6 has
+/// no header checksum). Checksums that cover it elsewhere (a pseudo-header) are the caller's.
+#[inline(always)]
+pub fn set_ip_addr(ctx: &TcContext, v6: bool, side: Side, old: &Addr, new: &Addr) -> Result<(), i64> {
+    if v6 {
+        let off = ETH_HLEN + if side == Side::Src { 8 } else { 24 };
+        ctx.store(off, new, 0)
+    } else {
+        ctx.l3_csum_replace(ETH_HLEN + 10, u64::from(old[3]), u64::from(new[3]), 4)?;
+        let off = ETH_HLEN + if side == Side::Src { 12 } else { 16 };
+        ctx.store(off, &new[3], 0)
+    }
+}
+
+/// The hook a tail-called program (`pm_icmp`, `pm_fragment`) was entered from, as
+/// [`tail_call`] left it in the control buffer: true for the receive path.
+#[inline(always)]
+pub fn tail_called_ingress(ctx: &TcContext) -> bool {
+    // SAFETY: the context pointer is the program's __sk_buff.
+    unsafe { (*ctx.skb.skb).cb[0] != 0 }
 }
