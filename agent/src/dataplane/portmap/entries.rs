@@ -115,6 +115,16 @@ pub fn endpoint_text(ip: IpAddr, port: u16) -> String {
     std::net::SocketAddr::new(ip, port).to_string()
 }
 
+/// [`endpoint_text`] of an address and port as the maps hold them.
+pub fn map_endpoint_text(addr: &Addr, port_be: u16) -> String {
+    endpoint_text(words_addr(addr), u16::from_be(port_be))
+}
+
+/// A protocol number as the listings show it: `tcp`, `udp`, `sctp`, or the number.
+pub fn protocol_text(proto: u8) -> String {
+    protocol_from_number(proto).map_or_else(|| proto.to_string(), |p| p.as_str().into())
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     #[error(

@@ -9,7 +9,7 @@ use plexus_ebpf_common::flow::{
 use plexus_ebpf_common::{Addr, Endpoint, PROTO_SCTP, PROTO_TCP, PROTO_UDP};
 use serde::Serialize;
 
-use super::entries::{endpoint_text, protocol_from_number, words_addr};
+use super::entries::{map_endpoint_text, protocol_text, words_addr};
 use crate::dataplane::maps::columns;
 
 /// The name of a flow's state: TCP `syn` (no reply yet), `established`, `closing` (a FIN from
@@ -27,14 +27,6 @@ pub fn state_name(proto: u8, state: u8) -> &'static str {
         PROTO_SCTP => "sctp",
         _ => "unknown",
     }
-}
-
-fn endpoint(addr: &Addr, port_be: u16) -> String {
-    endpoint_text(words_addr(addr), u16::from_be(port_be))
-}
-
-fn protocol_text(proto: u8) -> String {
-    protocol_from_number(proto).map_or_else(|| proto.to_string(), |p| p.as_str().into())
 }
 
 /// One tracked flow.
@@ -61,10 +53,10 @@ pub struct FlowRow {
 pub fn row(key: &FlowKey, flow: &Flow, now_ns: u64) -> FlowRow {
     FlowRow {
         protocol: protocol_text(flow.host.proto),
-        client: endpoint(&flow.client, flow.client_port),
-        host: endpoint(&flow.host.addr, flow.host.port_be),
-        pod: endpoint(&key.pod, key.pod_port),
-        peer: endpoint(&key.peer, key.peer_port),
+        client: map_endpoint_text(&flow.client, flow.client_port),
+        host: map_endpoint_text(&flow.host.addr, flow.host.port_be),
+        pod: map_endpoint_text(&key.pod, key.pod_port),
+        peer: map_endpoint_text(&key.peer, key.peer_port),
         state: state_name(flow.host.proto, flow.state),
         age_secs: now_ns.saturating_sub(flow.created_ns) / NSEC_PER_SEC,
         idle_secs: now_ns.saturating_sub(flow.seen_ns) / NSEC_PER_SEC,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::entries::{endpoint_text, protocol_from_number, words_addr};
+use super::entries::{map_endpoint_text, protocol_text};
 use super::flows::{counts_by_host, rows, FlowListing, TableSummary};
 use super::store::Store;
 use super::table::{monotonic_ns, TableError, Tables};
@@ -49,13 +49,11 @@ pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>,
         .list()
         .into_iter()
         .map(|(host, fwd, counters)| {
-            let protocol = protocol_from_number(host.proto)
-                .map_or_else(|| host.proto.to_string(), |p| p.as_str().into());
             let record = records.iter().find(|r| r.entries.iter().any(|e| e.host_endpoint() == host));
             Listed {
-                protocol,
-                host: endpoint_text(words_addr(&host.addr), u16::from_be(host.port_be)),
-                pod_address: endpoint_text(words_addr(&fwd.addr), u16::from_be(fwd.port_be)),
+                protocol: protocol_text(host.proto),
+                host: map_endpoint_text(&host.addr, host.port_be),
+                pod_address: map_endpoint_text(&fwd.addr, fwd.port_be),
                 pod: record.and_then(|r| r.pod.clone()),
                 container_id: record.map(|r| r.container_id.clone()),
                 ifname: record.map(|r| r.ifname.clone()),
