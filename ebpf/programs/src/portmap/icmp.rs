@@ -29,7 +29,7 @@ use plexus_ebpf_common::{addr_eq, v4_mapped, Addr, Endpoint, PROTO_SCTP, PROTO_T
 use crate::flows::find;
 use crate::maps::{flow_count, forward, now, settings, FlowEvent};
 use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
-use crate::tc::{deliver, set_ip_addr, tail_called_ingress, Side, IPV6_HLEN};
+use crate::tc::{deliver, pseudo_header_addr, set_ip_addr, tail_called_ingress, Side, IPV6_HLEN};
 
 const ICMP_HLEN: usize = 8;
 
@@ -234,12 +234,7 @@ fn rewrite_inner(ctx: &TcContext, m: &Message, side: Side, addr: &Addr, port: u1
 fn rewrite_outer(ctx: &TcContext, m: &Message, side: Side, addr: &Addr) -> Result<(), i64> {
     let old = if side == Side::Src { m.outer_src } else { m.outer_dst };
     if m.v6 {
-        let csum = m.icmp + 2;
-        let pseudo = u64::from(BPF_F_PSEUDO_HDR) | 4;
-        ctx.l4_csum_replace(csum, u64::from(old[0]), u64::from(addr[0]), pseudo)?;
-        ctx.l4_csum_replace(csum, u64::from(old[1]), u64::from(addr[1]), pseudo)?;
-        ctx.l4_csum_replace(csum, u64::from(old[2]), u64::from(addr[2]), pseudo)?;
-        ctx.l4_csum_replace(csum, u64::from(old[3]), u64::from(addr[3]), pseudo)?;
+        pseudo_header_addr(ctx, m.icmp + 2, true, &old, addr, u64::from(BPF_F_PSEUDO_HDR) | 4)?;
     }
     set_ip_addr(ctx, m.v6, side, &old, addr)
 }

@@ -425,13 +425,7 @@ fn rewrite(ctx: &TcContext, p: &mut Packet, side: Side, addr: &Addr, port: u16) 
     let pseudo = u64::from(BPF_F_PSEUDO_HDR) | mangled | 4;
 
     if inet_csum {
-        if p.v6 {
-            // Unchanged words add nothing to the checksum: no need to skip them.
-            ctx.l4_csum_replace(csum_off, u64::from(old_addr[0]), u64::from(addr[0]), pseudo)?;
-            ctx.l4_csum_replace(csum_off, u64::from(old_addr[1]), u64::from(addr[1]), pseudo)?;
-            ctx.l4_csum_replace(csum_off, u64::from(old_addr[2]), u64::from(addr[2]), pseudo)?;
-        }
-        ctx.l4_csum_replace(csum_off, u64::from(old_addr[3]), u64::from(addr[3]), pseudo)?;
+        pseudo_header_addr(ctx, csum_off, p.v6, &old_addr, addr, pseudo)?;
     }
     set_ip_addr(ctx, p.v6, side, &old_addr, addr)?;
 
@@ -474,4 +468,24 @@ pub fn set_ip_addr(ctx: &TcContext, v6: bool, side: Side, old: &Addr, new: &Addr
 pub fn tail_called_ingress(ctx: &TcContext) -> bool {
     // SAFETY: the context pointer is the program's __sk_buff.
     unsafe { (*ctx.skb.skb).cb[0] != 0 }
+}
+
+/// Updates the checksum at `csum_off`, whose pseudo-header holds an address changing from `old`
+/// to `new` (`flags`: `BPF_F_PSEUDO_HDR`, the field size, and any others): one word for IPv4
+/// (IPv4-mapped, the last), four for IPv6. Unchanged words add nothing: none is skipped.
+#[inline(always)]
+pub fn pseudo_header_addr(
+    ctx: &TcContext,
+    csum_off: usize,
+    v6: bool,
+    old: &Addr,
+    new: &Addr,
+    flags: u64,
+) -> Result<(), i64> {
+    if v6 {
+        ctx.l4_csum_replace(csum_off, u64::from(old[0]), u64::from(new[0]), flags)?;
+        ctx.l4_csum_replace(csum_off, u64::from(old[1]), u64::from(new[1]), flags)?;
+        ctx.l4_csum_replace(csum_off, u64::from(old[2]), u64::from(new[2]), flags)?;
+    }
+    ctx.l4_csum_replace(csum_off, u64::from(old[3]), u64::from(new[3]), flags)
 }
