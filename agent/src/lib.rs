@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod cni;
 pub mod dataplane;
 pub mod delegate;
+pub mod doctor;
 pub mod engine;
 pub mod install;
 pub mod ipam;

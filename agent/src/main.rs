@@ -19,8 +19,8 @@ use plexus_agent::install::Installed;
 use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
 use plexus_agent::options::{
-    AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, FlowsOptions,
-    ListOptions, PortmapCommand,
+    AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, DoctorOptions,
+    FlowsOptions, ListOptions, PortmapCommand,
 };
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
@@ -45,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         CliCommand::Portmap(PortmapCommand::Flows(o)) => portmap_flows(&o),
         CliCommand::Bandwidth(BandwidthCommand::List(o)) => bandwidth_list(&o),
         CliCommand::Bandwidth(BandwidthCommand::Set(o)) => bandwidth_set(&o),
+        CliCommand::Doctor(o) => std::process::exit(runtime.block_on(doctor(&o))),
         CliCommand::InstallShim(o) => {
             match plexus_agent::install::install_shim(&o.from, &o.to, &o.name)? {
                 Installed::Written(path) => {
@@ -221,4 +222,40 @@ fn portmap_flows(o: &FlowsOptions) -> anyhow::Result<()> {
         println!("{}", plexus_agent::dataplane::portmap::flows::render(&listing));
     }
     Ok(())
+}
+
+/// `plexus-agent doctor`: its exit status (0 clean, 1 leftovers remain, 2 the node could not be
+/// read).
+async fn doctor(o: &DoctorOptions) -> i32 {
+    use plexus_agent::doctor::{fix::Fixer, gather::Sources, render, run};
+    let sources = Sources {
+        state_dir: o.dirs.state_dir.clone(),
+        pin_dir: o.dirs.bpf_pin_dir.clone(),
+        ipam_dirs: o.ipam_dirs.clone(),
+    };
+    let fixer = Fixer {
+        sources: sources.clone(),
+        socket: o.socket.clone(),
+        cni_bin_dirs: o.cni_bin_dirs.clone(),
+        timeout: Duration::from_secs(60),
+    };
+    let rows = match run(&sources, o.fix.then_some(&fixer)).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("plexus-agent doctor: {e}");
+            return 2;
+        }
+    };
+    if o.json {
+        match serde_json::to_string_pretty(&rows) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("plexus-agent doctor: encoding the report: {e}");
+                return 2;
+            }
+        }
+    } else {
+        println!("{}", render(&rows, o.fix));
+    }
+    i32::from(rows.iter().any(|r| r.remains()))
 }

@@ -26,6 +26,43 @@ pub enum CliCommand {
     /// Bandwidth limits of the eBPF dataplane.
     #[command(subcommand)]
     Bandwidth(BandwidthCommand),
+    /// What the node holds that no record explains: records whose pod's network namespace is
+    /// gone, port mappings, flows and bandwidth limits without a record, host-local allocations,
+    /// VF claims and temporary files nobody owns, links under plexus's temporary names. Exits 0
+    /// when there is none, 1 when some remain (with --fix: could not be removed), 2 when the
+    /// node could not be read. Run it where the agent runs (its network, PID and mount
+    /// namespaces: its container on Kubernetes).
+    Doctor(DoctorOptions),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DoctorOptions {
+    #[command(flatten)]
+    pub dirs: DataplaneDirs,
+
+    /// The agent's socket: records whose namespace is gone are torn down by the agent's DEL.
+    #[arg(long, env = "PLEXUS_SOCKET", default_value = plexus_cni_shim::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+
+    /// host-local dataDirs to look for allocations in (repeat or separate with ':'), besides
+    /// those of the recorded secondary attachments' configs. The cluster default network's is
+    /// looked at only when given: pods attached before plexus was installed hold addresses
+    /// there without a record of plexus.
+    #[arg(long = "ipam-dir", env = "PLEXUS_DOCTOR_IPAM_DIRS", value_delimiter = ':')]
+    pub ipam_dirs: Vec<PathBuf>,
+
+    /// The agent's --cni-bin-dir: IPAM plugins a VF's release runs.
+    #[arg(long = "cni-bin-dir", env = "PLEXUS_CNI_BIN_DIRS", value_delimiter = ':',
+          default_values = ["/opt/cni/bin", "/usr/lib/cni"])]
+    pub cni_bin_dirs: Vec<PathBuf>,
+
+    /// Remove what is found, as the agent would.
+    #[arg(long)]
+    pub fix: bool,
+
+    /// JSON instead of a table: [{"kind", "what", "fixed"?, "error"?}].
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -455,6 +492,37 @@ mod tests {
         assert_eq!((o.bpf_pin_dir.as_path(), o.json), ("/pins".as_ref(), true));
         let err = parse(&["portmap", "flows", "--state-dir", "/state"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{err}");
+    }
+
+    #[test]
+    fn doctor_takes_the_directories_socket_ipam_dirs_fix_and_json() {
+        let parsed = parse(&[
+            "doctor",
+            "--bpf-pin-dir",
+            "/pins",
+            "--state-dir",
+            "/state",
+            "--socket",
+            "/s.sock",
+            "--ipam-dir",
+            "/a:/b",
+            "--ipam-dir",
+            "/c",
+            "--fix",
+            "--json",
+        ])
+        .unwrap();
+        let CliCommand::Doctor(o) = parsed else { panic!("{parsed:?}") };
+        assert_eq!(
+            (o.dirs.bpf_pin_dir.as_path(), o.dirs.state_dir.as_path()),
+            ("/pins".as_ref(), "/state".as_ref())
+        );
+        assert_eq!(o.socket, PathBuf::from("/s.sock"));
+        assert_eq!(o.ipam_dirs, [PathBuf::from("/a"), "/b".into(), "/c".into()]);
+        assert!(o.fix && o.json);
+        let CliCommand::Doctor(o) = parse(&["doctor"]).unwrap() else { panic!() };
+        assert!(!o.fix && !o.json && o.ipam_dirs.is_empty());
+        assert_eq!(o.socket, PathBuf::from(plexus_cni_shim::DEFAULT_SOCKET));
     }
 
     #[test]

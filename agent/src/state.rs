@@ -212,6 +212,18 @@ fn tempfile_in(dir: &Path, target: &Path) -> std::io::Result<(PathBuf, std::fs::
     Ok((tmp, file))
 }
 
+/// The writer's process ID when `name` is a temporary file of [`atomic_write`] or
+/// [`atomic_write_volatile`] (`.<target>.<pid>.tmp`); one whose process is gone is a leftover of
+/// a crash mid-write (`plexus-agent doctor` lists and removes them).
+pub fn temp_file_pid(name: &str) -> Option<u32> {
+    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (target, pid) = inner.rsplit_once('.')?;
+    if target.is_empty() || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -256,6 +268,26 @@ mod tests {
         assert_eq!(store.load("c1", "eth0").await.unwrap(), None);
         let leftovers: Vec<_> = std::fs::read_dir(store.dir()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary files stay behind");
+    }
+
+    #[test]
+    fn temporary_file_names_give_their_writer() {
+        let d = tempfile::tempdir().unwrap();
+        let (path, _file) = tempfile_in(d.path(), &d.path().join("c1@eth0.json")).unwrap();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert_eq!(temp_file_pid(name), Some(std::process::id()));
+        assert_eq!(temp_file_pid(".c1@eth0.json.42.tmp"), Some(42));
+        for not_one in [
+            "c1@eth0.json",
+            ".c1@eth0.json.tmp",
+            "..42.tmp",
+            ".x.4a.tmp",
+            "x.42.tmp",
+            ".x.42.tmp.1",
+            ".x..tmp",
+        ] {
+            assert_eq!(temp_file_pid(not_one), None, "{not_one}");
+        }
     }
 
     #[tokio::test]

@@ -62,9 +62,14 @@ impl Table {
     }
 
     pub fn remove(&mut self, e: &Entry) -> Result<(), TableError> {
-        let key = e.key();
-        ignore_missing(self.limits.remove(&key)).map_err(map_error(MAP_LIMITS, format!("removing {e}")))?;
-        ignore_missing(self.stats.remove(&key)).map_err(map_error(MAP_STATS, format!("removing {e}")))
+        self.remove_key(&e.key(), &e.to_string())
+    }
+
+    /// [`Table::remove`] by key (`what` names it in errors): for limits no record describes
+    /// (`plexus-agent doctor`).
+    pub fn remove_key(&mut self, key: &ShapeKey, what: &str) -> Result<(), TableError> {
+        ignore_missing(self.limits.remove(key)).map_err(map_error(MAP_LIMITS, format!("removing {what}")))?;
+        ignore_missing(self.stats.remove(key)).map_err(map_error(MAP_STATS, format!("removing {what}")))
     }
 
     /// What is wrong with `e`'s installed limit, if anything.

@@ -118,12 +118,23 @@ impl Tables {
     /// Removes a mapping: its forward entry, then its flows and the sockets remembered for it,
     /// then its counters.
     pub fn remove(&mut self, e: &Entry) -> Result<(), TableError> {
-        let host = e.host_endpoint();
+        self.remove_mapping(&e.host_endpoint(), &e.to_string())
+    }
+
+    /// [`Tables::remove`] by the mapping's host endpoint (`what` names it in errors): for
+    /// entries no record describes (`plexus-agent doctor`).
+    pub fn remove_mapping(&mut self, host: &Endpoint, what: &str) -> Result<(), TableError> {
+        let host = *host;
         ignore_missing(self.forward.remove(&host))
-            .map_err(map_error(MAP_FORWARD, format!("removing {e}")))?;
+            .map_err(map_error(MAP_FORWARD, format!("removing {what}")))?;
         self.remove_flows_of(&host)?;
         self.remove_sockets_where(|h| *h == host)?;
-        ignore_missing(self.stats.remove(&host)).map_err(map_error(MAP_STATS, format!("removing {e}")))
+        ignore_missing(self.stats.remove(&host)).map_err(map_error(MAP_STATS, format!("removing {what}")))
+    }
+
+    /// The host endpoint of every forward entry.
+    pub fn forward_keys(&self) -> Vec<Endpoint> {
+        self.forward.keys().filter_map(Result::ok).collect()
     }
 
     /// Why `e` is not installed exactly, if it is not.

@@ -1,0 +1,605 @@
+//! What is a leftover, given what the node holds and what the records say (pure: snapshots in,
+//! leftovers out).
+//!
+//! The records explain everything else: a container record (`<state-dir>/attachments/`)
+//! explains its attachments (container ID + the runtime's interface, and each attachment's
+//! interface); those explain the port mapping and bandwidth records, the VF records and the
+//! IPAM allocations of their attachments; the port mapping and bandwidth records explain the
+//! map entries (and flows) they list. Only a container record is judged by the node itself: it
+//! is a leftover once its pod's network namespace is gone.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use plexus_ebpf_common::shape::ShapeKey;
+use plexus_ebpf_common::Endpoint;
+use serde::Serialize;
+
+/// A container record (one runtime attachment) as doctor sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerView {
+    pub container_id: String,
+    /// CNI_IFNAME of the runtime's call.
+    pub ifname: String,
+    pub netns: String,
+    /// Whether `netns` is a live network namespace.
+    pub netns_alive: bool,
+    pub cni_args: String,
+    /// The interface of each attachment (the default network's and the secondary ones).
+    pub attachment_ifnames: Vec<String>,
+    /// `namespace/name`, when known.
+    pub pod: Option<String>,
+}
+
+/// A port mapping or bandwidth record: its attachment and the map keys it installs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataplaneRecordView<K> {
+    pub container_id: String,
+    pub ifname: String,
+    /// Who holds it, for people.
+    pub owner: String,
+    pub keys: Vec<K>,
+}
+
+/// A key of the port mapping maps (forward entry or counters) and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingView {
+    pub host: Endpoint,
+    pub text: String,
+}
+
+/// The flows tracked for one host endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowsView {
+    pub host: Endpoint,
+    pub text: String,
+    pub count: usize,
+}
+
+/// A key of the bandwidth limits map and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitView {
+    pub key: ShapeKey,
+    pub text: String,
+}
+
+/// One host-local allocation file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocationView {
+    /// The network's directory (`<dataDir>/<network>`).
+    pub dir: PathBuf,
+    /// The file name (the address).
+    pub file: String,
+    /// The file's content, as found: `<containerID>\r\n<ifname>`, or the ID alone.
+    pub content: String,
+}
+
+impl AllocationView {
+    /// The container ID and interface the file names (the interface is absent in files of
+    /// older host-local versions).
+    pub fn owner(&self) -> (&str, Option<&str>) {
+        let mut lines = self.content.split("\r\n").map(str::trim);
+        let container_id = lines.next().unwrap_or_default();
+        (container_id, lines.next().filter(|i| !i.is_empty()))
+    }
+}
+
+/// A temporary file of an atomic write (`.<name>.<pid>.tmp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TempFileView {
+    pub path: PathBuf,
+    pub pid: u32,
+    /// Whether a process with that ID runs (it may be writing the file now).
+    pub pid_alive: bool,
+}
+
+/// An SR-IOV VF record (`<state-dir>/sriov/<pci>.json`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VfView {
+    pub pci: String,
+    pub container_id: String,
+    pub ifname: String,
+    pub owner: String,
+}
+
+/// A link of the node's network namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkView {
+    pub index: u32,
+    pub name: String,
+    pub kind: Option<String>,
+}
+
+/// Everything doctor read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub records: Vec<ContainerView>,
+    pub portmap_records: Vec<DataplaneRecordView<Endpoint>>,
+    pub bandwidth_records: Vec<DataplaneRecordView<ShapeKey>>,
+    /// Keys of the forward and counter maps (each host endpoint once).
+    pub mappings: Vec<MappingView>,
+    pub flows: Vec<FlowsView>,
+    pub limits: Vec<LimitView>,
+    pub allocations: Vec<AllocationView>,
+    pub temp_files: Vec<TempFileView>,
+    pub vfs: Vec<VfView>,
+    pub links: Vec<LinkView>,
+}
+
+/// The kind of a leftover, as `--json` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A container record whose network namespace is gone.
+    RecordWithoutNetns,
+    /// A port mapping record of an attachment no container record lists.
+    PortmapRecord,
+    /// A bandwidth record of an attachment no container record lists.
+    BandwidthRecord,
+    /// A port mapping in the maps that no record lists.
+    PortmapMapping,
+    /// Flows of a port mapping that no record lists.
+    PortmapFlows,
+    /// A bandwidth limit in the map that no record lists.
+    BandwidthLimit,
+    /// A host-local allocation of an attachment no container record lists.
+    IpamAllocation,
+    /// A temporary file whose writer is gone.
+    TempFile,
+    /// An SR-IOV VF claimed by an attachment no container record lists.
+    VfRecord,
+    /// A link under plexus's temporary name (`plx` + 8 hex digits) in the node's namespace.
+    Link,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::RecordWithoutNetns => "record-without-netns",
+            Kind::PortmapRecord => "portmap-record",
+            Kind::BandwidthRecord => "bandwidth-record",
+            Kind::PortmapMapping => "portmap-mapping",
+            Kind::PortmapFlows => "portmap-flows",
+            Kind::BandwidthLimit => "bandwidth-limit",
+            Kind::IpamAllocation => "ipam-allocation",
+            Kind::TempFile => "temp-file",
+            Kind::VfRecord => "vf-record",
+            Kind::Link => "link",
+        }
+    }
+}
+
+/// What removing a leftover takes (also its identity between two looks at the node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fix {
+    /// The agent's DEL of the runtime attachment (see [`super::fix`]).
+    AgentDel {
+        container_id: String,
+        ifname: String,
+        netns: String,
+        cni_args: String,
+    },
+    PortmapRecord {
+        container_id: String,
+        ifname: String,
+    },
+    BandwidthRecord {
+        container_id: String,
+        ifname: String,
+    },
+    PortmapMapping(Endpoint),
+    PortmapFlows(Endpoint),
+    BandwidthLimit(ShapeKey),
+    IpamAllocation {
+        dir: PathBuf,
+        file: String,
+        content: String,
+    },
+    TempFile(PathBuf),
+    VfRecord {
+        pci: String,
+    },
+    Link {
+        index: u32,
+        name: String,
+    },
+}
+
+/// One thing the node holds that no record explains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    pub kind: Kind,
+    /// For people: what it is and why it is a leftover.
+    pub what: String,
+    pub fix: Fix,
+}
+
+/// Whether `name` is one of plexus's temporary link names: "plx" and 8 lowercase hex digits
+/// (see `netlink::temp_name`).
+pub fn is_temp_link_name(name: &str) -> bool {
+    name.strip_prefix("plx").is_some_and(|hex| {
+        hex.len() == 8 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// The attachments the container records list: (container ID, interface), with both the
+/// runtime's interface and each attachment's.
+fn explained_attachments(records: &[ContainerView]) -> BTreeSet<(&str, &str)> {
+    let mut out = BTreeSet::new();
+    for r in records {
+        out.insert((r.container_id.as_str(), r.ifname.as_str()));
+        for i in &r.attachment_ifnames {
+            out.insert((r.container_id.as_str(), i.as_str()));
+        }
+    }
+    out
+}
+
+/// Everything in `s` that no record explains, in the order of [`Kind`].
+pub fn leftovers(s: &Snapshot) -> Vec<Leftover> {
+    let attachments = explained_attachments(&s.records);
+    let containers: BTreeSet<&str> = s.records.iter().map(|r| r.container_id.as_str()).collect();
+    let listed = |cid: &str, ifname: &str| attachments.contains(&(cid, ifname));
+    let mut out = Vec::new();
+
+    for r in s.records.iter().filter(|r| !r.netns_alive) {
+        let pod = r.pod.as_ref().map(|p| format!("pod {p}, ")).unwrap_or_default();
+        let netns = if r.netns.is_empty() { "(none recorded)" } else { &r.netns };
+        out.push(Leftover {
+            kind: Kind::RecordWithoutNetns,
+            what: format!(
+                "record of {pod}container {} interface {}: its network namespace {netns} is gone",
+                r.container_id, r.ifname
+            ),
+            fix: Fix::AgentDel {
+                container_id: r.container_id.clone(),
+                ifname: r.ifname.clone(),
+                netns: r.netns.clone(),
+                cni_args: r.cni_args.clone(),
+            },
+        });
+    }
+    for r in s.portmap_records.iter().filter(|r| !listed(&r.container_id, &r.ifname)) {
+        out.push(Leftover {
+            kind: Kind::PortmapRecord,
+            what: format!("port mappings of {}: no container record lists the attachment", r.owner),
+            fix: Fix::PortmapRecord { container_id: r.container_id.clone(), ifname: r.ifname.clone() },
+        });
+    }
+    for r in s.bandwidth_records.iter().filter(|r| !listed(&r.container_id, &r.ifname)) {
+        out.push(Leftover {
+            kind: Kind::BandwidthRecord,
+            what: format!("bandwidth limits of {}: no container record lists the attachment", r.owner),
+            fix: Fix::BandwidthRecord { container_id: r.container_id.clone(), ifname: r.ifname.clone() },
+        });
+    }
+    // Entries of every record count as explained, an orphan record's too: they go with it.
+    let hosts: BTreeSet<Endpoint> = s.portmap_records.iter().flat_map(|r| r.keys.iter().copied()).collect();
+    for m in s.mappings.iter().filter(|m| !hosts.contains(&m.host)) {
+        out.push(Leftover {
+            kind: Kind::PortmapMapping,
+            what: format!("port mapping {}: no record lists it", m.text),
+            fix: Fix::PortmapMapping(m.host),
+        });
+    }
+    for f in s.flows.iter().filter(|f| !hosts.contains(&f.host)) {
+        out.push(Leftover {
+            kind: Kind::PortmapFlows,
+            what: format!("{} flow(s) of port mapping {}: no record lists the mapping", f.count, f.text),
+            fix: Fix::PortmapFlows(f.host),
+        });
+    }
+    let limits: BTreeSet<ShapeKey> =
+        s.bandwidth_records.iter().flat_map(|r| r.keys.iter().copied()).collect();
+    for l in s.limits.iter().filter(|l| !limits.contains(&l.key)) {
+        out.push(Leftover {
+            kind: Kind::BandwidthLimit,
+            what: format!("bandwidth limit on {}: no record lists it", l.text),
+            fix: Fix::BandwidthLimit(l.key),
+        });
+    }
+    for a in &s.allocations {
+        let (cid, ifname) = a.owner();
+        let explained = match ifname {
+            Some(ifname) => listed(cid, ifname),
+            None => containers.contains(cid),
+        };
+        if !explained {
+            let path = a.dir.join(&a.file);
+            out.push(Leftover {
+                kind: Kind::IpamAllocation,
+                what: format!(
+                    "address {} ({}) held for container {cid}{}: no container record lists it",
+                    a.file,
+                    path.display(),
+                    ifname.map(|i| format!(" interface {i}")).unwrap_or_default()
+                ),
+                fix: Fix::IpamAllocation {
+                    dir: a.dir.clone(),
+                    file: a.file.clone(),
+                    content: a.content.clone(),
+                },
+            });
+        }
+    }
+    for t in s.temp_files.iter().filter(|t| !t.pid_alive) {
+        out.push(Leftover {
+            kind: Kind::TempFile,
+            what: format!("temporary file {}: its writer (process {}) is gone", t.path.display(), t.pid),
+            fix: Fix::TempFile(t.path.clone()),
+        });
+    }
+    for v in s.vfs.iter().filter(|v| !listed(&v.container_id, &v.ifname)) {
+        out.push(Leftover {
+            kind: Kind::VfRecord,
+            what: format!("VF {} claimed by {}: no container record lists the attachment", v.pci, v.owner),
+            fix: Fix::VfRecord { pci: v.pci.clone() },
+        });
+    }
+    for l in s.links.iter().filter(|l| is_temp_link_name(&l.name)) {
+        out.push(Leftover {
+            kind: Kind::Link,
+            what: format!(
+                "link {} ({}) in the node's namespace under a temporary name: no attachment ends there",
+                l.name,
+                l.kind.as_deref().unwrap_or("unknown kind")
+            ),
+            fix: Fix::Link { index: l.index, name: l.name.clone() },
+        });
+    }
+    out
+}
+
+/// The leftovers of `later` that `earlier` found too: what stayed between two looks at the node
+/// (an ADD in flight holds some of these for a moment; a leftover stays).
+pub fn still_there(earlier: &[Leftover], later: Vec<Leftover>) -> Vec<Leftover> {
+    later.into_iter().filter(|l| earlier.iter().any(|e| e.fix == l.fix)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(port: u16) -> Endpoint {
+        Endpoint::new([0, 0, 0xffff, 0x0a00_0001u32.to_be()], port.to_be(), 6)
+    }
+
+    fn shape(ifindex: u32) -> ShapeKey {
+        ShapeKey { ifindex, hook: 0, pad: 0, mac: [0; 6] }
+    }
+
+    fn record(cid: &str, alive: bool, attachments: &[&str]) -> ContainerView {
+        ContainerView {
+            container_id: cid.into(),
+            ifname: "eth0".into(),
+            netns: format!("/run/netns/{cid}"),
+            netns_alive: alive,
+            cni_args: "K8S_POD_NAME=p".into(),
+            attachment_ifnames: attachments.iter().map(|s| (*s).to_owned()).collect(),
+            pod: Some(format!("default/{cid}")),
+        }
+    }
+
+    fn dataplane<K>(cid: &str, ifname: &str, keys: Vec<K>) -> DataplaneRecordView<K> {
+        DataplaneRecordView {
+            container_id: cid.into(),
+            ifname: ifname.into(),
+            owner: format!("{cid}/{ifname}"),
+            keys,
+        }
+    }
+
+    fn allocation(file: &str, content: &str) -> AllocationView {
+        AllocationView { dir: "/ipam/net".into(), file: file.into(), content: content.into() }
+    }
+
+    fn kinds(s: &Snapshot) -> Vec<Kind> {
+        leftovers(s).into_iter().map(|l| l.kind).collect()
+    }
+
+    /// A node with one healthy pod holding one of everything.
+    fn healthy() -> Snapshot {
+        Snapshot {
+            records: vec![record("c1", true, &["eth0", "net1"])],
+            portmap_records: vec![dataplane("c1", "net1", vec![host(8080)])],
+            bandwidth_records: vec![dataplane("c1", "net1", vec![shape(7)])],
+            mappings: vec![MappingView { host: host(8080), text: "10.0.0.1:8080/tcp".into() }],
+            flows: vec![FlowsView { host: host(8080), text: "10.0.0.1:8080/tcp".into(), count: 2 }],
+            limits: vec![LimitView { key: shape(7), text: "ifindex 7".into() }],
+            allocations: vec![allocation("10.1.0.2", "c1\r\nnet1"), allocation("10.88.0.2", "c1\r\neth0")],
+            temp_files: vec![TempFileView { path: "/s/.x.json.1.tmp".into(), pid: 1, pid_alive: true }],
+            vfs: vec![VfView {
+                pci: "0000:03:02.1".into(),
+                container_id: "c1".into(),
+                ifname: "net1".into(),
+                owner: "c1".into(),
+            }],
+            links: vec![
+                LinkView { index: 1, name: "lo".into(), kind: None },
+                LinkView { index: 5, name: "veth1234abcd".into(), kind: Some("veth".into()) },
+                LinkView { index: 6, name: "plxnotours".into(), kind: Some("dummy".into()) },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_healthy_pod_explains_everything_it_holds() {
+        assert_eq!(leftovers(&healthy()), []);
+        assert_eq!(leftovers(&Snapshot::default()), []);
+    }
+
+    #[test]
+    fn a_record_whose_namespace_is_gone_is_torn_down_by_the_agent() {
+        let mut s = healthy();
+        s.records[0].netns_alive = false;
+        let found = leftovers(&s);
+        // Only the record: what it explains goes with its DEL.
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, Kind::RecordWithoutNetns);
+        assert_eq!(
+            found[0].fix,
+            Fix::AgentDel {
+                container_id: "c1".into(),
+                ifname: "eth0".into(),
+                netns: "/run/netns/c1".into(),
+                cni_args: "K8S_POD_NAME=p".into()
+            }
+        );
+        assert!(found[0].what.contains("pod default/c1") && found[0].what.contains("/run/netns/c1 is gone"));
+        s.records[0].netns.clear();
+        assert!(leftovers(&s)[0].what.contains("(none recorded)"));
+    }
+
+    #[test]
+    fn without_the_container_record_everything_of_the_pod_is_a_leftover() {
+        let mut s = healthy();
+        s.records.clear();
+        // The map entries and flows are the orphan records' to remove, not listed twice.
+        assert_eq!(
+            kinds(&s),
+            [
+                Kind::PortmapRecord,
+                Kind::BandwidthRecord,
+                Kind::IpamAllocation,
+                Kind::IpamAllocation,
+                Kind::VfRecord
+            ]
+        );
+    }
+
+    #[test]
+    fn map_entries_and_flows_without_a_record_are_leftovers() {
+        let mut s = healthy();
+        s.portmap_records.clear();
+        s.bandwidth_records.clear();
+        let found = leftovers(&s);
+        assert_eq!(
+            found.iter().map(|l| &l.fix).collect::<Vec<_>>(),
+            [
+                &Fix::PortmapMapping(host(8080)),
+                &Fix::PortmapFlows(host(8080)),
+                &Fix::BandwidthLimit(shape(7))
+            ]
+        );
+        assert_eq!(found[1].what, "2 flow(s) of port mapping 10.0.0.1:8080/tcp: no record lists the mapping");
+        // Flows of a mapping whose forward entry is gone already are leftovers too.
+        let mut s = healthy();
+        s.flows.push(FlowsView { host: host(9090), text: "10.0.0.1:9090/tcp".into(), count: 1 });
+        assert_eq!(kinds(&s), [Kind::PortmapFlows]);
+    }
+
+    #[test]
+    fn dataplane_records_are_explained_by_any_interface_of_a_container_record() {
+        let mut s = healthy();
+        s.portmap_records.push(dataplane("c1", "eth0", vec![]));
+        s.bandwidth_records.push(dataplane("c1", "net2", vec![]));
+        s.portmap_records.push(dataplane("c2", "net1", vec![]));
+        assert_eq!(kinds(&s), [Kind::PortmapRecord, Kind::BandwidthRecord]);
+        let found = leftovers(&s);
+        assert_eq!(found[0].fix, Fix::PortmapRecord { container_id: "c2".into(), ifname: "net1".into() });
+        assert_eq!(found[1].fix, Fix::BandwidthRecord { container_id: "c1".into(), ifname: "net2".into() });
+    }
+
+    #[test]
+    fn allocations_are_explained_by_container_and_interface_or_the_container_alone() {
+        let mut s = healthy();
+        s.allocations = vec![
+            allocation("10.1.0.3", "c1\r\nnet9"),
+            allocation("10.1.0.4", "c2\r\nnet1"),
+            allocation("10.1.0.5", "c1"),
+            allocation("10.1.0.6", "c2\n"),
+            allocation("10.1.0.7", "c1\r\n"),
+        ];
+        let found = leftovers(&s);
+        let files: Vec<_> = found
+            .iter()
+            .map(|l| match &l.fix {
+                Fix::IpamAllocation { file, .. } => file.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(files, ["10.1.0.3", "10.1.0.4", "10.1.0.6"]);
+        assert_eq!(
+            found[0].what,
+            "address 10.1.0.3 (/ipam/net/10.1.0.3) held for container c1 interface net9: no container record lists it"
+        );
+        assert_eq!(allocation("x", "c2\n").owner(), ("c2", None));
+    }
+
+    #[test]
+    fn temp_files_of_live_writers_are_not_leftovers() {
+        let mut s = healthy();
+        s.temp_files.push(TempFileView { path: "/s/.y.json.99.tmp".into(), pid: 99, pid_alive: false });
+        let found = leftovers(&s);
+        assert_eq!(found.iter().map(|l| l.kind).collect::<Vec<_>>(), [Kind::TempFile]);
+        assert_eq!(found[0].fix, Fix::TempFile("/s/.y.json.99.tmp".into()));
+    }
+
+    #[test]
+    fn vfs_of_unlisted_attachments_are_leftovers() {
+        let mut s = healthy();
+        s.vfs[0].ifname = "net2".into();
+        let found = leftovers(&s);
+        assert_eq!(
+            found.iter().map(|l| &l.fix).collect::<Vec<_>>(),
+            [&Fix::VfRecord { pci: "0000:03:02.1".into() }]
+        );
+    }
+
+    #[test]
+    fn links_under_temporary_names_are_leftovers() {
+        for (name, ours) in [
+            ("plx0a1b2c3d", true),
+            ("plxdeadbeef", true),
+            ("plx0A1B2C3D", false),
+            ("plx0a1b2c3", false),
+            ("plx0a1b2c3d4", false),
+            ("xplx0a1b2c3d", false),
+            ("plxghijklmn", false),
+            ("plx", false),
+        ] {
+            assert_eq!(is_temp_link_name(name), ours, "{name}");
+        }
+        let mut s = healthy();
+        s.links.push(LinkView { index: 9, name: "plx0a1b2c3d".into(), kind: Some("macvlan".into()) });
+        let found = leftovers(&s);
+        assert_eq!(
+            found.iter().map(|l| &l.fix).collect::<Vec<_>>(),
+            [&Fix::Link { index: 9, name: "plx0a1b2c3d".into() }]
+        );
+        assert!(found[0].what.contains("(macvlan)"), "{}", found[0].what);
+    }
+
+    #[test]
+    fn only_what_stayed_between_two_looks_is_fixed() {
+        let mut s = healthy();
+        s.links.push(LinkView { index: 9, name: "plx0a1b2c3d".into(), kind: None });
+        s.temp_files.push(TempFileView { path: "/s/.y.json.99.tmp".into(), pid: 99, pid_alive: false });
+        let first = leftovers(&s);
+        // The link was an ADD's in flight: renamed since; another appeared meanwhile.
+        s.links[3] = LinkView { index: 10, name: "plx11111111".into(), kind: None };
+        let second = leftovers(&s);
+        assert_eq!(still_there(&first, second).iter().map(|l| l.kind).collect::<Vec<_>>(), [Kind::TempFile]);
+        // A link renamed back to the same name under another index is another link.
+        s.links[3] = LinkView { index: 11, name: "plx0a1b2c3d".into(), kind: None };
+        assert_eq!(still_there(&first, leftovers(&s)).len(), 1);
+    }
+
+    #[test]
+    fn kinds_are_written_as_json_names() {
+        for k in [
+            Kind::RecordWithoutNetns,
+            Kind::PortmapRecord,
+            Kind::BandwidthRecord,
+            Kind::PortmapMapping,
+            Kind::PortmapFlows,
+            Kind::BandwidthLimit,
+            Kind::IpamAllocation,
+            Kind::TempFile,
+            Kind::VfRecord,
+            Kind::Link,
+        ] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+    }
+}
