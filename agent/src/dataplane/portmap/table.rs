@@ -342,9 +342,9 @@ impl Tables {
         Ok(())
     }
 
-    /// Adds a flow as the programs would (tests).
-    #[cfg(test)]
-    pub(crate) fn insert_flow(&mut self, k: FlowKey, f: Flow) -> Result<(), TableError> {
+    /// Adds a flow as the programs would: tests plant flows with it (the agent never makes
+    /// flows).
+    pub fn insert_flow(&mut self, k: FlowKey, f: Flow) -> Result<(), TableError> {
         self.flows.insert(k, f, 0).map_err(map_error(MAP_FLOWS, "adding a flow"))
     }
 

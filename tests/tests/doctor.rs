@@ -1,0 +1,380 @@
+//! `plexus-agent doctor [--fix]` against a real agent: every kind of leftover is planted next to
+//! a healthy pod, doctor lists each one and none of the healthy pod's, `--fix` removes them
+//! all (a record whose namespace is gone through the agent's own DEL), and doctor is clean
+//! afterwards while the healthy pod keeps its mapping, limit and address.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use plexus_agent::dataplane::attach::Hook;
+use plexus_agent::dataplane::bandwidth::plan::{Direction, Entry as Limit, Mechanism};
+use plexus_agent::dataplane::bandwidth::table::Table;
+use plexus_agent::dataplane::pin::PinDir;
+use plexus_agent::dataplane::portmap::entries::{addr_words, Entry};
+use plexus_agent::dataplane::portmap::store::{Record, Store};
+use plexus_agent::dataplane::portmap::table::{monotonic_ns, Tables};
+use plexus_agent::native::sriov::state::{Owner, VfRecord};
+use plexus_agent::native::sriov::sysfs::VfDevice;
+use plexus_agent::native::sriov::VfAdmin;
+use plexus_agent::spec::selection::Protocol;
+use plexus_ebpf_common::flow::{Flow, FlowKey};
+use plexus_tests::world::bin;
+use plexus_tests::{Netns, World};
+use serde_json::{json, Value};
+
+const NS: &str = "default";
+
+/// A bridge network `dcbr0` (10.66.0.0/24, the bridge 10.66.0.1 as host IP) chaining the
+/// agent's port mappings and bandwidth limits.
+fn nad(w: &World) -> String {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "dcnet",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "dcbr0",
+                "isGateway": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": "10.66.0.0/24", "rangeStart": "10.66.0.10", "rangeEnd": "10.66.0.99"}]],
+                    "dataDir": w.path("ipam").join("dcnet"),
+                }
+            },
+            {"type": "plexus-portmap", "capabilities": {"portMappings": true}},
+            {"type": "plexus-bandwidth", "capabilities": {"bandwidth": true}}
+        ]
+    })
+    .to_string()
+}
+
+fn selection(host_port: u16) -> String {
+    json!([{
+        "name": "dcnet",
+        "portMappings": [{"hostPort": host_port, "containerPort": 80, "protocol": "tcp"}],
+        "bandwidth": {"ingressRate": 10_000_000, "egressRate": 10_000_000}
+    }])
+    .to_string()
+}
+
+struct Doctor {
+    w: World,
+    pins: PathBuf,
+}
+
+impl Doctor {
+    /// `plexus-agent doctor` in the node's namespace: exit status and JSON rows.
+    fn run(&self, fix: bool) -> (i32, Vec<Value>) {
+        let mut cmd = self.w.node.command(bin("plexus-agent"));
+        cmd.args(["doctor", "--json", "--bpf-pin-dir"])
+            .arg(&self.pins)
+            .arg("--state-dir")
+            .arg(self.w.path("state"))
+            .arg("--socket")
+            .arg(self.w.socket());
+        if fix {
+            cmd.arg("--fix");
+        }
+        let out = cmd.output().expect("running plexus-agent doctor");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let rows: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("doctor's JSON: {e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout))
+        });
+        let rows = rows.as_array().cloned().unwrap_or_else(|| panic!("doctor's rows: {rows}"));
+        (out.status.code().unwrap_or(-1), rows)
+    }
+
+    /// The human table.
+    fn table(&self) -> (i32, String) {
+        let out = self
+            .w
+            .node
+            .command(bin("plexus-agent"))
+            .args(["doctor", "--bpf-pin-dir"])
+            .arg(&self.pins)
+            .arg("--state-dir")
+            .arg(self.w.path("state"))
+            .output()
+            .expect("running plexus-agent doctor");
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn tables(&self) -> Tables {
+        Tables::open_pinned(&PinDir::open(&self.pins)).expect("the port mapping maps are pinned")
+    }
+
+    fn portmap_list(&self) -> Vec<Value> {
+        let out = Command::new(bin("plexus-agent"))
+            .args(["portmap", "list", "--json", "--bpf-pin-dir"])
+            .arg(&self.pins)
+            .arg("--state-dir")
+            .arg(self.w.path("state"))
+            .output()
+            .expect("running plexus-agent portmap list");
+        serde_json::from_slice(&out.stdout).expect("portmap list JSON")
+    }
+
+    fn wait_loaded(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let log = || self.w.agent_log();
+        while !(log().contains("port mappings reconciled") && log().contains("bandwidth limits reconciled")) {
+            assert!(Instant::now() < deadline, "the dataplane never loaded:\n{}", log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn mapping(host_port: u16, pod_ip: &str) -> Entry {
+    Entry {
+        protocol: Protocol::Tcp,
+        host_ip: "10.66.0.1".parse().unwrap(),
+        host_port,
+        pod_ip: pod_ip.parse().unwrap(),
+        container_port: 80,
+        pod_mac: "0a:58:0a:42:00:fa".into(),
+        host_mac: "02:00:00:00:00:01".into(),
+        deliver_ifindex: 1,
+        deliver: Hook::Egress,
+    }
+}
+
+/// A flow of `e` from 10.66.0.200, as the programs make one.
+fn flow_of(e: &Entry) -> (FlowKey, Flow) {
+    let client = addr_words("10.66.0.200".parse().unwrap());
+    let port = 40000u16.to_be();
+    let pod = e.pod_endpoint();
+    let now = monotonic_ns().expect("clock");
+    let key = FlowKey::new(pod.addr, pod.port_be, client, port, pod.proto);
+    let flow = Flow {
+        host: e.host_endpoint(),
+        client,
+        client_port: port,
+        rewrite: e.forward(),
+        created_ns: now,
+        seen_ns: now,
+        ..Flow::default()
+    };
+    (key, flow)
+}
+
+/// A process ID no process has (one that just exited).
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().expect("running true");
+    let pid = child.id();
+    child.wait().expect("waiting for true");
+    assert!(!Path::new("/proc").join(pid.to_string()).exists(), "pid {pid} was reused at once");
+    pid
+}
+
+fn kinds(rows: &[Value]) -> BTreeSet<String> {
+    rows.iter().filter_map(|r| r["kind"].as_str().map(str::to_owned)).collect()
+}
+
+fn whats(rows: &[Value]) -> String {
+    rows.iter().filter_map(|r| r["what"].as_str()).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn kernel_doctor_finds_every_planted_leftover_and_fix_removes_them_but_not_a_healthy_pods() {
+    let mut w = World::new();
+    let pins = w.pin_on_own_bpffs();
+    w.write_nad(NS, "dcnet", Some(&nad(&w)));
+    w.start_agent();
+    let t = Doctor { w, pins };
+    t.wait_loaded();
+    let state = t.w.path("state");
+
+    // Healthy: a pod with a mapping, a limit and an address; doctor says nothing of it.
+    let healthy = Netns::new("dchealthy");
+    t.w.write_pod(NS, "healthy", Some(&selection(8080)));
+    t.w.add("c-healthy", &healthy, (NS, "healthy")).expect_ok();
+    let (code, rows) = t.run(false);
+    assert_eq!((code, &rows), (0, &Vec::new()), "a healthy node has no leftovers");
+    let (code, text) = t.table();
+    assert_eq!(code, 0);
+    assert!(text.starts_with("nothing left behind"), "{text}");
+
+    // A pod whose namespace the runtime lost before its DEL.
+    let gone = Netns::new("dcgone");
+    t.w.write_pod(NS, "gone", Some(&selection(8081)));
+    t.w.add("c-gone", &gone, (NS, "gone")).expect_ok();
+    drop(gone);
+
+    // A mapping no record lists, with a flow; a flow of a mapping already gone; a port mapping
+    // record (with its entry) of an attachment no container record lists.
+    let stray = mapping(9099, "10.66.0.250");
+    let orphan_entry = mapping(9097, "10.66.0.251");
+    let mut tables = t.tables();
+    tables.install(&stray).unwrap();
+    tables.install(&orphan_entry).unwrap();
+    let (k, f) = flow_of(&stray);
+    tables.insert_flow(k, f).unwrap();
+    let (k, f) = flow_of(&mapping(9098, "10.66.0.252"));
+    tables.insert_flow(k, f).unwrap();
+    drop(tables);
+    Store::new(&state)
+        .save(&Record {
+            container_id: "c-ghost".into(),
+            ifname: "net1".into(),
+            network: "dcnet".into(),
+            pod: Some("default/ghost".into()),
+            entries: vec![orphan_entry.clone()],
+            hooks: Vec::new(),
+        })
+        .unwrap();
+
+    // A bandwidth limit no record lists.
+    let limit = Limit {
+        direction: Direction::Ingress,
+        ifindex: 424_242,
+        ifname: "ghost0".into(),
+        hook: Hook::Egress,
+        mac: None,
+        rate_bps: 1_000_000,
+        burst_bits: None,
+        burst_ns: 10_000_000,
+        mechanism: Mechanism::TokenBucket,
+    };
+    let mut shaper = Table::open_pinned(&PinDir::open(&t.pins.join("bandwidth"))).unwrap();
+    shaper.install(&limit).unwrap();
+    drop(shaper);
+
+    // An address held for a container nobody knows, in the network's own dataDir.
+    let ipam_dir = t.w.path("ipam").join("dcnet").join("dcnet");
+    std::fs::write(ipam_dir.join("10.66.0.98"), "c-ghost\r\nnet1").unwrap();
+
+    // A temporary file of a writer that died mid-write.
+    let temp = state.join("attachments").join(format!(".c-ghost@eth0.json.{}.tmp", dead_pid()));
+    std::fs::write(&temp, "{").unwrap();
+
+    // A VF claimed by an attachment no container record lists (a VF bound to a userspace
+    // driver: no netdev to return; nothing applied on the PF yet, as after a crash early in
+    // an ADD).
+    let vf = VfRecord {
+        owner: Owner {
+            container_id: "c-ghost".into(),
+            ifname: "net2".into(),
+            netns: "/run/netns/ghost".into(),
+            args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=ghost".into(),
+        },
+        device: VfDevice {
+            pci: "0000:99:00.1".into(),
+            pf_pci: "0000:99:00.0".into(),
+            pf: "dcpf0".into(),
+            vf: 1,
+            driver: Some("vfio-pci".into()),
+        },
+        original: VfAdmin::default(),
+        netdev: None,
+        planned: Vec::new(),
+        applied: Vec::new(),
+        pod_ifindex: None,
+        config: json!({"cniVersion": "1.0.0", "name": "sriovnet", "type": "sriov", "deviceID": "0000:99:00.1"}),
+        complete: false,
+    };
+    let vf_file = state.join("sriov").join("0000:99:00.1.json");
+    std::fs::create_dir_all(vf_file.parent().unwrap()).unwrap();
+    std::fs::write(&vf_file, serde_json::to_vec_pretty(&vf).unwrap()).unwrap();
+
+    // A link left under plexus's temporary name in the node.
+    t.w.node.ip(&["link", "add", "plx0badc0de", "type", "veth", "peer", "name", "dcpeer0"]);
+
+    let (code, rows) = t.run(false);
+    assert_eq!(code, 1, "leftovers found: exit status 1: {rows:#?}");
+    let expected = [
+        "record-without-netns",
+        "portmap-record",
+        "portmap-mapping",
+        "portmap-flows",
+        "bandwidth-limit",
+        "ipam-allocation",
+        "temp-file",
+        "vf-record",
+        "link",
+    ];
+    assert_eq!(kinds(&rows), expected.iter().map(|k| (*k).to_owned()).collect(), "{rows:#?}");
+    let what = whats(&rows);
+    for needle in [
+        "container c-gone interface eth0",
+        "10.66.0.1:9099/tcp: no record",
+        "1 flow(s) of port mapping 10.66.0.1:9099/tcp",
+        "1 flow(s) of port mapping 10.66.0.1:9098/tcp",
+        "pod default/ghost (container c-ghost, interface net1, network dcnet)",
+        "ifindex 424242 egress hook",
+        "address 10.66.0.98",
+        temp.to_str().unwrap(),
+        "VF 0000:99:00.1 claimed by pod default/ghost (container c-ghost, interface net2)",
+        "link plx0badc0de (veth)",
+    ] {
+        assert!(what.contains(needle), "{needle:?} is not listed:\n{what}");
+    }
+    // Nothing of the healthy pod, and the entries of records are not listed on their own.
+    for not_listed in ["c-healthy", ":8080/", ":8081/", ":9097/"] {
+        assert!(!what.contains(not_listed), "{not_listed:?} listed:\n{what}");
+    }
+    assert_eq!(rows.len(), 10, "{what}");
+
+    let (code, fixed) = t.run(true);
+    assert_eq!(code, 0, "everything found was removed: {fixed:#?}\n{}", t.w.agent_log());
+    assert_eq!(fixed.len(), rows.len());
+    assert!(fixed.iter().all(|r| r["fixed"] == true && r.get("error").is_none()), "{fixed:#?}");
+
+    let (code, rows) = t.run(false);
+    assert_eq!((code, &rows), (0, &Vec::new()), "a second look finds nothing");
+    // Each is gone, checked at its source.
+    let tables = t.tables();
+    let hosts: BTreeSet<u16> =
+        tables.forward_keys().iter().chain(&tables.stats_keys()).map(|e| u16::from_be(e.port_be)).collect();
+    assert_eq!(hosts, [8080].into(), "only the healthy pod's mapping stays");
+    let flow_hosts: BTreeSet<u16> =
+        tables.flows().iter().map(|(_, f)| u16::from_be(f.host.port_be)).collect();
+    assert!(flow_hosts.is_empty(), "flows left: {flow_hosts:?}");
+    assert!(Store::new(&state).load_all().unwrap().iter().all(|r| r.container_id == "c-healthy"));
+    assert_eq!(t.w.state_files(), ["c-healthy@eth0.json"]);
+    let held = plexus_testkit::files_in(&ipam_dir);
+    assert!(!held.iter().any(|f| f == "10.66.0.98"), "the stray address stays: {held:?}");
+    assert!(!temp.exists() && !vf_file.exists(), "the temporary file or the VF record stays");
+    assert!(!t.w.node.has_link("plx0badc0de") && !t.w.node.has_link("dcpeer0"), "the link stays");
+    assert!(t.w.agent_log().contains("c-gone"), "the agent ran the DEL of the lost pod");
+
+    // The healthy pod is untouched: its mapping, its record, and CHECK passes.
+    let listed = t.portmap_list();
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    assert_eq!(listed[0]["container_id"], "c-healthy");
+    let check = t.w.cni("CHECK", "c-healthy", &healthy, (NS, "healthy"));
+    assert!(check.ok(), "CHECK of the healthy pod after --fix: {} {}", check.stdout, check.stderr);
+
+    // Its DEL leaves nothing, as doctor agrees.
+    assert!(t.w.del("c-healthy", &healthy, (NS, "healthy")).ok());
+    assert_eq!(t.run(false), (0, Vec::new()));
+    t.w.assert_nothing_left(&[&healthy]);
+}
+
+#[test]
+fn kernel_doctor_without_an_agent_cannot_fix_a_record_and_says_so() {
+    let mut w = World::new();
+    let pins = w.pin_on_own_bpffs();
+    w.start_agent();
+    let mut t = Doctor { w, pins };
+    let gone = Netns::new("dcgone");
+    t.w.write_pod(NS, "gone", None);
+    t.w.add("c-gone", &gone, (NS, "gone")).expect_ok();
+    drop(gone);
+    t.w.kill_agent();
+
+    let (code, rows) = t.run(true);
+    assert_eq!(code, 1, "{rows:#?}");
+    assert_eq!(kinds(&rows), ["record-without-netns".to_owned()].into());
+    assert_eq!(rows[0]["fixed"], false);
+    let error = rows[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("is the agent running with this --socket?"), "{error}");
+
+    // With the agent back, the same command fixes it.
+    t.w.start_agent();
+    let (code, rows) = t.run(true);
+    assert_eq!(code, 0, "{rows:#?}");
+    assert_eq!(t.run(false), (0, Vec::new()));
+    assert!(t.w.state_files().is_empty() && t.w.ipam_allocations().is_empty());
+}
