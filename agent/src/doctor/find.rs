@@ -116,7 +116,7 @@ pub struct Snapshot {
     pub records: Vec<ContainerView>,
     pub portmap_records: Vec<DataplaneRecordView<Endpoint>>,
     pub bandwidth_records: Vec<DataplaneRecordView<ShapeKey>>,
-    /// Keys of the forward and counter maps (each host endpoint once).
+    /// Host endpoints of the forward, counter and socket maps (each once).
     pub mappings: Vec<MappingView>,
     pub flows: Vec<FlowsView>,
     pub limits: Vec<LimitView>,

@@ -187,7 +187,12 @@ fn maps(src: &Sources) -> Result<Maps, DoctorError> {
     let (mut mappings, mut flows, mut limits) = (Vec::new(), Vec::new(), Vec::new());
     if let Some(pins) = src.portmap_pins() {
         let tables = Tables::open_pinned(&pins)?;
-        let hosts: BTreeSet<_> = tables.forward_keys().into_iter().chain(tables.stats_keys()).collect();
+        let hosts: BTreeSet<_> = tables
+            .forward_keys()
+            .into_iter()
+            .chain(tables.stats_keys())
+            .chain(tables.socket_hosts())
+            .collect();
         mappings = hosts.into_iter().map(|host| MappingView { host, text: endpoint_text(&host) }).collect();
         flows = counts_by_host(&tables.flows())
             .into_iter()
@@ -196,7 +201,8 @@ fn maps(src: &Sources) -> Result<Maps, DoctorError> {
     }
     if let Some(pins) = src.bandwidth_pins() {
         let table = Table::open_pinned(&pins)?;
-        limits = table.keys().into_iter().map(|key| LimitView { key, text: limit_text(&key) }).collect();
+        let keys: BTreeSet<ShapeKey> = table.keys().into_iter().chain(table.stats_keys()).collect();
+        limits = keys.into_iter().map(|key| LimitView { key, text: limit_text(&key) }).collect();
     }
     Ok((mappings, flows, limits))
 }

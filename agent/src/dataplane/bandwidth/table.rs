@@ -100,6 +100,11 @@ impl Table {
         self.limits.keys().filter_map(Result::ok).collect()
     }
 
+    /// Every key of the counters (a limit's counters outlive it for a moment on removal).
+    pub fn stats_keys(&self) -> BTreeSet<ShapeKey> {
+        self.stats.keys().filter_map(Result::ok).collect()
+    }
+
     /// Makes the maps hold exactly `desired`: removes the rest, installs what is missing or
     /// differs. Returns (removed, restored).
     pub fn reconcile(&mut self, desired: &[Entry]) -> Result<(usize, usize), TableError> {

@@ -137,6 +137,12 @@ impl Tables {
         self.forward.keys().filter_map(Result::ok).collect()
     }
 
+    /// The host endpoints the socket hooks remember sockets for.
+    pub fn socket_hosts(&self) -> BTreeSet<Endpoint> {
+        let bound = 2 * plexus_ebpf_common::flow::MAX_SOCKETS as usize;
+        self.sockets.iter().take(bound).filter_map(Result::ok).map(|(_, host)| host).collect()
+    }
+
     /// Why `e` is not installed exactly, if it is not.
     pub fn verify(&self, e: &Entry) -> Option<String> {
         match self.forward.get(&e.host_endpoint(), 0) {
