@@ -55,6 +55,14 @@ pub struct ContainerRecord {
     pub attachments: Vec<AttachmentRecord>,
     /// False while the ADD is running: everything listed may have been attempted.
     pub complete: bool,
+    /// DELs that failed on attachments whose ADD never answered (no result recorded: the
+    /// agent died during the ADD). See `engine::UNCONFIRMED_DEL_ATTEMPTS`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unconfirmed_del_failures: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -242,6 +250,7 @@ mod tests {
             netns: "/var/run/netns/x".into(),
             cni_args: String::new(),
             pod: Some(PodRef { namespace: "ns".into(), name: "p".into(), uid: None }),
+            unconfirmed_del_failures: 0,
             attachments: vec![AttachmentRecord {
                 network: "n".into(),
                 is_default: true,

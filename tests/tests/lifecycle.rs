@@ -386,6 +386,83 @@ fn kernel_agent_killed_and_restarted_between_add_and_del_still_checks_and_delete
     w.assert_nothing_left(&[&pod]);
 }
 
+/// Plugin processes (any of /usr/lib/cni) whose environment names container `cid`.
+fn plugins_of(cid: &str) -> Vec<u32> {
+    let needle = format!("CNI_CONTAINERID={cid}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe.starts_with(REFERENCE_PLUGINS))
+        })
+        .filter(|pid| {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes())
+        })
+        .collect()
+}
+
+#[test]
+fn kernel_agent_killed_during_an_add_whose_later_plugin_rejects_its_config_does_not_fail_del_forever() {
+    let mut w = World::new();
+    w.write_nad(NS, "blue", Some(&blue(&w)));
+    // A real plugin that rejects its config: its ADD and its every DEL fail (no such master).
+    let bad = json!({"cniVersion": "1.0.0", "name": "bad",
+                     "plugins": [{"type": "vlan", "master": "pxnone0", "vlanId": 7}]});
+    w.write_nad(NS, "bad", Some(&bad.to_string()));
+    w.write_pod(NS, "p", Some("blue,bad"));
+    w.start_agent();
+    let pod = Netns::new("pxpod");
+
+    // blue's host-local waits on its lock while the test holds it: the agent is killed in
+    // the middle of the ADD, with the record of the whole plan written and no result in it.
+    let data_dir = host_local_data_dir(&blue(&w)).join("blue");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let lock = std::fs::File::create(data_dir.join("lock")).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0);
+    let add = {
+        let (socket, netns) = (w.plexus_config("1.0.0"), pod.path_str());
+        std::thread::spawn(move || {
+            let env = env_for("ADD", "c1", Some(&netns), &pod_args(NS, "p"));
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let mut cmd = Command::new(bin("plexus"));
+            cmd.env_clear().envs(env.iter().copied()).env("CNI_PATH", REFERENCE_PLUGINS);
+            run_cni(&mut cmd, &socket)
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !w.agent_log().contains("network=default/blue") {
+        assert!(std::time::Instant::now() < deadline, "blue's ADD never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    w.kill_agent();
+    assert!(!add.join().unwrap().ok(), "the ADD cannot succeed: its agent was killed");
+    // The plugins of the killed ADD finish on their own once the lock is free (nobody kills
+    // them): blue is then really attached, which the DELs below must undo.
+    drop(lock);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !plugins_of("c1").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the orphaned plugins never finished");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    w.start_agent();
+
+    // Each DEL undoes what it can and reports bad's failure; after three, bad's DEL is given
+    // up (its ADD never answered) and the pod's DEL succeeds: no retry storm forever.
+    for attempt in 1..=2 {
+        let out = w.del("c1", &pod, (NS, "p"));
+        assert_cni_error(&out, 100, &["default/bad (net2)", "Link not found"]);
+        assert_eq!(w.state_files(), ["c1@eth0.json"], "DEL {attempt} keeps bad recorded");
+    }
+    w.del("c1", &pod, (NS, "p")).expect_ok();
+    assert!(w.agent_log().contains("giving up the DEL of an attachment whose ADD never answered"));
+    w.assert_nothing_left(&[&pod]);
+}
+
 #[test]
 fn kernel_del_after_the_pod_namespace_is_gone_still_releases_everything() {
     let mut w = World::new();

@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod setup;
+mod stress;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,10 @@ enum Task {
     /// plexus against the reference CNI plugins, side by side (root): cni, portmap,
     /// bandwidth, scale or all. Results in target/bench/<timestamp>/.
     Bench(bench::BenchArgs),
+    /// A fault storm: randomized ADD/DEL/CHECK/GC/STATUS of pods through the real shim and
+    /// agent while the agent, the shim, plugins, namespaces and the state directory fail at
+    /// random points; then nothing may be left behind (root).
+    Stress(stress::StressArgs),
     /// The bench's helpers inside network namespaces (servers, clients, runtime).
     #[command(hide = true)]
     BenchNet {
@@ -50,6 +55,7 @@ fn main() -> anyhow::Result<()> {
             util::cargo(&["test", "--workspace"])
         }
         Task::Bench(args) => bench::run(&args),
+        Task::Stress(args) => stress::run(&args),
         Task::BenchNet { command } => bench::traffic::run(&command),
     }
 }

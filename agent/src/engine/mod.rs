@@ -45,6 +45,10 @@ pub struct EngineConfig {
     pub strict_annotations: bool,
 }
 
+/// Failed DELs after which an attachment whose ADD never answered is given up (see
+/// `Engine::teardown`).
+pub const UNCONFIRMED_DEL_ATTEMPTS: u32 = 3;
+
 pub struct Engine {
     config: EngineConfig,
     catalog: Arc<dyn Catalog>,
@@ -220,6 +224,7 @@ impl Engine {
             }),
             attachments,
             complete: false,
+            unconfirmed_del_failures: 0,
         };
         Ok((pod, record))
     }
@@ -343,6 +348,12 @@ impl Engine {
 
     /// Detaches every attachment of the record in reverse order, going on past failures
     /// (spec 7.2). What failed stays recorded for the next DEL; one error names them all.
+    ///
+    /// An attachment whose ADD never answered (the agent died during it, so no result was
+    /// recorded) may have made nothing, and a plugin that rejects its config fails every DEL
+    /// the same way: after [`UNCONFIRMED_DEL_ATTEMPTS`] failed DELs it is given up, loudly,
+    /// rather than failing the pod's DEL forever (kubelet would retry it for good and the
+    /// sandbox would never go). `plexus-agent doctor` lists whatever it may have left.
     async fn teardown(&self, mut record: ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
         let netns = if env.netns.is_empty() { record.netns.clone() } else { env.netns.clone() };
         let base = CniEnv { netns, ..env.clone() };
@@ -359,6 +370,21 @@ impl Engine {
                     });
                     failed.push(a);
                 }
+            }
+        }
+        if failed.iter().any(|a| a.result.is_none()) {
+            record.unconfirmed_del_failures += 1;
+            if record.unconfirmed_del_failures >= UNCONFIRMED_DEL_ATTEMPTS {
+                let (given_up, kept): (Vec<_>, Vec<_>) = failed.into_iter().partition(|a| a.result.is_none());
+                for a in &given_up {
+                    tracing::warn!(
+                        network = %a.network, ifname = %a.ifname,
+                        "giving up the DEL of an attachment whose ADD never answered, after {UNCONFIRMED_DEL_ATTEMPTS} \
+                         failed DELs; `plexus-agent doctor` lists anything it left"
+                    );
+                }
+                failures.retain(|f| kept.iter().any(|a| a.ifname == f.ifname && a.network == f.network));
+                failed = kept;
             }
         }
         if failed.is_empty() {

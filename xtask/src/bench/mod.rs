@@ -21,10 +21,10 @@ mod plot;
 mod portmap;
 mod prom;
 mod report;
-mod runner;
+pub mod runner;
 mod scale;
 mod stats;
-mod topology;
+pub mod topology;
 pub mod traffic;
 
 use std::path::{Path, PathBuf};
@@ -176,7 +176,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// Ctrl-C or SIGTERM sets a flag the measurement loops check, so they stop between two steps
 /// and every guard's destructor removes what it created (the default action would kill the
 /// process and leave namespaces, mounts and cgroups behind).
-fn catch_signals() {
+pub fn catch_signals() {
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -204,7 +204,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     check_tools(&sections)?;
     catch_signals();
     topology::sweep_stale();
-    let bins = binaries(args)?;
+    let bins = binaries(args.bin_dir.as_ref())?;
     let started = std::time::SystemTime::now();
     let out = match &args.out_dir {
         Some(d) => d.clone(),
@@ -342,8 +342,8 @@ fn check_tools(sections: &[Section]) -> anyhow::Result<()> {
 
 /// Builds the release binaries (or takes them from --bin-dir) and asks the agent what it
 /// supports.
-fn binaries(args: &BenchArgs) -> anyhow::Result<Bins> {
-    let (dir, origin) = match &args.bin_dir {
+pub fn binaries(bin_dir: Option<&PathBuf>) -> anyhow::Result<Bins> {
+    let (dir, origin) = match bin_dir {
         Some(d) => (d.clone(), d.display().to_string()),
         None => {
             eprintln!("[bench build] cargo build --release -p plexus-agent -p plexus-cni-shim");

@@ -83,8 +83,20 @@ impl Runtime {
     }
 
     pub fn exec(&self, program: &Path, env: &[(&str, String)], stdin: &str) -> anyhow::Result<ExecOut> {
+        self.exec_killed(program, env, stdin, None)
+    }
+
+    /// [`Runtime::exec`], the program killed with SIGKILL `kill_after_ms` after its start when
+    /// it still runs then (a runtime that gave up on it, a node under memory pressure).
+    pub fn exec_killed(
+        &self,
+        program: &Path,
+        env: &[(&str, String)],
+        stdin: &str,
+        kill_after_ms: Option<u64>,
+    ) -> anyhow::Result<ExecOut> {
         let env: Map<String, Value> = env.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
-        let request = json!({"program": program, "env": env, "stdin": stdin});
+        let request = json!({"program": program, "env": env, "stdin": stdin, "kill_after_ms": kill_after_ms});
         let mut io = self.io.lock().map_err(|_| anyhow!("runtime helper lock poisoned"))?;
         writeln!(io.0, "{request}").context("writing to the runtime helper")?;
         io.0.flush()?;
@@ -139,6 +151,18 @@ fn run_request(line: &str) -> anyhow::Result<ExecOut> {
         .with_context(|| format!("spawning {program}"))?;
     // Configs are far below a pipe's capacity, so writing before reading cannot block.
     child.stdin.take().context("stdin")?.write_all(req["stdin"].as_str().unwrap_or_default().as_bytes())?;
+    if let Some(ms) = req["kill_after_ms"].as_u64() {
+        // Outputs are far below a pipe's capacity, so the child cannot block on them meanwhile.
+        let deadline = started + std::time::Duration::from_millis(ms);
+        while child.try_wait()?.is_none() {
+            if Instant::now() >= deadline {
+                // It may exit between the check and the kill; either way it is gone after wait.
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
     let out = child.wait_with_output()?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(ExecOut {

@@ -16,6 +16,7 @@
 //! names carry this process's id, so concurrent runs never collide and a later run can remove
 //! what a killed one left (see [`sweep_stale`]).
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -344,6 +345,8 @@ pub struct Agent {
     netns_path: String,
     /// Its binary, for its read-only subcommands.
     bin: PathBuf,
+    /// Its command line, for a restart.
+    args: Vec<OsString>,
 }
 
 impl Agent {
@@ -385,37 +388,26 @@ impl Agent {
         )?;
         let bpffs = Bpffs::try_mount(root.join("bpffs"))?;
         let log = lab.logs.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let socket = root.join("plexus.sock");
-        let child = lab
-            .node
-            .command(&bins.agent)
-            .arg("run")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--state-dir")
-            .arg(root.join("state"))
-            .args(["--cni-bin-dir", "/usr/lib/cni"])
-            .arg("--default-network-dir")
-            .arg(root.join("default"))
-            .arg("--network-conf-dir")
-            .arg(root.join("netconf"))
-            .arg("--nad-dir")
-            .arg(root.join("nads"))
-            .arg("--pod-dir")
-            .arg(root.join("pods"))
-            .arg("--bpf-pin-dir")
-            .arg(root.join("bpffs"))
-            .arg("--metrics-addr")
-            .arg(metrics.map_or_else(|| "off".to_owned(), |a| a.to_string()))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .context("starting plexus-agent")?;
+        let mut args: Vec<OsString> = vec!["run".into(), "--socket".into(), socket.clone().into()];
+        let dir_args = [
+            ("--state-dir", "state"),
+            ("--default-network-dir", "default"),
+            ("--network-conf-dir", "netconf"),
+            ("--nad-dir", "nads"),
+            ("--pod-dir", "pods"),
+            ("--bpf-pin-dir", "bpffs"),
+        ];
+        for (option, sub) in dir_args {
+            args.push(option.into());
+            args.push(root.join(sub).into());
+        }
+        args.extend(["--cni-bin-dir", "/usr/lib/cni", "--metrics-addr"].map(OsString::from));
+        args.push(metrics.map_or_else(|| "off".to_owned(), |a| a.to_string()).into());
+        args.extend(extra.iter().map(OsString::from));
+        let proc = spawn_agent(&lab.node, &bins.agent, &args, &log)?;
         let mut agent = Agent {
-            proc: Proc(child),
+            proc,
             _bpffs: bpffs,
             root,
             socket,
@@ -423,18 +415,37 @@ impl Agent {
             metrics,
             netns_path: lab.node.path_str(),
             bin: bins.agent.clone(),
+            args,
         };
+        agent.wait_ready()?;
+        Ok(agent)
+    }
+
+    /// Waits until the agent answers on its socket (20 s at most).
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(&agent.socket).is_err() {
-            if let Ok(Some(status)) = agent.proc.0.try_wait() {
-                bail!("plexus-agent exited ({status}); log: {}", agent.log.display());
+        while UnixStream::connect(&self.socket).is_err() {
+            if let Ok(Some(status)) = self.proc.0.try_wait() {
+                bail!("plexus-agent exited ({status}); log: {}", self.log.display());
             }
             if Instant::now() > deadline {
-                bail!("plexus-agent did not open its socket in 20 s; log: {}", agent.log.display());
+                bail!("plexus-agent did not open its socket in 20 s; log: {}", self.log.display());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(agent)
+        Ok(())
+    }
+
+    /// Kills the agent with SIGKILL, as an OOM kill or a node crash would, and starts it again
+    /// on the same state, configs and bpffs (whose pins outlive it), its log appended to.
+    pub fn kill_and_restart(&mut self, node: &Netns) -> anyhow::Result<()> {
+        // Proc's drop kills and reaps the old process.
+        let old = std::mem::replace(&mut self.proc, spawn_placeholder()?);
+        drop(old);
+        // A crash leaves the socket file; the new agent replaces it, and until then connecting
+        // to the stale file fails, so readiness waits for the new one.
+        self.proc = spawn_agent(node, &self.bin, &self.args, &self.log)?;
+        self.wait_ready()
     }
 
     /// The agent's resident memory (VmRSS), in KiB. `ip netns exec` execs the agent, so the
@@ -560,4 +571,27 @@ pub fn sweep_stale() {
             let _ = std::fs::remove_dir_all(tmp.join(d));
         }
     }
+}
+
+/// Starts `plexus-agent ARGS` in `node`, its output appended to `log`.
+fn spawn_agent(node: &Netns, bin: &Path, args: &[OsString], log: &Path) -> anyhow::Result<Proc> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let child = node
+        .command(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .context("starting plexus-agent")?;
+    Ok(Proc(child))
+}
+
+/// A process that exits at once, held while an agent is being replaced.
+fn spawn_placeholder() -> anyhow::Result<Proc> {
+    Ok(Proc(Command::new("true").spawn().context("running true")?))
 }
