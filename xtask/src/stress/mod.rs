@@ -56,7 +56,8 @@ pub struct StressArgs {
 /// What happened, for the report.
 #[derive(Default)]
 struct Tally {
-    ops: BTreeMap<(&'static str, bool), u64>,
+    /// (verb, outcome): `ok`, `error` (a CNI error), `killed` (the shim killed, no answer).
+    ops: BTreeMap<(&'static str, &'static str), u64>,
     faults: BTreeMap<&'static str, u64>,
     /// Answers that broke a rule (a failure without a CNI error, ...).
     violations: Vec<String>,
@@ -347,7 +348,12 @@ impl Storm<'_> {
         drop(gate);
         let ok = out.code == 0;
         let mut tally = self.tally.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
-        *tally.ops.entry((op.verb(), ok)).or_default() += 1;
+        let outcome = match (ok, kill_shim.is_some() && out.stdout.trim().is_empty()) {
+            (true, _) => "ok",
+            (false, true) => "killed",
+            (false, false) => "error",
+        };
+        *tally.ops.entry((op.verb(), outcome)).or_default() += 1;
         if let Err(why) = model::judge(op, out.code, &out.stdout, kill_shim.is_some()) {
             tally.violations.push(format!("pod {} ({}): {why}", pod.name, pod.cid));
         }
@@ -440,9 +446,14 @@ fn print_report(tally: &Tally, leftovers: &[String], took: Duration, seed: u64) 
     let total: u64 = tally.ops.values().sum();
     println!("stress: {total} operations in {:.1} s (seed {seed})", took.as_secs_f64());
     for op in Op::ALL {
-        let ok = tally.ops.get(&(op.verb(), true)).copied().unwrap_or(0);
-        let failed = tally.ops.get(&(op.verb(), false)).copied().unwrap_or(0);
-        println!("  {:<7} {ok:>5} succeeded  {failed:>5} failed with a CNI error", op.verb());
+        let n = |outcome| tally.ops.get(&(op.verb(), outcome)).copied().unwrap_or(0);
+        println!(
+            "  {:<7} {:>5} succeeded  {:>5} failed with a CNI error  {:>5} shim killed",
+            op.verb(),
+            n("ok"),
+            n("error"),
+            n("killed")
+        );
     }
     let injected: u64 = tally.faults.values().sum();
     println!("  faults injected: {injected}");
