@@ -1072,3 +1072,31 @@ fn kernel_two_selections_with_one_mac_are_refused_with_code_7() {
     assert!(w.events(NS, "p").contains("NetworkRefused"), "{}", w.events(NS, "p"));
     w.assert_nothing_left(&[&pod]);
 }
+
+/// GC after plexus took over a node: a pod the runtime lists but plexus has no record of
+/// (attached by the default network before plexus's config existed) is still valid for the
+/// default network, whose GC would otherwise release its address under the running pod.
+#[test]
+fn kernel_gc_tells_the_default_network_every_listed_attachment_recorded_or_not() {
+    let rec = plexus_tests::Recorder::new();
+    let mut w = World::new();
+    w.agent_args.push(rec.agent_arg());
+    let default =
+        json!({"cniVersion": "1.1.0", "name": "cluster", "plugins": [plexus_tests::Recorder::plugin("gc")]});
+    w.write_default_network("10-cluster.conflist", &default.to_string());
+    w.start_agent();
+
+    let mut conf: Value = serde_json::from_str(&w.plexus_config("1.1.0")).unwrap();
+    conf["cni.dev/valid-attachments"] = json!([{"containerID": "c-before-plexus", "ifname": "eth0"}]);
+    let out = w.shim(&[("CNI_COMMAND", "GC")], &conf.to_string());
+
+    assert!(out.ok() && out.stdout.is_empty(), "GC: {out:?}");
+    let gcs: Vec<_> = rec.calls_of("gc").into_iter().filter(|c| c.command == "GC").collect();
+    assert_eq!(gcs.len(), 1, "{gcs:?}");
+    assert_eq!(
+        gcs[0].config["cni.dev/valid-attachments"],
+        json!([{"containerID": "c-before-plexus", "ifname": "eth0"}]),
+        "{:#}",
+        gcs[0].config
+    );
+}

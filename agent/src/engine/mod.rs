@@ -7,7 +7,7 @@ pub mod locks;
 pub mod pod_uid;
 pub mod request;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -480,7 +480,7 @@ impl Engine {
                 failures.push(e.msg);
             }
         }
-        for (delegate, still_valid) in networks_in_use(&kept, self.current_default().await) {
+        for (delegate, still_valid) in networks_in_use(&kept, self.current_default().await, &valid) {
             if let Err(e) = self.delegator.gc(&delegate, &still_valid).await {
                 failures.push(format!("GC of network {}: {e}", delegate.list.name));
             }
@@ -510,24 +510,27 @@ impl Engine {
 }
 
 /// The delegate networks of the kept records (and the current default), each with the
-/// attachments of it that are still valid.
+/// attachments of it that are still valid. Every attachment the runtime lists is one of the
+/// current default network's, recorded or not: a pod attached by the default network before
+/// plexus's config existed has no record, and GC must not release its address.
 fn networks_in_use(
     kept: &[ContainerRecord],
     current_default: Option<DelegateConfig>,
+    listed: &HashSet<AttachmentKey>,
 ) -> Vec<(DelegateConfig, Vec<AttachmentKey>)> {
-    let mut by_name: BTreeMap<String, (DelegateConfig, Vec<AttachmentKey>)> = BTreeMap::new();
+    let mut by_name: BTreeMap<String, (DelegateConfig, BTreeSet<AttachmentKey>)> = BTreeMap::new();
     if let Some(d) = current_default {
-        by_name.insert(d.list.name.clone(), (d, Vec::new()));
+        by_name.insert(d.list.name.clone(), (d, listed.iter().cloned().collect()));
     }
     for r in kept {
         for a in &r.attachments {
             let entry = by_name
                 .entry(a.delegate.list.name.clone())
-                .or_insert_with(|| (a.delegate.clone(), Vec::new()));
-            entry.1.push(AttachmentKey { container_id: r.container_id.clone(), ifname: a.ifname.clone() });
+                .or_insert_with(|| (a.delegate.clone(), BTreeSet::new()));
+            entry.1.insert(AttachmentKey { container_id: r.container_id.clone(), ifname: a.ifname.clone() });
         }
     }
-    by_name.into_values().collect()
+    by_name.into_values().map(|(d, keys)| (d, keys.into_iter().collect())).collect()
 }
 
 /// Commands newer than the request's config version are refused, as libcni's skel does.
@@ -679,6 +682,23 @@ mod tests {
 
     fn route_dsts(result: &Value) -> Vec<&str> {
         result["routes"].as_array().unwrap().iter().map(|r| r["dst"].as_str().unwrap()).collect()
+    }
+
+    fn key(cid: &str, ifname: &str) -> AttachmentKey {
+        AttachmentKey { container_id: cid.into(), ifname: ifname.into() }
+    }
+
+    #[test]
+    fn gc_keeps_every_listed_attachment_of_the_default_network_recorded_or_not() {
+        let kept = record(None);
+        let default = kept.attachments[0].delegate.clone();
+        // c1 is recorded; c0 was attached before plexus's config existed.
+        let listed: HashSet<AttachmentKey> = [key("c0", "eth0"), key("c1", "eth0")].into();
+        let networks = networks_in_use(&[kept], Some(default), &listed);
+        let by_name: BTreeMap<&str, &Vec<AttachmentKey>> =
+            networks.iter().map(|(d, keys)| (d.list.name.as_str(), keys)).collect();
+        assert_eq!(by_name["cluster"], &vec![key("c0", "eth0"), key("c1", "eth0")]);
+        assert_eq!(by_name["ns/blue"], &vec![key("c1", "net1")]);
     }
 
     #[test]
