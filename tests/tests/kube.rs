@@ -360,10 +360,11 @@ async fn add_reads_the_pod_and_nads_from_the_caches_without_api_requests() {
 }
 
 /// NPWG spec 5.4, the single-gateway example, produced from delegate results through the
-/// engine and the API server. Two differences from the example's text, both required or
-/// allowed by section 5.3: `"default": false` is present on every entry ("default" is a
-/// required key, 5.3.5), and the network of the pod's own namespace is named with its
-/// namespace (5.3.1: "The name may contain a namespace reference").
+/// engine and the API server. Differences from the example's text: `"default": false` is
+/// present on every entry ("default" is a required key, 5.3.5); the network of the pod's own
+/// namespace is named with its namespace (5.3.1: "The name may contain a namespace
+/// reference"); and, as the NetworkAttachmentDefinition client library and Multus write it,
+/// `ips` are bare addresses and the default route's gateway is also in `gateway`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn network_status_is_the_section_5_4_example() {
     let server = server_with(true);
@@ -400,15 +401,16 @@ async fn network_status_is_the_section_5_4_example() {
         {
             "name": "cluster-wide-default",
             "interface": "eth5",
-            "ips": ["192.0.2.2/24", "2001:db8::2230/32"],
+            "ips": ["192.0.2.2", "2001:db8::2230"],
             "mac": "02:11:22:33:44:54",
             "default-route": ["192.0.2.1"],
-            "default": true
+            "default": true,
+            "gateway": ["192.0.2.1"]
         },
         {
             "name": "my-namespace/some-network",
             "interface": "eth1",
-            "ips": ["192.0.2.2/24", "2001:db8::2234/32"],
+            "ips": ["192.0.2.2", "2001:db8::2234"],
             "mac": "02:11:22:33:44:55",
             "default": false,
             "dns": {
@@ -419,7 +421,7 @@ async fn network_status_is_the_section_5_4_example() {
         {
             "name": "other-ns/an-ip-over-infiniband-network",
             "interface": "ib0",
-            "ips": ["198.51.100.1/24"],
+            "ips": ["198.51.100.1"],
             "mac": "80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22",
             "default": false
         }

@@ -920,3 +920,260 @@ fn kernel_add_repeated_without_del_leaves_exactly_one_set_of_interfaces_and_addr
     w.del("c1", &pod, (NS, "p")).expect_ok();
     w.assert_nothing_left(&[&pod]);
 }
+
+// ---------------------------------------------------------------------------------------
+// 12. Found when tried from outside (issue 13).
+// ---------------------------------------------------------------------------------------
+
+/// Runs a configlist's ADD the way a runtime does without plexus (libcni): each plugin
+/// exec'd in the node with the list's name and version, the capabilities' runtimeConfig and
+/// the previous plugin's result. Returns the last result.
+fn runtime_add(w: &World, list: &Value, cid: &str, pod: &Netns, args: &str, runtime_config: &Value) -> Value {
+    let mut prev: Option<Value> = None;
+    for plugin in list["plugins"].as_array().expect("a configlist") {
+        let mut conf = plugin.clone();
+        conf["name"] = list["name"].clone();
+        conf["cniVersion"] = list["cniVersion"].clone();
+        if let Some(caps) = plugin["capabilities"].as_object() {
+            let rc: serde_json::Map<String, Value> = caps
+                .keys()
+                .filter_map(|cap| runtime_config.get(cap).map(|v| (cap.clone(), v.clone())))
+                .collect();
+            conf["runtimeConfig"] = Value::Object(rc);
+        }
+        if let Some(p) = &prev {
+            conf["prevResult"] = p.clone();
+        }
+        let binary = PathBuf::from(REFERENCE_PLUGINS).join(plugin["type"].as_str().expect("a plugin type"));
+        let mut cmd = w.node.command(binary);
+        cmd.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").envs([
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", pod.path_str().as_str()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_ARGS", args),
+            ("CNI_PATH", REFERENCE_PLUGINS),
+        ]);
+        prev = Some(run_cni(&mut cmd, &conf.to_string()).expect_ok());
+    }
+    prev.expect("a configlist with plugins")
+}
+
+fn nat_rules(w: &World) -> String {
+    let (ok, rules) = w.node.exec(&["iptables", "-t", "nat", "-S"]);
+    assert!(ok, "iptables: {rules}");
+    rules
+}
+
+/// plexus installed on a node with running pods: a pod attached by the default network
+/// alone, before plexus's config existed, is DELeted through plexus, which has no record of
+/// it. Its address, its host port's DNAT rule and the pod's interface must be released, as
+/// the runtime's DEL would have without plexus (as Multus does), and repeating the DEL, with
+/// or without the namespace, still succeeds.
+#[test]
+fn kernel_del_of_a_pod_attached_before_plexus_runs_the_default_networks_del() {
+    let mut w = World::new();
+    let mut default: Value =
+        serde_json::from_str(&w.bridge_config("cluster", "cni0", "10.88.0.0/24", true)).unwrap();
+    default["plugins"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "portmap", "capabilities": {"portMappings": true}}));
+    w.write_default_network("10-cluster.conflist", &default.to_string());
+    w.write_pod(NS, "p", None);
+    let pod = Netns::new("pxpod");
+    let args = pod_args(NS, "p");
+    let runtime_config =
+        json!({"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]});
+
+    let result = runtime_add(&w, &default, "c1", &pod, &args, &runtime_config);
+    let addr = only_address(&pod, "eth0");
+    assert_eq!(result["ips"][0]["address"], addr.as_str(), "{result:#}");
+    assert_eq!(w.ipam_allocations(), [format!("cluster/{}", bare(&addr))]);
+    let dnat = format!("--to-destination {}:80", bare(&addr));
+    assert!(nat_rules(&w).contains(&dnat), "no DNAT of the host port:\n{}", nat_rules(&w));
+
+    // plexus takes over the node; the runtime DELs with its current config, plexus's, which
+    // carries kubelet's runtimeConfig as any DEL does.
+    w.start_agent();
+    let mut conf: Value = serde_json::from_str(&w.plexus_config("1.0.0")).unwrap();
+    conf["runtimeConfig"] = runtime_config;
+    let conf = conf.to_string();
+    shim_env(&w, &env_for("DEL", "c1", Some(&pod.path_str()), &args), &conf).expect_ok();
+
+    assert_eq!(w.ipam_allocations(), Vec::<String>::new(), "the address is still allocated");
+    let nat = nat_rules(&w);
+    assert!(!nat.contains(&dnat) && !nat.contains("CNI-DN-"), "the host port's DNAT is left:\n{nat}");
+    assert_eq!(sorted_links(&pod), ["lo"]);
+    // DEL is idempotent: the plugins find nothing and say so by succeeding.
+    shim_env(&w, &env_for("DEL", "c1", Some(&pod.path_str()), &args), &conf).expect_ok();
+    shim_env(&w, &env_for("DEL", "c1", None, &args), &conf).expect_ok();
+    assert!(w.agent_log().contains("no record of the container"), "{}", w.agent_log());
+    w.assert_nothing_left(&[&pod]);
+}
+
+/// Writes a pod manifest with the given uid and annotations.
+fn write_pod_with(w: &World, name: &str, uid: &str, annotations: Value) {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "uid": uid, "annotations": annotations},
+    });
+    std::fs::write(w.path("pods").join(format!("{NS}_{name}.json")), pod.to_string()).expect("writing pod");
+}
+
+fn status_file(w: &World, name: &str) -> PathBuf {
+    w.path("state").join("pods").join(NS).join(format!("{name}.network-status.json"))
+}
+
+/// A StatefulSet pod re-created under its name has a new UID: a sandbox of the old pod (its
+/// K8S_POD_UID) gets no networks and writes no network-status onto the new pod. A static
+/// pod's mirror has another UID than kubelet's by design and is not compared.
+#[test]
+fn kernel_add_for_another_uid_of_the_pods_name_is_refused_and_a_mirror_pod_is_not() {
+    let mut w = World::new();
+    w.write_nad(NS, "blue", Some(&blue(&w)));
+    write_pod_with(&w, "web-0", "uid-new", json!({"k8s.v1.cni.cncf.io/networks": "blue"}));
+    write_pod_with(
+        &w,
+        "static-web",
+        "uid-mirror",
+        json!({"k8s.v1.cni.cncf.io/networks": "blue", "kubernetes.io/config.mirror": "5e1f0c"}),
+    );
+    w.start_agent();
+    let (stale, current, mirror) = (Netns::new("pxpod"), Netns::new("pxpod"), Netns::new("pxpod"));
+    let with_uid = |name: &str, uid: &str| format!("{};K8S_POD_UID={uid}", pod_args(NS, name));
+    let conf = w.plexus_config("1.0.0");
+
+    let out =
+        shim_env(&w, &env_for("ADD", "c-old", Some(&stale.path_str()), &with_uid("web-0", "uid-old")), &conf);
+
+    assert_cni_error(&out, 11, &["pod default/web-0", "UID uid-new", "UID uid-old", "re-created"]);
+    assert!(!status_file(&w, "web-0").exists(), "network-status written for a stale sandbox");
+    w.assert_nothing_left(&[&stale]);
+
+    // The pod's own sandbox, and the static pod under kubelet's UID, are attached.
+    shim_env(&w, &env_for("ADD", "c-new", Some(&current.path_str()), &with_uid("web-0", "uid-new")), &conf)
+        .expect_ok();
+    assert_eq!(sorted_links(&current), ["eth0", "lo", "net1"]);
+    shim_env(
+        &w,
+        &env_for("ADD", "c-static", Some(&mirror.path_str()), &with_uid("static-web", "uid-kubelet")),
+        &conf,
+    )
+    .expect_ok();
+    assert_eq!(sorted_links(&mirror), ["eth0", "lo", "net1"]);
+    assert!(status_file(&w, "static-web").exists());
+    w.del("c-new", &current, (NS, "web-0")).expect_ok();
+    w.del("c-static", &mirror, (NS, "static-web")).expect_ok();
+    w.assert_nothing_left(&[&stale, &current, &mirror]);
+}
+
+fn route_dsts(result: &Value) -> Vec<String> {
+    let mut v: Vec<String> = result["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| r["dst"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// After a `default-route` selection took the pod's IPv4 default route, the result the
+/// runtime gets describes the pod: no `0.0.0.0/0` on eth0, while the IPv6 default route the
+/// selection did not take stays, in the result as in the pod.
+#[test]
+fn kernel_add_result_leaves_out_the_default_route_a_selection_took() {
+    let mut w = World::new();
+    let default = json!({
+        "cniVersion": "1.0.0",
+        "name": "cluster",
+        "plugins": [{
+            "type": "bridge", "bridge": "cni0", "isGateway": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": "10.88.0.0/24"}], [{"subnet": "fd00:88::/64"}]],
+                "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+                "dataDir": w.path("ipam").join("cluster"),
+            }
+        }]
+    });
+    w.write_default_network("10-cluster.conflist", &default.to_string());
+    w.write_nad(NS, "blue", Some(&blue(&w)));
+    w.write_pod(NS, "plain", Some("blue"));
+    w.write_pod(NS, "p", Some(r#"[{"name": "blue", "default-route": ["10.10.1.1"]}]"#));
+    w.start_agent();
+    let (a, b) = (Netns::new("pxpod"), Netns::new("pxpod"));
+
+    let plain = w.add("c1", &a, (NS, "plain")).expect_ok();
+    let moved = w.add("c2", &b, (NS, "p")).expect_ok();
+
+    assert_eq!(route_dsts(&plain), ["0.0.0.0/0", "::/0"], "{plain:#}");
+    assert_eq!(route_dsts(&moved), ["::/0"], "{moved:#}");
+    let routes = b.default_routes();
+    assert_eq!(routes[0], "net1 10.10.1.1", "{routes:?}");
+    assert!(routes[1..].iter().all(|r| r.starts_with("eth0 fd00:88::")), "{routes:?}");
+    // network-status says the same: the gateway each attachment holds.
+    let status = w.network_status(NS, "p");
+    assert_eq!(status_of(&status, "net1")["gateway"], json!(["10.10.1.1"]));
+    assert_eq!(status_of(&status, "eth0")["gateway"], json!(["fd00:88::1"]));
+    w.del("c1", &a, (NS, "plain")).expect_ok();
+    w.del("c2", &b, (NS, "p")).expect_ok();
+    w.assert_nothing_left(&[&a, &b]);
+}
+
+/// Two selections with one MAC would put two interfaces with one address on one bridge.
+#[test]
+fn kernel_two_selections_with_one_mac_are_refused_with_code_7() {
+    let mut w = World::new();
+    let mut config: Value = serde_json::from_str(&blue(&w)).unwrap();
+    config["plugins"][0]["capabilities"] = json!({"mac": true});
+    w.write_nad(NS, "blue", Some(&config.to_string()));
+    w.write_pod(
+        NS,
+        "p",
+        Some(
+            r#"[{"name": "blue", "mac": "02:00:00:00:10:01"}, {"name": "blue", "mac": "02-00-00-00-10-01"}]"#,
+        ),
+    );
+    w.start_agent();
+    let pod = Netns::new("pxpod");
+
+    let out = w.add("c1", &pod, (NS, "p"));
+
+    assert_cni_error(
+        &out,
+        7,
+        &["selections 0 (network default/blue) and 1 (network default/blue)", "02-00-00-00-10-01"],
+    );
+    assert!(w.events(NS, "p").contains("NetworkRefused"), "{}", w.events(NS, "p"));
+    w.assert_nothing_left(&[&pod]);
+}
+
+/// GC after plexus took over a node: a pod the runtime lists but plexus has no record of
+/// (attached by the default network before plexus's config existed) is still valid for the
+/// default network, whose GC would otherwise release its address under the running pod.
+#[test]
+fn kernel_gc_tells_the_default_network_every_listed_attachment_recorded_or_not() {
+    let rec = plexus_tests::Recorder::new();
+    let mut w = World::new();
+    w.agent_args.push(rec.agent_arg());
+    let default =
+        json!({"cniVersion": "1.1.0", "name": "cluster", "plugins": [plexus_tests::Recorder::plugin("gc")]});
+    w.write_default_network("10-cluster.conflist", &default.to_string());
+    w.start_agent();
+
+    let mut conf: Value = serde_json::from_str(&w.plexus_config("1.1.0")).unwrap();
+    conf["cni.dev/valid-attachments"] = json!([{"containerID": "c-before-plexus", "ifname": "eth0"}]);
+    let out = w.shim(&[("CNI_COMMAND", "GC")], &conf.to_string());
+
+    assert!(out.ok() && out.stdout.is_empty(), "GC: {out:?}");
+    let gcs: Vec<_> = rec.calls_of("gc").into_iter().filter(|c| c.command == "GC").collect();
+    assert_eq!(gcs.len(), 1, "{gcs:?}");
+    assert_eq!(
+        gcs[0].config["cni.dev/valid-attachments"],
+        json!([{"containerID": "c-before-plexus", "ifname": "eth0"}]),
+        "{:#}",
+        gcs[0].config
+    );
+}

@@ -1,11 +1,14 @@
 //! The attachment engine: runs a pod's plan in order, undoes it on failure, records it
 //! durably, and tears it down (spec 6.2, 7.2, 7.3).
 
+mod default_route;
 mod error;
 pub mod locks;
+pub mod pod_uid;
 pub mod request;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -20,7 +23,6 @@ use crate::cni::AttachmentKey;
 use crate::cni::Command;
 use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
 use crate::delegate::{DelegateError, Delegator, InvocationEnv};
-use crate::netns;
 use crate::spec::delegate_conf::{default_delegate, secondary_delegate, DelegateConfig};
 use crate::spec::plan::plan_attachments;
 use crate::spec::resolve::resolve_network_config;
@@ -121,7 +123,7 @@ impl Engine {
         let conf = PlexusConf::parse(&req.config)?;
         match command {
             Command::Add => self.add(&env, &conf).await.map(Some),
-            Command::Del => self.del(&env).await.map(|()| None),
+            Command::Del => self.del(&env, &conf).await.map(|()| None),
             Command::Check => self.check(&env, &conf).await.map(|()| None),
             Command::Status => {
                 require_version(&conf, "1.1.0", "STATUS")?;
@@ -175,7 +177,7 @@ impl Engine {
                 }
             }
         }
-        if let Err(err) = apply_default_route(&record, env).await {
+        if let Err(err) = default_route::apply(&record, env).await {
             return Err(self.rollback(record, env, err).await);
         }
         record.complete = true;
@@ -233,6 +235,7 @@ impl Engine {
         let Some(args) = env.pod() else { return Ok(None) };
         match self.catalog.pod(&args.namespace, &args.name).await {
             Ok(Some(mut pod)) => {
+                pod_uid::check(&pod, args.uid.as_deref()).map_err(|e| CniError::from_error(&e))?;
                 if pod.uid.is_none() {
                     pod.uid = args.uid;
                 }
@@ -337,13 +340,45 @@ impl Engine {
         }
     }
 
-    async fn del(&self, env: &CniEnv) -> Result<(), CniError> {
+    async fn del(&self, env: &CniEnv, conf: &PlexusConf) -> Result<(), CniError> {
         let _serialized = self.locks.lock(&env.container_id).await;
         match self.state.load(&env.container_id, &env.ifname).await? {
             Some(record) => self.teardown(record, env).await,
-            // Nothing recorded: nothing was attached through plexus (DEL is idempotent).
-            None => Ok(()),
+            None => self.del_unrecorded(env, conf).await,
         }
+    }
+
+    /// DEL of a container plexus holds no record of: it may have been attached by the
+    /// cluster default network alone, before plexus's config existed (plexus installed on a
+    /// running node, a lost state directory). The runtime now DELs through plexus, so plexus
+    /// runs the default network's DEL as the runtime would have, as Multus does: its
+    /// addresses, port mappings and the plugins' own state are released. The plugins
+    /// tolerate what is already gone (CNI DEL semantics), so a repeated DEL succeeds too.
+    async fn del_unrecorded(&self, env: &CniEnv, conf: &PlexusConf) -> Result<(), CniError> {
+        let dir = self.config.default_network_dir.clone();
+        let list = match blocking(move || confdir::default_network(&dir)).await? {
+            Ok((_, list)) => list,
+            Err(e) => {
+                // Nothing can be released without the config; failing would fail this DEL
+                // for good, and the runtime could never remove the sandbox.
+                tracing::warn!("no record of the container and no default network to release it with: {e}");
+                return Ok(());
+            }
+        };
+        tracing::info!(network = %list.name, "no record of the container: running the default network's DEL");
+        let network = list.name.clone();
+        let delegate = default_delegate(list, &conf.runtime_config);
+        self.delegator.del(&delegate, &invocation(env, &env.ifname), None).await.map_err(|e| {
+            CniError::new(
+                e.cni_code(),
+                format!(
+                    "plexus has no record of container {}, so it ran the default network's DEL, which failed: \
+                     attachment {network}: {e}",
+                    env.container_id
+                ),
+            )
+            .with_details(network)
+        })
     }
 
     /// Detaches every attachment of the record in reverse order, going on past failures
@@ -419,7 +454,7 @@ impl Engine {
                 .await
                 .map_err(|e| attachment_error(&a.network, &e))?;
         }
-        check_default_route(&record, env).await
+        default_route::check(&record, env).await
     }
 
     async fn status(&self) -> Result<(), CniError> {
@@ -471,7 +506,7 @@ impl Engine {
                 failures.push(e.msg);
             }
         }
-        for (delegate, still_valid) in networks_in_use(&kept, self.current_default().await) {
+        for (delegate, still_valid) in networks_in_use(&kept, self.current_default().await, &valid) {
             if let Err(e) = self.delegator.gc(&delegate, &still_valid).await {
                 failures.push(format!("GC of network {}: {e}", delegate.list.name));
             }
@@ -501,24 +536,27 @@ impl Engine {
 }
 
 /// The delegate networks of the kept records (and the current default), each with the
-/// attachments of it that are still valid.
+/// attachments of it that are still valid. Every attachment the runtime lists is one of the
+/// current default network's, recorded or not: a pod attached by the default network before
+/// plexus's config existed has no record, and GC must not release its address.
 fn networks_in_use(
     kept: &[ContainerRecord],
     current_default: Option<DelegateConfig>,
+    listed: &HashSet<AttachmentKey>,
 ) -> Vec<(DelegateConfig, Vec<AttachmentKey>)> {
-    let mut by_name: BTreeMap<String, (DelegateConfig, Vec<AttachmentKey>)> = BTreeMap::new();
+    let mut by_name: BTreeMap<String, (DelegateConfig, BTreeSet<AttachmentKey>)> = BTreeMap::new();
     if let Some(d) = current_default {
-        by_name.insert(d.list.name.clone(), (d, Vec::new()));
+        by_name.insert(d.list.name.clone(), (d, listed.iter().cloned().collect()));
     }
     for r in kept {
         for a in &r.attachments {
             let entry = by_name
                 .entry(a.delegate.list.name.clone())
-                .or_insert_with(|| (a.delegate.clone(), Vec::new()));
-            entry.1.push(AttachmentKey { container_id: r.container_id.clone(), ifname: a.ifname.clone() });
+                .or_insert_with(|| (a.delegate.clone(), BTreeSet::new()));
+            entry.1.insert(AttachmentKey { container_id: r.container_id.clone(), ifname: a.ifname.clone() });
         }
     }
-    by_name.into_values().collect()
+    by_name.into_values().map(|(d, keys)| (d, keys.into_iter().collect())).collect()
 }
 
 /// Commands newer than the request's config version are refused, as libcni's skel does.
@@ -545,41 +583,6 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.map_err(|e| CniError::io(format!("agent task failed: {e}")))
 }
 
-/// The secondary attachment that takes the pod's default route, if any (spec 4.1.2.1.9).
-fn default_route_holder(record: &ContainerRecord) -> Option<(&AttachmentRecord, &[std::net::IpAddr])> {
-    record
-        .attachments
-        .iter()
-        .filter(|a| !a.is_default)
-        .find_map(|a| a.default_route.as_deref().map(|g| (a, g)))
-}
-
-async fn apply_default_route(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
-    let Some((holder, gateways)) = default_route_holder(record) else { return Ok(()) };
-    netns::replace_default_routes(std::path::Path::new(&env.netns), &holder.ifname, gateways).await.map_err(
-        |e| {
-            CniError::invalid_config(format!("setting the default route of network {}: {e}", holder.network))
-                .with_details(holder.network.clone())
-        },
-    )
-}
-
-async fn check_default_route(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
-    let Some((holder, gateways)) = default_route_holder(record) else { return Ok(()) };
-    let routes = netns::default_routes(std::path::Path::new(&env.netns))
-        .await
-        .map_err(|e| CniError::io(format!("reading the pod's routes: {e}")))?;
-    for gw in gateways {
-        if !routes.iter().any(|(ifname, g)| *ifname == holder.ifname && *g == Some(*gw)) {
-            return Err(CniError::invalid_config(format!(
-                "the default route via {gw} on {} (network {}) is missing",
-                holder.ifname, holder.network
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// The CNI type of a network's first plugin, for metrics.
 fn plugin_type(d: &DelegateConfig) -> &str {
     d.list.plugins.first().and_then(|p| p.get("type")).and_then(Value::as_str).unwrap_or("")
@@ -590,22 +593,27 @@ fn parsed_result(a: &AttachmentRecord) -> Option<CniResult> {
 }
 
 /// The network-status of a completed ADD (spec 5): one entry per attachment, the default
-/// network's marked `default: true`.
+/// network's marked `default: true`, each with the default routes it holds in the pod.
 pub fn network_statuses(record: &ContainerRecord) -> Vec<NetworkStatus> {
-    let holder = default_route_holder(record).map(|(a, _)| a.ifname.clone());
+    let taken = default_route::taken(record);
     record
         .attachments
         .iter()
         .map(|a| {
             let result = parsed_result(a);
-            let default_route: Option<Vec<std::net::IpAddr>> = if a.is_default {
-                // The default network keeps its gateways only when no selection took them.
-                match (&holder, &result) {
-                    (None, Some(r)) => Some(default_gateways(r)).filter(|g| !g.is_empty()),
-                    _ => None,
+            // A `default-route` selection's gateways are the routes plexus set; any other
+            // attachment keeps the default routes of its result that no selection took.
+            let (default_route, gateways): (Option<Vec<IpAddr>>, Vec<IpAddr>) = match &a.default_route {
+                Some(gws) if !a.is_default => (Some(gws.clone()), gws.clone()),
+                _ => {
+                    let kept = result
+                        .as_ref()
+                        .map(|r| default_gateways(&default_route::without_taken_defaults(r, taken)))
+                        .unwrap_or_default();
+                    // Spec 5.3.6.4 sets "default-route" for the selection that asked; plexus
+                    // also sets it on the default network's entry while it holds the route.
+                    (Some(kept.clone()).filter(|g| a.is_default && !g.is_empty()), kept)
                 }
-            } else {
-                a.default_route.clone()
             };
             network_status(StatusInput {
                 name: &a.network,
@@ -613,22 +621,135 @@ pub fn network_statuses(record: &ContainerRecord) -> Vec<NetworkStatus> {
                 result: result.as_ref(),
                 is_default: a.is_default,
                 default_route: default_route.as_deref(),
+                gateways: &gateways,
             })
         })
         .collect()
 }
 
 /// The ADD result plexus returns: the cluster default network's, in the request's version,
-/// which is what kubelet reads the pod IP from.
+/// which is what kubelet reads the pod IP from. It describes the pod: the default routes a
+/// `default-route` selection took from the default network are not in it.
 fn default_result(record: &ContainerRecord, version: &str) -> Result<Value, CniError> {
     let Some(default) = record.attachments.first() else { return Ok(json!({"cniVersion": version})) };
     let Some(result) = parsed_result(default) else {
         return Ok(json!({"cniVersion": version}));
     };
+    let result = default_route::without_taken_defaults(&result, default_route::taken(record));
     result.to_version(version).map_err(|e| {
         CniError::new(
             ErrorCode::IncompatibleVersion,
             format!("the default network's result cannot be expressed in cniVersion {version}: {e}"),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::config::NetworkConfigList;
+
+    fn attachment(
+        network: &str,
+        ifname: &str,
+        result: Value,
+        default_route: Option<&[&str]>,
+    ) -> AttachmentRecord {
+        let list = NetworkConfigList::parse(
+            &json!({"cniVersion": "1.0.0", "name": network, "type": "bridge"}).to_string(),
+            None,
+        )
+        .unwrap();
+        AttachmentRecord {
+            network: network.into(),
+            is_default: ifname == "eth0",
+            ifname: ifname.into(),
+            delegate: DelegateConfig { list, runtime_config: Default::default() },
+            result: Some(result),
+            default_route: default_route.map(|g| g.iter().map(|s| s.parse().unwrap()).collect()),
+        }
+    }
+
+    /// A dual-stack default network and a secondary whose selection takes `default_route`.
+    fn record(default_route: Option<&[&str]>) -> ContainerRecord {
+        let default = attachment(
+            "cluster",
+            "eth0",
+            json!({
+                "cniVersion": "1.0.0",
+                "interfaces": [{"name": "eth0", "sandbox": "/p"}],
+                "ips": [{"address": "10.88.0.5/24", "gateway": "10.88.0.1", "interface": 0},
+                        {"address": "fd00::5/64", "gateway": "fd00::1", "interface": 0}],
+                "routes": [{"dst": "0.0.0.0/0", "gw": "10.88.0.1"}, {"dst": "::/0", "gw": "fd00::1"},
+                           {"dst": "10.96.0.0/12"}]
+            }),
+            None,
+        );
+        let secondary = attachment(
+            "ns/blue",
+            "net1",
+            json!({
+                "cniVersion": "1.0.0",
+                "interfaces": [{"name": "net1", "sandbox": "/p"}],
+                "ips": [{"address": "10.10.2.5/24", "interface": 0}]
+            }),
+            default_route,
+        );
+        ContainerRecord {
+            container_id: "c1".into(),
+            ifname: "eth0".into(),
+            netns: "/p".into(),
+            cni_args: String::new(),
+            pod: None,
+            attachments: vec![default, secondary],
+            complete: true,
+        }
+    }
+
+    fn route_dsts(result: &Value) -> Vec<&str> {
+        result["routes"].as_array().unwrap().iter().map(|r| r["dst"].as_str().unwrap()).collect()
+    }
+
+    fn key(cid: &str, ifname: &str) -> AttachmentKey {
+        AttachmentKey { container_id: cid.into(), ifname: ifname.into() }
+    }
+
+    #[test]
+    fn gc_keeps_every_listed_attachment_of_the_default_network_recorded_or_not() {
+        let kept = record(None);
+        let default = kept.attachments[0].delegate.clone();
+        // c1 is recorded; c0 was attached before plexus's config existed.
+        let listed: HashSet<AttachmentKey> = [key("c0", "eth0"), key("c1", "eth0")].into();
+        let networks = networks_in_use(&[kept], Some(default), &listed);
+        let by_name: BTreeMap<&str, &Vec<AttachmentKey>> =
+            networks.iter().map(|(d, keys)| (d.list.name.as_str(), keys)).collect();
+        assert_eq!(by_name["cluster"], &vec![key("c0", "eth0"), key("c1", "eth0")]);
+        assert_eq!(by_name["ns/blue"], &vec![key("c1", "net1")]);
+    }
+
+    #[test]
+    fn the_result_drops_the_default_routes_a_selection_took_and_only_those() {
+        let all = default_result(&record(None), "1.0.0").unwrap();
+        assert_eq!(route_dsts(&all), ["0.0.0.0/0", "::/0", "10.96.0.0/12"]);
+        let v4 = default_result(&record(Some(&["10.10.2.1"])), "1.0.0").unwrap();
+        assert_eq!(route_dsts(&v4), ["::/0", "10.96.0.0/12"], "{v4:#}");
+        let both = default_result(&record(Some(&[])), "1.0.0").unwrap();
+        assert_eq!(route_dsts(&both), ["10.96.0.0/12"], "{both:#}");
+        // The addresses, which kubelet reads the pod IP from, stay.
+        assert_eq!(v4["ips"][0]["address"], "10.88.0.5/24");
+    }
+
+    #[test]
+    fn each_status_entry_lists_the_default_routes_its_attachment_holds() {
+        let st = network_statuses(&record(None));
+        assert_eq!(st[0].gateway, ["10.88.0.1", "fd00::1"]);
+        assert_eq!(st[0].default_route.as_deref(), Some(&["10.88.0.1".to_owned(), "fd00::1".to_owned()][..]));
+        assert!(st[1].gateway.is_empty() && st[1].default_route.is_none(), "{:?}", st[1]);
+
+        let st = network_statuses(&record(Some(&["10.10.2.1"])));
+        assert_eq!(st[0].gateway, ["fd00::1"], "the default network keeps its IPv6 default");
+        assert_eq!(st[1].gateway, ["10.10.2.1"]);
+        assert_eq!(st[1].default_route.as_deref(), Some(&["10.10.2.1".to_owned()][..]));
+        assert_eq!(st[0].ips, ["10.88.0.5", "fd00::5"]);
+    }
 }

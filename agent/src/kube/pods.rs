@@ -17,12 +17,15 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::catalog::PodInfo;
+use crate::engine::pod_uid::MIRROR_POD_ANNOTATION;
 use crate::metrics::metrics;
 use crate::spec::NETWORK_STATUS_ANNOTATION;
 
 /// Annotations plexus reads start with one of these. The network-status plexus writes is
 /// left out: it is the largest, and plexus never reads it back.
 const KEPT_ANNOTATION_PREFIXES: &[&str] = &["k8s.v1.cni.cncf.io/", "v1.multus-cni.io/"];
+/// Other annotations plexus reads: a static pod's mirror, exempt from the UID check.
+const KEPT_ANNOTATIONS: &[&str] = &[MIRROR_POD_ANNOTATION];
 
 /// The pod as plexus caches it, or `None` for an object without a name.
 pub fn pod_info(meta: &ObjectMeta) -> Option<PodInfo> {
@@ -32,8 +35,9 @@ pub fn pod_info(meta: &ObjectMeta) -> Option<PodInfo> {
         .iter()
         .flatten()
         .filter(|(k, _)| {
-            k.as_str() != NETWORK_STATUS_ANNOTATION
-                && KEPT_ANNOTATION_PREFIXES.iter().any(|p| k.starts_with(p))
+            KEPT_ANNOTATIONS.contains(&k.as_str())
+                || k.as_str() != NETWORK_STATUS_ANNOTATION
+                    && KEPT_ANNOTATION_PREFIXES.iter().any(|p| k.starts_with(p))
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
@@ -161,14 +165,20 @@ mod tests {
                 "k8s.v1.cni.cncf.io/networks": "net-a",
                 "k8s.v1.cni.cncf.io/network-status": "[...]",
                 "v1.multus-cni.io/default-network": "x",
-                "kubectl.kubernetes.io/last-applied-configuration": "{...}"
+                "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+                "kubernetes.io/config.mirror": "5e1f",
+                "kubernetes.io/config.source": "file"
             }),
         );
         let info = pod_info(&p.metadata).unwrap();
         assert_eq!(info.uid.as_deref(), Some("uid-a"));
         assert_eq!(
             info.annotations.keys().collect::<Vec<_>>(),
-            ["k8s.v1.cni.cncf.io/networks", "v1.multus-cni.io/default-network"]
+            [
+                "k8s.v1.cni.cncf.io/networks",
+                "kubernetes.io/config.mirror",
+                "v1.multus-cni.io/default-network"
+            ]
         );
     }
 

@@ -35,6 +35,11 @@ pub enum PlanError {
     NamespaceNotAllowed { pod_namespace: String, namespace: String, name: String },
     #[error("interface {ifname:?} requested for network {network} is already used by {holder}; choose another name")]
     InterfaceInUse { ifname: String, network: String, holder: String },
+    #[error(
+        "selections {first} and {second} both request MAC {mac}: two interfaces with one MAC address \
+         confuse every switch and bridge they share; give each selection its own \"mac\" or leave one out"
+    )]
+    DuplicateMac { mac: String, first: String, second: String },
 }
 
 /// A plan refused is a selection the user must change.
@@ -58,7 +63,9 @@ pub fn plan_attachments(
         vec![(default_ifname.to_owned(), "the cluster default network".into())];
     let mut next = 1usize;
     let mut planned = Vec::with_capacity(selections.len());
-    for sel in selections {
+    // (normalized MAC, the selection that requested it).
+    let mut macs: Vec<(String, String)> = Vec::new();
+    for (index, sel) in selections.iter().enumerate() {
         let namespace = sel.namespace_or(pod_namespace).to_owned();
         if namespace != pod_namespace && !allowed_namespaces.contains(&namespace) {
             return Err(PlanError::NamespaceNotAllowed {
@@ -68,6 +75,18 @@ pub fn plan_attachments(
             });
         }
         let network = format!("{namespace}/{}", sel.name);
+        if let Some(mac) = sel.mac.as_deref() {
+            let normalized = normalize_mac(mac);
+            let this = format!("{index} (network {network})");
+            if let Some((_, first)) = macs.iter().find(|(m, _)| *m == normalized) {
+                return Err(PlanError::DuplicateMac {
+                    mac: mac.to_owned(),
+                    first: first.clone(),
+                    second: this,
+                });
+            }
+            macs.push((normalized, this));
+        }
         let ifname = match sel.interface.as_deref() {
             Some(wanted) => {
                 if let Some((_, holder)) = used.iter().find(|(n, _)| n == wanted) {
@@ -91,6 +110,11 @@ pub fn plan_attachments(
         planned.push(PlannedAttachment { selection: sel.clone(), namespace, name: sel.name.clone(), ifname });
     }
     Ok(planned)
+}
+
+/// A MAC address as compared: lower case, without separators (`02-AB-..` is `02:ab:..`).
+fn normalize_mac(mac: &str) -> String {
+    mac.chars().filter(char::is_ascii_hexdigit).map(|c| c.to_ascii_lowercase()).collect()
 }
 
 #[cfg(test)]
@@ -135,6 +159,23 @@ mod tests {
         let p = plan("net-a,net-a").unwrap();
         assert_eq!(names(&p), ["net1", "net2"]);
         assert_eq!(p[0].status_name(), p[1].status_name());
+    }
+
+    #[test]
+    fn two_selections_with_one_mac_are_refused_naming_both() {
+        let err = plan(
+            r#"[{"name":"a","mac":"02:00:00:00:00:aa"},{"name":"b"},{"name":"a","mac":"02-00-00-00-00-AA"}]"#,
+        )
+        .unwrap_err();
+        assert!(matches!(err, PlanError::DuplicateMac { .. }), "{err:?}");
+        assert_eq!(err.cni_code(), ErrorCode::InvalidNetworkConfig);
+        let text = err.to_string();
+        for needle in ["selections 0 (network pod-ns/a) and 2 (network pod-ns/a)", "02-00-00-00-00-AA"] {
+            assert!(text.contains(needle), "{needle:?} missing from {text}");
+        }
+        // Different MACs, or one network twice without MACs, are fine.
+        plan(r#"[{"name":"a","mac":"02:00:00:00:00:01"},{"name":"a","mac":"02:00:00:00:00:02"}]"#).unwrap();
+        plan("a,a").unwrap();
     }
 
     #[test]

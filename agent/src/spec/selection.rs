@@ -104,8 +104,31 @@ fn invalid<T>(msg: impl Into<String>) -> Result<T, SelectionError> {
     Err(SelectionError(msg.into()))
 }
 
+/// The most selections one annotation may hold. Each selection is an interface in the pod,
+/// delegate plugins run one after another (tens of milliseconds each) and one network-status
+/// entry: 64 attachments take a few seconds to ADD, far within the runtime's timeout, and keep
+/// the status well below the API server's annotation size limit. Pods that need more than a
+/// handful of secondary interfaces (SR-IOV, DPDK) use a few dozen at most.
+pub const MAX_SELECTIONS: usize = 64;
+
+/// The longest annotation value read, in bytes: the API server's limit for all of a pod's
+/// annotations together (256 KiB). A longer value (only a standalone manifest can hold one)
+/// is refused before anything of it is parsed.
+pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+
 /// Parses the annotation value. Blank means no secondary networks.
+///
+/// The length and the number of selections are checked before any element is looked at,
+/// so a hostile value fails in time proportional to one scan of at most
+/// [`MAX_ANNOTATION_BYTES`].
 pub fn parse_selection(annotation: &str) -> Result<Vec<NetworkSelection>, SelectionError> {
+    if annotation.len() > MAX_ANNOTATION_BYTES {
+        return invalid(format!(
+            "the value is {} bytes long; plexus reads at most {MAX_ANNOTATION_BYTES} bytes (256 KiB, the API \
+             server's limit for all of a pod's annotations); select fewer networks",
+            annotation.len()
+        ));
+    }
     let text = annotation.trim();
     let selections = if text.is_empty() {
         Vec::new()
@@ -127,7 +150,18 @@ pub fn parse_selection(annotation: &str) -> Result<Vec<NetworkSelection>, Select
 
 /// `net-a,other-ns/net-b` (spec 4.1.1), with Multus's `name@ifname` shorthand.
 fn parse_comma_list(text: &str) -> Result<Vec<NetworkSelection>, SelectionError> {
+    check_count(text.bytes().filter(|&b| b == b',').count() + 1)?;
     text.split(',').enumerate().map(|(i, item)| parse_comma_item(i, item.trim())).collect()
+}
+
+fn check_count(count: usize) -> Result<(), SelectionError> {
+    if count > MAX_SELECTIONS {
+        return invalid(format!(
+            "it holds {count} selections; a pod may select at most {MAX_SELECTIONS} networks (MAX_SELECTIONS); \
+             select fewer"
+        ));
+    }
+    Ok(())
 }
 
 fn parse_comma_item(index: usize, item: &str) -> Result<NetworkSelection, SelectionError> {
@@ -161,6 +195,7 @@ fn parse_json_list(text: &str) -> Result<Vec<NetworkSelection>, SelectionError> 
         Err(e) => return invalid(format!("not valid JSON: {e}")),
     };
     let Value::Array(items) = value else { return invalid("the JSON format must be a list of objects") };
+    check_count(items.len())?;
     items.iter().enumerate().map(|(i, item)| parse_json_item(i, item)).collect()
 }
 
@@ -511,6 +546,44 @@ mod tests {
     #[test]
     fn an_empty_default_route_list_is_valid() {
         assert_eq!(one(r#"[{"name":"n","default-route":[]}]"#).unwrap().default_route, Some(vec![]));
+    }
+
+    #[test]
+    fn the_number_of_selections_is_bounded_in_both_formats() {
+        let at_limit = vec!["net-a"; MAX_SELECTIONS].join(",");
+        assert_eq!(parse_selection(&at_limit).unwrap().len(), MAX_SELECTIONS);
+        let over = vec!["net-a"; MAX_SELECTIONS + 1].join(",");
+        let err = parse_selection(&over).unwrap_err().to_string();
+        assert!(err.contains(&format!("{} selections", MAX_SELECTIONS + 1)), "{err}");
+        assert!(err.contains(&format!("at most {MAX_SELECTIONS} networks")), "{err}");
+
+        let many = vec!["net-a"; 10_000].join(",");
+        let err = parse_selection(&many).unwrap_err().to_string();
+        assert!(err.contains("10000 selections") && err.contains("at most 64"), "{err}");
+        let json = format!("[{}]", vec![r#"{"name":"net-a"}"#; 10_000].join(","));
+        let err = parse_selection(&json).unwrap_err().to_string();
+        assert!(err.contains("10000 selections") && err.contains("at most 64"), "{err}");
+    }
+
+    #[test]
+    fn the_count_is_checked_before_any_element() {
+        // Element 1 is invalid, but the count is what the user must fix first: it is
+        // reported without looking at elements.
+        let many = format!("net-a,BAD,{}", vec!["net-a"; 100].join(","));
+        assert!(parse_selection(&many).unwrap_err().to_string().contains("102 selections"));
+    }
+
+    #[test]
+    fn a_value_longer_than_the_api_servers_limit_is_refused_by_its_length() {
+        let huge = "a,".repeat(512 * 1024);
+        assert_eq!(huge.len(), 1024 * 1024);
+        let err = parse_selection(&huge).unwrap_err().to_string();
+        assert!(err.contains("1048576 bytes long") && err.contains("at most 262144 bytes"), "{err}");
+        let json = format!("[{}]", " ".repeat(MAX_ANNOTATION_BYTES));
+        assert!(parse_selection(&json).unwrap_err().to_string().contains("bytes long"));
+        // At the limit the value is parsed (blank padding around a short list).
+        let padded = format!("net-a{}", " ".repeat(MAX_ANNOTATION_BYTES - 5));
+        assert_eq!(parse_selection(&padded).unwrap().len(), 1);
     }
 
     #[test]

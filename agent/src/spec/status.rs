@@ -1,4 +1,9 @@
 //! The network-status annotation (spec 5) built from CNI results of any version.
+//!
+//! Written as the NetworkAttachmentDefinition client library writes it (its `NetworkStatus`
+//! type, which Multus uses and which KubeVirt and other readers parse): `ips` are bare
+//! addresses without prefix length, `gateway` lists the gateways of the attachment's default
+//! routes and `mtu` is the interface's, each when known.
 
 use std::net::IpAddr;
 
@@ -12,15 +17,21 @@ pub struct NetworkStatus {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
+    /// Bare addresses (`10.99.0.2`), as the client library writes them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ips: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
     #[serde(default, rename = "default-route", skip_serializing_if = "Option::is_none")]
     pub default_route: Option<Vec<String>>,
     pub default: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<DnsStatus>,
+    /// The gateways of the default routes this attachment holds in the pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateway: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +54,8 @@ pub struct StatusInput<'a> {
     pub is_default: bool,
     /// The gateways of the attachment's default route, when it has one.
     pub default_route: Option<&'a [IpAddr]>,
+    /// The gateways of the default routes the attachment holds in the pod.
+    pub gateways: &'a [IpAddr],
 }
 
 /// Builds one status map from the first sandbox interface of the result (spec 5.1.1).
@@ -51,6 +64,7 @@ pub fn network_status(input: StatusInput<'_>) -> NetworkStatus {
         name: input.name.to_owned(),
         default: input.is_default,
         default_route: input.default_route.map(|gws| gws.iter().map(ToString::to_string).collect()),
+        gateway: input.gateways.iter().map(ToString::to_string).collect(),
         ..Default::default()
     };
     let Some(result) = input.result else {
@@ -65,11 +79,12 @@ pub fn network_status(input: StatusInput<'_>) -> NetworkStatus {
             let iface = &result.interfaces[i];
             st.interface = Some(iface.name.clone());
             st.mac = iface.mac.clone().filter(|m| !m.is_empty());
+            st.mtu = iface.mtu.filter(|m| *m > 0);
             st.ips = result
                 .ips
                 .iter()
                 .filter(|ip| ip.interface == Some(i as i64))
-                .map(|ip| ip.address.to_string())
+                .map(|ip| ip.address.addr().to_string())
                 .collect();
         }
         _ => {
@@ -80,7 +95,7 @@ pub fn network_status(input: StatusInput<'_>) -> NetworkStatus {
                 .ips
                 .iter()
                 .filter(|ip| ip.interface.is_none_or(|idx| idx < 0))
-                .map(|ip| ip.address.to_string())
+                .map(|ip| ip.address.addr().to_string())
                 .collect();
         }
     }
@@ -127,7 +142,14 @@ mod tests {
     }
 
     fn input<'a>(r: Option<&'a CniResult>) -> StatusInput<'a> {
-        StatusInput { name: "ns/net", ifname: "net1", result: r, is_default: false, default_route: None }
+        StatusInput {
+            name: "ns/net",
+            ifname: "net1",
+            result: r,
+            is_default: false,
+            default_route: None,
+            gateways: &[],
+        }
     }
 
     #[test]
@@ -137,7 +159,7 @@ mod tests {
             "interfaces": [
                 {"name": "br0", "mac": "02:00:00:00:00:01"},
                 {"name": "veth1", "mac": "02:00:00:00:00:02"},
-                {"name": "net1", "mac": "02:00:00:00:00:03", "sandbox": "/var/run/netns/p"},
+                {"name": "net1", "mac": "02:00:00:00:00:03", "mtu": 1400, "sandbox": "/var/run/netns/p"},
                 {"name": "net9", "mac": "02:00:00:00:00:04", "sandbox": "/var/run/netns/p"}
             ],
             "ips": [
@@ -151,7 +173,8 @@ mod tests {
         let st = network_status(input(Some(&r)));
         assert_eq!(st.interface.as_deref(), Some("net1"));
         assert_eq!(st.mac.as_deref(), Some("02:00:00:00:00:03"));
-        assert_eq!(st.ips, ["10.0.0.5/24", "2001:db8::5/64"]);
+        assert_eq!(st.ips, ["10.0.0.5", "2001:db8::5"]);
+        assert_eq!(st.mtu, Some(1400));
         assert_eq!(st.dns.as_ref().unwrap().search, ["example.com"]);
     }
 
@@ -167,7 +190,7 @@ mod tests {
             ]
         }));
         let st = network_status(input(Some(&r)));
-        assert_eq!(st.ips, ["10.0.0.7/24", "10.0.0.8/24"]);
+        assert_eq!(st.ips, ["10.0.0.7", "10.0.0.8"]);
         assert_eq!(st.interface.as_deref(), Some("net1"));
         assert_eq!(st.mac, None);
     }
@@ -181,7 +204,7 @@ mod tests {
         }));
         let st = network_status(input(Some(&r)));
         assert_eq!(st.interface.as_deref(), Some("net1"));
-        assert_eq!(st.ips, ["10.1.0.5/16", "2001:db8::5/64"]);
+        assert_eq!(st.ips, ["10.1.0.5", "2001:db8::5"]);
         assert_eq!(st.mac, None);
     }
 
@@ -191,6 +214,26 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&st).unwrap(),
             json!({"name":"ns/net","interface":"net1","default":false})
+        );
+    }
+
+    /// The shape the NetworkAttachmentDefinition client library's `NetworkStatus` writes and
+    /// parses: bare `ips`, `mtu` a number, `gateway` a list of bare addresses.
+    #[test]
+    fn the_entry_is_what_the_client_library_writes() {
+        let r = result(json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:03", "mtu": 9000, "sandbox": "/p"}],
+            "ips": [{"address": "10.99.0.2/24", "interface": 0, "gateway": "10.99.0.1"}]
+        }));
+        let gw: [IpAddr; 1] = ["10.99.0.1".parse().unwrap()];
+        let st = network_status(StatusInput { gateways: &gw, ..input(Some(&r)) });
+        assert_eq!(
+            serde_json::to_value(&st).unwrap(),
+            json!({
+                "name": "ns/net", "interface": "net1", "ips": ["10.99.0.2"], "mac": "02:00:00:00:00:03",
+                "mtu": 9000, "default": false, "gateway": ["10.99.0.1"]
+            })
         );
     }
 

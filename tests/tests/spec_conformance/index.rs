@@ -195,6 +195,11 @@ pub const INDEX: &[(&str, &str, &str)] = &[
         "kernel_spec_5_3_3_status_ips_are_pod_addresses",
     ),
     (
+        "5.3.3",
+        "\"ips\" as readers parse them: bare addresses, with \"mtu\" and \"gateway\" (the client library's NetworkStatus)",
+        "kernel_spec_5_3_3_status_is_what_the_client_library_writes",
+    ),
+    (
         "5.3.4",
         "\"mac\" shall be the interface's address; \"mac\" needs \"interface\"",
         "kernel_spec_5_3_4_status_mac_is_the_interface_address",

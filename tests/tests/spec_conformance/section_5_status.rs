@@ -13,6 +13,12 @@ fn blue_dns() -> Value {
     json!({"nameservers": ["10.10.1.53"], "domain": "blue.example", "search": ["blue.example", "example"]})
 }
 
+/// The addresses of a pod's interface as network-status lists them: bare, without prefix
+/// length, as the NetworkAttachmentDefinition client library (and Multus) write them.
+fn bare_addresses(pod: &Netns, ifname: &str) -> Value {
+    json!(pod.addresses(ifname).iter().map(|a| a.split('/').next().unwrap_or(a)).collect::<Vec<_>>())
+}
+
 /// A pod with the default network and two selected ones, for the status tests.
 struct StatusPod {
     w: World,
@@ -62,7 +68,7 @@ fn kernel_spec_5_1_1_status_from_first_sandbox_interface() {
     let blue = &p.st[1];
     assert_eq!(blue["interface"], "net1");
     assert_eq!(blue["mac"], mac_of(&p.pod, "net1"));
-    assert_eq!(blue["ips"], json!(p.pod.addresses("net1")));
+    assert_eq!(blue["ips"], bare_addresses(&p.pod, "net1"));
     p.finish();
 
     let result = CniResult::parse(
@@ -89,10 +95,11 @@ fn kernel_spec_5_1_1_status_from_first_sandbox_interface() {
         result: Some(&result),
         is_default: false,
         default_route: None,
+        gateways: &[],
     });
     assert_eq!(
         (st.interface.as_deref(), st.mac.as_deref(), st.ips.as_slice()),
-        (Some("net1"), Some("02:00:00:00:00:03"), ["10.0.0.5/24".to_owned()].as_slice())
+        (Some("net1"), Some("02:00:00:00:00:03"), ["10.0.0.5".to_owned()].as_slice())
     );
 }
 
@@ -103,15 +110,17 @@ fn kernel_spec_5_2_default_network_entry() {
     assert_eq!(defaults.len(), 1, "{:?}", p.st);
     assert_eq!(defaults[0]["name"], "cluster");
     assert_eq!(defaults[0]["interface"], "eth0");
-    assert_eq!(defaults[0]["ips"], json!(p.pod.addresses("eth0")));
+    assert_eq!(defaults[0]["ips"], bare_addresses(&p.pod, "eth0"));
     p.finish();
 }
 
-/// Every status key is one the spec defines, or a reverse domain name.
+/// Every status key is one the spec defines, one of the NetworkAttachmentDefinition client
+/// library's `NetworkStatus` type (`mtu`, `gateway`: what Multus writes and readers parse),
+/// or a reverse domain name.
 #[test]
 fn kernel_spec_5_3_status_keys_are_standard() {
     let p = StatusPod::new(r#"[{"name": "blue", "default-route": ["10.10.1.1"]}, {"name": "red"}]"#);
-    let defined = ["name", "interface", "ips", "mac", "default", "dns", "default-route"];
+    let defined = ["name", "interface", "ips", "mac", "default", "dns", "default-route", "mtu", "gateway"];
     for s in &p.st {
         for key in s.as_object().unwrap().keys() {
             assert!(defined.contains(&key.as_str()) || key.contains('.'), "key {key:?} in {s}");
@@ -151,10 +160,10 @@ fn kernel_spec_5_3_3_status_ips_are_pod_addresses() {
     let p = StatusPod::new("blue,red");
     for s in &p.st {
         let ifname = s["interface"].as_str().unwrap();
-        assert_eq!(s["ips"], json!(p.pod.addresses(ifname)), "{s}");
+        assert_eq!(s["ips"], bare_addresses(&p.pod, ifname), "{s}");
     }
     // Not the bridge's (gateway) address the bridge plugin also reports.
-    assert!(!p.st[1]["ips"].to_string().contains("10.10.1.1/"), "{}", p.st[1]);
+    assert!(!p.st[1]["ips"].as_array().unwrap().contains(&json!("10.10.1.1")), "{}", p.st[1]);
     p.finish();
 }
 
@@ -193,5 +202,32 @@ fn kernel_spec_5_3_6_4_status_default_route() {
     assert!(p.st[2].get("default-route").is_none(), "{}", p.st[2]);
     assert!(p.st[0].get("default-route").is_none(), "the default network's is cleared: {}", p.st[0]);
     assert_eq!(p.pod.default_routes(), ["net1 10.10.1.1"]);
+    // The client library's "gateway" says the same: the default route's gateway, where it is.
+    assert_eq!(p.st[1]["gateway"], json!(["10.10.1.1"]));
+    assert!(p.st[0].get("gateway").is_none() && p.st[2].get("gateway").is_none(), "{:?}", p.st);
+    p.finish();
+}
+
+/// What readers of network-status parse (the NetworkAttachmentDefinition client library's
+/// `NetworkStatus`, KubeVirt): `ips` plain addresses, `mtu` a number, `gateway` plain
+/// addresses. The spec's own example (5.4) shows prefix lengths; plexus writes what the
+/// readers and Multus use.
+#[test]
+fn kernel_spec_5_3_3_status_is_what_the_client_library_writes() {
+    let p = StatusPod::new("blue,red");
+    for s in &p.st {
+        for ip in s["ips"].as_array().expect("ips") {
+            let text = ip.as_str().expect("a string");
+            assert!(text.parse::<std::net::IpAddr>().is_ok(), "{text:?} is not a plain IP address: {s}");
+        }
+        let ifname = s["interface"].as_str().unwrap();
+        let link_mtu = p.pod.links().into_iter().find(|l| l["ifname"] == ifname).unwrap()["mtu"].clone();
+        if let Some(mtu) = s.get("mtu") {
+            assert_eq!(*mtu, link_mtu, "{s}");
+        }
+        for gw in s.get("gateway").and_then(Value::as_array).into_iter().flatten() {
+            assert!(gw.as_str().is_some_and(|g| g.parse::<std::net::IpAddr>().is_ok()), "{s}");
+        }
+    }
     p.finish();
 }

@@ -1,0 +1,138 @@
+//! A `default-route` selection (spec 4.1.2.1.9): which attachment holds the pod's default
+//! route, setting and checking it in the pod, and what it changes in what plexus reports.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use crate::cni::result::CniResult;
+use crate::cni::CniError;
+use crate::netns;
+use crate::state::{AttachmentRecord, ContainerRecord};
+
+use super::request::CniEnv;
+
+/// The secondary attachment that takes the pod's default route, if any, with its gateways.
+pub fn holder(record: &ContainerRecord) -> Option<(&AttachmentRecord, &[IpAddr])> {
+    record
+        .attachments
+        .iter()
+        .filter(|a| !a.is_default)
+        .find_map(|a| a.default_route.as_deref().map(|g| (a, g)))
+}
+
+/// The address families whose default routes an attachment with these gateways takes over,
+/// as the pod's routes are replaced: those of its gateways, or both for an empty list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Families {
+    pub v4: bool,
+    pub v6: bool,
+}
+
+impl Families {
+    pub const NONE: Families = Families { v4: false, v6: false };
+
+    pub fn taken_by(gateways: &[IpAddr]) -> Families {
+        if gateways.is_empty() {
+            return Families { v4: true, v6: true };
+        }
+        Families { v4: gateways.iter().any(IpAddr::is_ipv4), v6: gateways.iter().any(IpAddr::is_ipv6) }
+    }
+
+    fn contains_v4(self, v4: bool) -> bool {
+        if v4 {
+            self.v4
+        } else {
+            self.v6
+        }
+    }
+}
+
+/// The families the holder of the record takes from the default network.
+pub fn taken(record: &ContainerRecord) -> Families {
+    holder(record).map_or(Families::NONE, |(_, gateways)| Families::taken_by(gateways))
+}
+
+/// The default network's result as the pod is: without the default routes of the families
+/// another attachment took. Other routes and the other family's default stay.
+pub fn without_taken_defaults(result: &CniResult, taken: Families) -> CniResult {
+    let mut out = result.clone();
+    out.routes.retain(|r| r.dst.prefix_len() != 0 || !taken.contains_v4(r.dst.addr().is_ipv4()));
+    out
+}
+
+pub async fn apply(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
+    let Some((holder, gateways)) = holder(record) else { return Ok(()) };
+    netns::replace_default_routes(Path::new(&env.netns), &holder.ifname, gateways).await.map_err(|e| {
+        CniError::invalid_config(format!("setting the default route of network {}: {e}", holder.network))
+            .with_details(holder.network.clone())
+    })
+}
+
+pub async fn check(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
+    let Some((holder, gateways)) = holder(record) else { return Ok(()) };
+    let routes = netns::default_routes(Path::new(&env.netns))
+        .await
+        .map_err(|e| CniError::io(format!("reading the pod's routes: {e}")))?;
+    for gw in gateways {
+        if !routes.iter().any(|(ifname, g)| *ifname == holder.ifname && *g == Some(*gw)) {
+            return Err(CniError::invalid_config(format!(
+                "the default route via {gw} on {} (network {}) is missing",
+                holder.ifname, holder.network
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn dual_stack() -> CniResult {
+        CniResult::parse(
+            &json!({
+                "cniVersion": "1.0.0",
+                "ips": [{"address": "10.88.0.5/24", "gateway": "10.88.0.1"}, {"address": "fd00::5/64"}],
+                "routes": [
+                    {"dst": "0.0.0.0/0", "gw": "10.88.0.1"},
+                    {"dst": "::/0", "gw": "fd00::1"},
+                    {"dst": "10.96.0.0/12", "gw": "10.88.0.1"}
+                ]
+            }),
+            "1.0.0",
+        )
+        .unwrap()
+    }
+
+    fn dsts(r: &CniResult) -> Vec<String> {
+        r.routes.iter().map(|r| r.dst.to_string()).collect()
+    }
+
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn families_follow_the_gateways_and_an_empty_list_takes_both() {
+        assert_eq!(Families::taken_by(&ips(&["10.0.0.1"])), Families { v4: true, v6: false });
+        assert_eq!(Families::taken_by(&ips(&["fd01::1"])), Families { v4: false, v6: true });
+        assert_eq!(Families::taken_by(&ips(&["10.0.0.1", "fd01::1"])), Families { v4: true, v6: true });
+        assert_eq!(Families::taken_by(&[]), Families { v4: true, v6: true });
+    }
+
+    #[test]
+    fn only_the_default_routes_of_the_families_taken_leave_the_result() {
+        let r = dual_stack();
+        assert_eq!(
+            dsts(&without_taken_defaults(&r, Families::taken_by(&ips(&["10.10.2.1"])))),
+            ["::/0", "10.96.0.0/12"]
+        );
+        assert_eq!(
+            dsts(&without_taken_defaults(&r, Families::taken_by(&ips(&["fd01::1"])))),
+            ["0.0.0.0/0", "10.96.0.0/12"]
+        );
+        assert_eq!(dsts(&without_taken_defaults(&r, Families::taken_by(&[]))), ["10.96.0.0/12"]);
+        assert_eq!(without_taken_defaults(&r, Families::NONE), r);
+    }
+}
