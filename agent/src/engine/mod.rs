@@ -703,6 +703,7 @@ mod tests {
             pod: None,
             attachments: vec![default, secondary],
             complete: true,
+            unconfirmed_del_failures: 0,
         }
     }
 
