@@ -26,7 +26,7 @@ pub struct Attachment<'a> {
 pub struct Refusal {
     pub namespace: String,
     pub network: String,
-    pub reason: Reason,
+    pub reason: Box<Reason>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,8 +137,11 @@ pub fn plugin_types(config: &Value) -> Vec<&str> {
 
 /// Checks one attachment against the policy.
 pub fn evaluate(policy: &Policy, a: Attachment<'_>, host: &dyn HostLookup) -> Result<(), Refusal> {
-    let refuse =
-        |reason| Refusal { namespace: a.namespace.to_owned(), network: a.network.to_owned(), reason };
+    let refuse = |reason| Refusal {
+        namespace: a.namespace.to_owned(),
+        network: a.network.to_owned(),
+        reason: Box::new(reason),
+    };
     if !policy.invalid().is_empty() {
         return Err(refuse(Reason::InvalidPolicy { objects: policy.invalid().to_vec() }));
     }
@@ -299,7 +302,7 @@ rules:
                 "add it to the rule's plugins",
             ],
         );
-        assert!(matches!(r.reason, Reason::PluginType { ref plugin, .. } if plugin == "macvlan"));
+        assert!(matches!(*r.reason, Reason::PluginType { ref plugin, .. } if plugin == "macvlan"));
     }
 
     #[test]
@@ -382,7 +385,7 @@ rules:
         ];
         for (ns, config, what, allowed) in cases {
             let r = refused(&p, ns, config, &[what, allowed, "namespace", "rule"]);
-            assert!(matches!(r.reason, Reason::Interface { .. }), "{r:?}");
+            assert!(matches!(*r.reason, Reason::Interface { .. }), "{r:?}");
         }
     }
 

@@ -37,7 +37,7 @@ pub enum PolicyFileError {
     )]
     Empty { path: PathBuf },
     #[error("the network attachment policy {path}: {source}")]
-    Invalid { path: PathBuf, source: PolicyError },
+    Invalid { path: PathBuf, source: Box<PolicyError> },
 }
 
 /// The policy objects of a file's text, in file order (the first is the oldest).
@@ -69,7 +69,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<PolicySource>, PolicyFileErr
             .filter(|n| !n.is_empty())
             .ok_or_else(|| object("metadata.name is missing".into()))?;
         let source = PolicySource::from_spec(name, doc.get("spec").unwrap_or(&Value::Null))
-            .map_err(|source| PolicyFileError::Invalid { path: path.to_owned(), source })?;
+            .map_err(|source| PolicyFileError::Invalid { path: path.to_owned(), source: Box::new(source) })?;
         out.push(source);
     }
     if out.is_empty() {
@@ -88,7 +88,7 @@ pub fn load(path: &Path) -> Result<Policy, PolicyFileError> {
 fn compile(path: &Path, text: &str) -> Result<Policy, PolicyFileError> {
     let sources = parse(path, text)?;
     let policy = Policy::compile(&sources)
-        .map_err(|source| PolicyFileError::Invalid { path: path.to_owned(), source })?;
+        .map_err(|source| PolicyFileError::Invalid { path: path.to_owned(), source: Box::new(source) })?;
     for c in policy.conflicts() {
         tracing::warn!(file = %path.display(), "network attachment policy: {c}");
     }
