@@ -106,7 +106,10 @@ fn policy(opts: &AgentOptions, client: Option<kube::Client>) -> anyhow::Result<P
             tokio::spawn(watch);
             handle
         }
-        None => PolicyHandle::unrestricted(),
+        None => {
+            tracing::info!("no network attachment policy (--nad-policy): every network is allowed");
+            PolicyHandle::unrestricted()
+        }
     })
 }
 

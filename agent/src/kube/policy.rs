@@ -182,6 +182,7 @@ async fn watch(client: Client, handle: PolicyHandle) {
     let stream = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
+        // Whether the objects changed; a new problem is logged once.
         let changed = match event {
             Ok(Event::Init) => {
                 init.clear();
@@ -193,14 +194,17 @@ async fn watch(client: Client, handle: PolicyHandle) {
             }
             Ok(Event::InitDone) => {
                 merger.replace(std::mem::take(&mut init));
+                reported = None;
                 true
             }
             Ok(Event::Apply(o)) => {
                 merger.apply(o);
+                reported = None;
                 true
             }
             Ok(Event::Delete(o)) => {
                 merger.delete(&o);
+                reported = None;
                 true
             }
             // Not served: the CRD is not installed, so no object can exist.
@@ -212,8 +216,10 @@ async fn watch(client: Client, handle: PolicyHandle) {
                     );
                     reported = Some("404".into());
                 }
+                // Changed unless it already was "no policy" (the retries of a missing CRD).
+                let unchanged = merger.is_empty() && handle.is_loaded();
                 merger.replace(Vec::new());
-                true
+                !unchanged
             }
             Err(e) => {
                 metrics().watch_errors("NetworkAttachmentPolicies");
@@ -229,9 +235,6 @@ async fn watch(client: Client, handle: PolicyHandle) {
             }
         };
         if changed {
-            if reported.as_deref() != Some("404") {
-                reported = None;
-            }
             let state = merger.policy();
             metrics().set_cached("networkattachmentpolicies", merger.len());
             match &state {

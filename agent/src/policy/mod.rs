@@ -116,9 +116,9 @@ impl PolicyHandle {
             PolicyState::Active(p) => p,
         };
         let checked = evaluate(&policy, Attachment { namespace, network, config }, self.host.as_ref());
-        if let Err(refusal) = &checked {
+        // The refusal is logged with the request's failure, once.
+        if checked.is_err() {
             crate::metrics::metrics().policy_refusal();
-            tracing::warn!(network, namespace, "{refusal}");
         }
         Ok(checked?)
     }
