@@ -152,6 +152,15 @@ async fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// The value of a metric line (`name{labels} value`) of the agent's metrics (process-wide:
+/// other tests of this binary add to them, so only "at least" can be asserted).
+fn metric(line_start: &str) -> f64 {
+    let text = plexus_agent::metrics::encode();
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no metric {line_start} in:\n{text}"))
+}
+
 fn macvlan(name: &str, master: &str) -> String {
     json!({"cniVersion": "1.0.0", "name": name, "type": "macvlan", "master": master}).to_string()
 }
@@ -196,6 +205,7 @@ async fn a_policy_object_refuses_a_nad_on_another_master_with_an_event_and_follo
         assert!(msg.contains(needle), "{needle:?} not in {msg}");
     }
     assert_eq!(details, "pod ns1/bad");
+    assert!(metric("plexus_network_policy_refusals_total") >= 1.0);
     assert_eq!(h.fake.adds.load(Ordering::SeqCst), 2, "nothing attached for the refused pod");
     eventually("the NetworkRefused event", Duration::from_secs(10), || {
         !h.events("bad", "NetworkRefused").is_empty()
@@ -245,6 +255,7 @@ async fn an_invalid_object_refuses_everything_and_an_unserved_resource_allows_ev
     let (code, msg, _) = cni_error(&h.add("ns1", "p", "c1").await);
     assert_eq!(code, 7);
     assert!(msg.contains("NetworkAttachmentPolicy broken is invalid"), "{msg}");
+    assert!(metric(r#"plexus_network_policy_loads_total{result="invalid"}"#) >= 1.0);
 
     // Not served (the CRD is not installed): no policy.
     let server =
