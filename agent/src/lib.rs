@@ -6,7 +6,7 @@
 //! [`kube`] on a cluster) →
 //! [`delegate`] (exec of CNI plugins), [`native`] (plugins over [`netlink`]) and [`netns`] (the
 //! default-route selection inside the pod) → [`state`]
-//! (durable record of every attachment).
+//! (durable record of every attachment). [`policy`] says which networks each namespace may use.
 
 pub mod catalog;
 pub mod cni;
@@ -22,6 +22,7 @@ pub mod native;
 pub mod netlink;
 pub mod netns;
 pub mod options;
+pub mod policy;
 pub mod readiness;
 pub mod server;
 pub mod spec;

@@ -22,6 +22,7 @@ use plexus_agent::options::{
     AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, DoctorOptions,
     FlowsOptions, ListOptions, PortmapCommand,
 };
+use plexus_agent::policy::{self, PolicyHandle};
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
 use plexus_agent::state::StateStore;
@@ -63,7 +64,9 @@ fn main() -> anyhow::Result<()> {
 /// Whether the catalog holds its initial state (always, for local files).
 type SyncedCheck = Arc<dyn Fn() -> bool + Send + Sync>;
 
-async fn catalog(opts: &AgentOptions) -> anyhow::Result<(Arc<dyn Catalog>, SyncedCheck)> {
+async fn catalog(
+    opts: &AgentOptions,
+) -> anyhow::Result<(Arc<dyn Catalog>, SyncedCheck, Option<kube::Client>)> {
     match opts.catalog {
         CatalogSource::Files => {
             let files = FileCatalog {
@@ -71,7 +74,7 @@ async fn catalog(opts: &AgentOptions) -> anyhow::Result<(Arc<dyn Catalog>, Synce
                 pod_dirs: opts.pod_dirs.clone(),
                 report_dir: opts.state_dir.join("pods"),
             };
-            Ok((Arc::new(files), Arc::new(|| true)))
+            Ok((Arc::new(files), Arc::new(|| true), None))
         }
         CatalogSource::Kube => {
             let node = opts.node_name.clone().filter(|n| !n.is_empty()).context(
@@ -82,15 +85,40 @@ async fn catalog(opts: &AgentOptions) -> anyhow::Result<(Arc<dyn Catalog>, Synce
                 None => ClientSource::InCluster,
             };
             let client = build_client(&source).await?;
-            let kube = Arc::new(KubeCatalog::start(client, KubeCatalogConfig::new(node)));
+            let kube = Arc::new(KubeCatalog::start(client.clone(), KubeCatalogConfig::new(node)));
             let synced = kube.clone();
-            Ok((kube, Arc::new(move || synced.is_synced())))
+            Ok((kube, Arc::new(move || synced.is_synced()), Some(client)))
         }
     }
 }
 
+/// The network attachment policy: the file of --nad-policy, else the cluster's objects in
+/// Kubernetes mode, else none.
+fn policy(opts: &AgentOptions, client: Option<kube::Client>) -> anyhow::Result<PolicyHandle> {
+    let host = Arc::new(policy::host::Sysfs::default());
+    if let Some(path) = &opts.nad_policy {
+        let (handle, follow) = policy::file::start(path.clone(), host)?;
+        tokio::spawn(follow);
+        return Ok(handle);
+    }
+    Ok(match client {
+        Some(client) => {
+            let (handle, watch) = plexus_agent::kube::policy::start(client, host);
+            tokio::spawn(watch);
+            handle
+        }
+        None => {
+            tracing::info!("no network attachment policy (--nad-policy): every network is allowed");
+            PolicyHandle::unrestricted()
+        }
+    })
+}
+
 async fn run(opts: AgentOptions) -> anyhow::Result<()> {
-    let (catalog, synced) = catalog(&opts).await?;
+    let (catalog, catalog_synced, client) = catalog(&opts).await?;
+    let policy = policy(&opts, client)?;
+    let policy_loaded = policy.clone();
+    let synced: SyncedCheck = Arc::new(move || catalog_synced() && policy_loaded.is_loaded());
     if let Some(addr) = opts.metrics_socket_addr()? {
         let listener =
             metrics::bind(addr).await.with_context(|| format!("binding the metrics address {addr}"))?;
@@ -100,7 +128,8 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             if synced() {
                 Ok(())
             } else {
-                Err("the catalog has not received the API server's initial state yet".into())
+                Err("the catalog or the network attachment policy has not received the API server's initial state yet"
+                    .into())
             }
         });
         tokio::spawn(async move {
@@ -136,17 +165,20 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         let capabilities = vec![("portMappings", portmap), ("bandwidth", bandwidth)];
         natives.register(native::macvlan::TYPE, Arc::new(WithCapabilities::new(macvlan, capabilities)));
     }
-    let engine = Arc::new(Engine::new(
-        EngineConfig {
-            default_network_dir: opts.default_network_dir.clone(),
-            network_conf_dirs: opts.network_conf_dirs.clone(),
-            allowed_namespaces: opts.allowed_namespaces.clone(),
-            strict_annotations: opts.strict_annotations,
-        },
-        catalog,
-        Delegator { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout(), natives },
-        StateStore::new(&opts.state_dir),
-    ));
+    let engine = Arc::new(
+        Engine::new(
+            EngineConfig {
+                default_network_dir: opts.default_network_dir.clone(),
+                network_conf_dirs: opts.network_conf_dirs.clone(),
+                allowed_namespaces: opts.allowed_namespaces.clone(),
+                strict_annotations: opts.strict_annotations,
+            },
+            catalog,
+            Delegator { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout(), natives },
+            StateStore::new(&opts.state_dir),
+        )
+        .with_policy(policy),
+    );
     let listener = server::bind(&opts.socket)?;
     if let Some(dir) = &opts.runtime_conf_dir {
         let readiness = Readiness {

@@ -124,6 +124,8 @@ pub struct Metrics {
     portmap_flows_created: Counter,
     portmap_flows_removed: Counter,
     portmap_translations: Family<DirectionLabels, Counter>,
+    policy_loads: Family<ResultLabels, Counter>,
+    policy_refusals: Counter,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -145,6 +147,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     portmap_flows_created: Counter::default(),
     portmap_flows_removed: Counter::default(),
     portmap_translations: Family::default(),
+    policy_loads: Family::default(),
+    policy_refusals: Counter::default(),
 });
 
 /// The agent's metrics.
@@ -259,6 +263,17 @@ impl Metrics {
         }
     }
 
+    /// A version of the network attachment policy read: `ok`, or `invalid` (the last valid
+    /// version stays in force).
+    pub fn policy_load(&self, result: &str) {
+        self.policy_loads.get_or_create(&ResultLabels { result: result.into() }).inc();
+    }
+
+    /// An attachment the network attachment policy refused.
+    pub fn policy_refusal(&self) {
+        self.policy_refusals.inc();
+    }
+
     /// ADDs holding a slot right now.
     pub fn adds_in_flight(&self) -> i64 {
         self.adds_in_flight.get()
@@ -342,6 +357,16 @@ pub fn registry() -> Registry {
         "plexus_portmap_translations",
         "Packets translated by the port mapping programs, by direction (forward, reverse, icmp)",
         m.portmap_translations.clone(),
+    );
+    r.register(
+        "plexus_network_policy_loads",
+        "Versions of the network attachment policy read, by result (ok, invalid: the last valid one stays)",
+        m.policy_loads.clone(),
+    );
+    r.register(
+        "plexus_network_policy_refusals",
+        "Attachments refused by the network attachment policy",
+        m.policy_refusals.clone(),
     );
     r
 }

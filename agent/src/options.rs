@@ -311,6 +311,14 @@ pub struct AgentOptions {
     #[arg(long)]
     pub strict_annotations: bool,
 
+    /// The network attachment policy: a file of NetworkAttachmentPolicy objects saying which
+    /// plugin types and node interfaces each namespace's networks may use (docs/policy.md).
+    /// Read at start (an invalid file stops the agent) and again whenever it changes (an invalid
+    /// new version keeps the last valid one). Unset: with --catalog kube, the cluster's
+    /// NetworkAttachmentPolicy objects; otherwise none, and every network is allowed.
+    #[arg(long, env = "PLEXUS_NAD_POLICY", value_name = "FILE")]
+    pub nad_policy: Option<PathBuf>,
+
     /// Time limit of one delegate plugin execution, in seconds.
     #[arg(long, default_value_t = 60)]
     pub delegate_timeout_secs: u64,

@@ -77,7 +77,7 @@ fn every_manifest_is_listed_by_the_kustomization_and_has_a_known_kind() {
 
 #[test]
 fn the_crd_is_what_the_agent_watches() {
-    let crd = one("CustomResourceDefinition");
+    let crd = crd_of(nad::GROUP);
     assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
     let spec = &crd["spec"];
     assert_eq!(crd["metadata"]["name"], format!("{}.{}", nad::PLURAL, nad::GROUP));
@@ -96,6 +96,60 @@ fn the_crd_is_what_the_agent_watches() {
         assert!(prop["type"].is_string(), "{name} has no type");
     }
     assert_eq!(schema["properties"]["spec"]["properties"]["config"]["type"], "string");
+}
+
+/// The CustomResourceDefinition of an API group.
+fn crd_of(group: &str) -> Value {
+    let found: Vec<Value> = objects()
+        .into_iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition" && o["spec"]["group"] == group)
+        .collect();
+    assert_eq!(found.len(), 1, "exactly one CustomResourceDefinition of {group} in deploy/");
+    found.into_iter().next().unwrap()
+}
+
+#[test]
+fn the_policy_crd_is_what_the_agent_watches_and_reads() {
+    use plexus_agent::kube::policy::PLURAL;
+    use plexus_agent::policy::model::{PolicySpec, GROUP, KIND, VERSION};
+    let crd = crd_of(GROUP);
+    assert_eq!(crd["metadata"]["name"], format!("{PLURAL}.{GROUP}"));
+    let spec = &crd["spec"];
+    assert_eq!((spec["scope"].as_str(), spec["names"]["plural"].as_str()), (Some("Cluster"), Some(PLURAL)));
+    assert_eq!(spec["names"]["kind"], KIND);
+    let versions = spec["versions"].as_array().expect("versions");
+    assert_eq!(versions.len(), 1);
+    assert_eq!(versions[0]["name"], VERSION);
+    // Every field of the schema is one the agent reads, and the other way round: a spec
+    // using each of them is accepted (the agent refuses unknown fields).
+    let rule =
+        &versions[0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["rules"]["items"];
+    let mut example = serde_json::Map::new();
+    for (field, prop) in rule["properties"].as_object().expect("rule properties") {
+        let value = match prop["type"].as_str() {
+            Some("string") => Value::from("x"),
+            Some("array") => Value::from(vec!["x"]),
+            Some("object") => Value::Object(
+                prop["properties"]
+                    .as_object()
+                    .expect("interfaces properties")
+                    .keys()
+                    .map(|k| (k.clone(), Value::from(vec!["eth1"])))
+                    .collect(),
+            ),
+            other => panic!("{field}: type {other:?}"),
+        };
+        example.insert(field.clone(), value);
+    }
+    let spec: PolicySpec = serde_json::from_value(serde_json::json!({"rules": [example]}))
+        .expect("the agent reads every field of the CRD's schema");
+    let round_trip = serde_json::to_value(&spec).expect("spec");
+    assert_eq!(round_trip["rules"][0].as_object().map(|o| o.len()), Some(example.len()));
+    assert_eq!(
+        round_trip["rules"][0]["interfaces"].as_object().map(|o| o.len()),
+        example["interfaces"].as_object().map(|o| o.len()),
+        "the schema lists every interface kind the agent knows"
+    );
 }
 
 #[test]

@@ -23,6 +23,7 @@ use crate::cni::AttachmentKey;
 use crate::cni::Command;
 use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
 use crate::delegate::{DelegateError, Delegator, InvocationEnv};
+use crate::policy::PolicyHandle;
 use crate::spec::delegate_conf::{default_delegate, secondary_delegate, DelegateConfig};
 use crate::spec::plan::plan_attachments;
 use crate::spec::resolve::resolve_network_config;
@@ -57,6 +58,7 @@ pub struct Engine {
     delegator: Delegator,
     state: StateStore,
     locks: ContainerLocks,
+    policy: PolicyHandle,
 }
 
 impl From<StateError> for CniError {
@@ -78,7 +80,20 @@ impl Engine {
         delegator: Delegator,
         state: StateStore,
     ) -> Self {
-        Engine { config, catalog, delegator, state, locks: ContainerLocks::default() }
+        Engine {
+            config,
+            catalog,
+            delegator,
+            state,
+            locks: ContainerLocks::default(),
+            policy: PolicyHandle::default(),
+        }
+    }
+
+    /// Checks every secondary network against `policy` (without: everything is allowed).
+    pub fn with_policy(mut self, policy: PolicyHandle) -> Self {
+        self.policy = policy;
+        self
     }
 
     pub fn state(&self) -> &StateStore {
@@ -316,6 +331,9 @@ impl Engine {
                 Ok(d) => d,
                 Err(e) => return Err(refuse(CniError::from_error(&e)).await),
             };
+            if let Err(e) = self.policy.check(&p.namespace, &network, &delegate.list.to_value()) {
+                return Err(refuse(CniError::from_error(&e)).await);
+            }
             out.push(AttachmentRecord {
                 network,
                 is_default: false,

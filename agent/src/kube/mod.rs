@@ -20,6 +20,7 @@ pub mod client;
 pub mod events;
 pub mod nad;
 pub mod pods;
+pub mod policy;
 pub mod status_patch;
 pub mod watch;
 
@@ -44,6 +45,8 @@ pub const API_ACCESS: &[ApiAccess] = &[
     ApiAccess { group: "", resource: "pods", verbs: &["get", "list", "watch", "patch"] },
     // kube's event recorder creates an event, and patches it into a series when it repeats.
     ApiAccess { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"] },
+    // The network attachment policy objects (plexus's own group), listed and watched.
+    ApiAccess { group: crate::policy::model::GROUP, resource: policy::PLURAL, verbs: &["list", "watch"] },
 ];
 
 /// Errors of the Kubernetes catalog, with what was being done.

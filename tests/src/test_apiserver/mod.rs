@@ -1,5 +1,6 @@
 //! A Kubernetes API server for tests, in-process: HTTP/1.1 on 127.0.0.1 speaking the real
 //! wire format for the resources plexus uses (pods, NetworkAttachmentDefinitions,
+//! cluster-scoped NetworkAttachmentPolicies,
 //! events.k8s.io events), so the agent's unchanged Kubernetes code runs against it with a
 //! kubeconfig as it would against a cluster.
 //!
@@ -38,7 +39,7 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 
 pub use rbac::Rule;
-pub use resources::{EVENTS, NADS, PODS};
+pub use resources::{EVENTS, NADS, PODS, POLICIES};
 
 /// One request the server received.
 #[derive(Debug, Clone, PartialEq)]
@@ -385,4 +386,14 @@ pub fn nad(namespace: &str, name: &str, config: Option<&str>) -> Value {
         n["spec"] = json!({"config": c});
     }
     n
+}
+
+/// A cluster-scoped NetworkAttachmentPolicy (plexus.dev/v1alpha1) with `spec`.
+pub fn network_attachment_policy(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "plexus.dev/v1alpha1",
+        "kind": "NetworkAttachmentPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
 }

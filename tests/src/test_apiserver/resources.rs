@@ -23,8 +23,9 @@ impl ResourceDef {
 pub const PODS: &str = "pods";
 pub const NADS: &str = "network-attachment-definitions";
 pub const EVENTS: &str = "events";
+pub const POLICIES: &str = "networkattachmentpolicies";
 
-/// Every resource served; all are namespaced.
+/// Every resource served; namespaced unless listed in [`CLUSTER_SCOPED`].
 pub const RESOURCES: &[ResourceDef] = &[
     ResourceDef { group: "", version: "v1", plural: PODS, kind: "Pod" },
     ResourceDef {
@@ -34,7 +35,21 @@ pub const RESOURCES: &[ResourceDef] = &[
         kind: "NetworkAttachmentDefinition",
     },
     ResourceDef { group: "events.k8s.io", version: "v1", plural: EVENTS, kind: "Event" },
+    ResourceDef {
+        group: "plexus.dev",
+        version: "v1alpha1",
+        plural: POLICIES,
+        kind: "NetworkAttachmentPolicy",
+    },
 ];
+
+/// Resources whose objects have no namespace: their URLs have none, their objects are keyed by
+/// name alone (namespace "").
+pub const CLUSTER_SCOPED: &[&str] = &[POLICIES];
+
+fn is_cluster_scoped(def: &ResourceDef) -> bool {
+    CLUSTER_SCOPED.contains(&def.plural)
+}
 
 /// The resource of a kind ("Pod" → "pods").
 pub fn plural_of_kind(kind: &str) -> Option<&'static str> {
@@ -67,8 +82,13 @@ pub fn parse_path(path: &str) -> Option<Target> {
         _ => return None,
     };
     let def = RESOURCES.iter().find(|d| d.group == group && d.version == version && d.plural == plural)?;
-    // A cluster-wide path with a name does not exist for namespaced resources.
-    if namespace.is_none() && name.is_some() {
+    // A cluster-wide path with a name does not exist for namespaced resources, nor a path with
+    // a namespace for cluster-scoped ones.
+    if is_cluster_scoped(def) {
+        if namespace.is_some() {
+            return None;
+        }
+    } else if namespace.is_none() && name.is_some() {
         return None;
     }
     Some(Target { def, namespace, name })
@@ -89,5 +109,8 @@ mod tests {
         assert!(parse_path("/apis/events.k8s.io/v1/namespaces/ns/events").is_some());
         assert!(parse_path("/api/v1/secrets").is_none());
         assert!(parse_path("/apis/apps/v1/deployments").is_none());
+        let t = parse_path("/apis/plexus.dev/v1alpha1/networkattachmentpolicies/p").unwrap();
+        assert_eq!((t.def.plural, t.namespace, t.name.as_deref()), (POLICIES, None, Some("p")));
+        assert!(parse_path("/apis/plexus.dev/v1alpha1/namespaces/ns/networkattachmentpolicies").is_none());
     }
 }
