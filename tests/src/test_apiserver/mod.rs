@@ -246,11 +246,11 @@ impl TestApiServer {
     }
 
     /// Serves again on the same address after [`Self::stop`], as a restarted API server
-    /// does: the objects are kept (they are in etcd) but the change history starts now, so
-    /// a watch resuming from an older resourceVersion gets 410 Gone.
+    /// does: the objects are kept (they are in etcd) but the change history starts after
+    /// the restart, so a watch resuming from before it gets 410 Gone.
     pub fn start_again(&mut self) {
         assert!(self.thread.is_none(), "the test API server is running");
-        self.compact();
+        self.shared.store().restart();
         let listener = std::net::TcpListener::bind(self.addr).expect("binding the test API server again");
         listener.set_nonblocking(true).expect("non-blocking listener");
         self.serve_on(listener);
