@@ -426,7 +426,17 @@ fn metric_sum(name: &str, labels: &str) -> f64 {
 /// catalog says it is not current (not ready) while it is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_api_server_restart_a_changed_nad_reaches_the_next_add_within_seconds() {
-    let server = server_with(true);
+    a_changed_nad_after_a_restart(true).await;
+}
+
+/// The same with list + watch: the retries are lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_api_server_restart_without_streaming_lists_the_caches_relist() {
+    a_changed_nad_after_a_restart(false).await;
+}
+
+async fn a_changed_nad_after_a_restart(watch_list: bool) {
+    let server = server_with(watch_list);
     let old = json!({"cniVersion": "1.0.0", "name": "net-a", "type": "fake", "result": {
         "interfaces": [{"name": "net1", "sandbox": "/var/run/netns/cid-r"}],
         "ips": [{"address": "10.1.0.2/24", "interface": 0}]}});

@@ -108,13 +108,26 @@ fn react(e: &watcher::Error, streaming: bool) -> Reaction {
 }
 
 /// What an event of the stream is to the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
+    /// A list (or relist) begins. In list + watch mode kube's watcher says so before it
+    /// sends the list request, so it is no sign the server answered (and resets no backoff).
+    Start,
     /// A list (or relist) in progress.
     Listing,
     /// The list is complete.
     Listed,
     /// A change seen by a running watch.
     Change,
+}
+
+fn step_of<K>(event: &Event<K>) -> Step {
+    match event {
+        Event::Init => Step::Start,
+        Event::InitApply(_) => Step::Listing,
+        Event::InitDone => Step::Listed,
+        Event::Apply(_) | Event::Delete(_) => Step::Change,
+    }
 }
 
 /// The waits between failed attempts.
@@ -290,21 +303,18 @@ pub async fn run<K, S>(
             };
             match next {
                 Some(Ok(event)) => {
-                    backoff.reset();
-                    let kind = match &event {
-                        Event::Init => {
-                            init_deadline = Some(Instant::now() + init_limit);
-                            health.set_synced(false);
-                            Step::Listing
-                        }
-                        Event::InitApply(_) => Step::Listing,
-                        Event::InitDone => Step::Listed,
-                        Event::Apply(_) | Event::Delete(_) => Step::Change,
-                    };
+                    let step = step_of(&event);
+                    if step != Step::Start {
+                        backoff.reset();
+                    }
+                    if step == Step::Start {
+                        init_deadline = Some(Instant::now() + init_limit);
+                        health.set_synced(false);
+                    }
                     // Applied before `synced` is set: whoever waits for it finds the state.
                     let objects = apply(event);
-                    match kind {
-                        Step::Listing => {}
+                    match step {
+                        Step::Start | Step::Listing => {}
                         Step::Listed => {
                             init_deadline = None;
                             health.current(objects, mode);
@@ -382,6 +392,16 @@ mod tests {
         assert_eq!(react(&watcher::Error::InitialListFailed(api(403)), false), Reaction::Fail);
         assert_eq!(react(&watcher::Error::WatchFailed(api(500)), false), Reaction::Resume);
         assert_eq!(react(&watcher::Error::WatchStartFailed(api(422)), true), Reaction::NoStreaming);
+    }
+
+    #[test]
+    fn only_events_that_the_server_sent_reset_the_backoff() {
+        // list + watch: kube's watcher emits Init before its list request, which may fail.
+        assert_eq!(step_of::<()>(&Event::Init), Step::Start);
+        assert_eq!(step_of(&Event::InitApply(())), Step::Listing);
+        assert_eq!(step_of::<()>(&Event::InitDone), Step::Listed);
+        assert_eq!(step_of(&Event::Apply(())), Step::Change);
+        assert_eq!(step_of(&Event::Delete(())), Step::Change);
     }
 
     #[test]
