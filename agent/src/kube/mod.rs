@@ -30,8 +30,10 @@ pub use client::{build_client, ClientSource};
 /// Log targets of kube's crates silenced by default: the client's request tracing logs
 /// every failed request at ERROR (one line per reconnect attempt in an outage), the client
 /// logs a broken watch and the watcher a 403 at WARN with a debug dump. The watches log each
-/// failure themselves, rendered and once ([`watch`]). `RUST_LOG` overrides this.
-pub const QUIET_LOG_TARGETS: &str = "kube_client::client=off,kube_runtime::watcher=off";
+/// failure themselves, rendered and once ([`watch`]). The client's TLS module keeps its
+/// warnings (a CA bundle that could not be reloaded). `RUST_LOG` overrides this.
+pub const QUIET_LOG_TARGETS: &str =
+    "kube_client::client=off,kube_client::client::tls=info,kube_runtime::watcher=off";
 
 /// One kind of access the agent needs: every API call of this module is covered by one of
 /// these, and `deploy/rbac.yaml` grants exactly these (a test checks both).
@@ -70,4 +72,13 @@ pub enum KubeError {
     Api(#[source] ::kube::Error),
     #[error("the API server did not answer within {0:?}")]
     Timeout(std::time::Duration),
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_quiet_log_targets_are_valid_directives() {
+        let filter = format!("info,{}", super::QUIET_LOG_TARGETS);
+        assert!(tracing_subscriber::EnvFilter::try_new(&filter).is_ok(), "{filter}");
+    }
 }
