@@ -31,7 +31,8 @@ use plexus_agent::{metrics, native};
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| format!("info,{}", plexus_agent::kube::QUIET_LOG_TARGETS).into()),
         )
         .with_writer(std::io::stderr)
         // Colours only for a person at a terminal; files and journald get plain text.
@@ -128,7 +129,8 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             if synced() {
                 Ok(())
             } else {
-                Err("the catalog or the network attachment policy has not received the API server's initial state yet"
+                Err("the catalog's caches are not current (listing, relisting, or the API server is unreachable: see the \
+                     agent's log), or the network attachment policy has not been read yet"
                     .into())
             }
         });

@@ -86,6 +86,13 @@ struct WatchLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RelistLabels {
+    watch: String,
+    /// `expired` (410 Gone: the resourceVersion was too old), `outage` (after failures).
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabels {
     /// `forward` (requests to the pod), `reverse` (replies), `icmp` (ICMP errors).
     direction: String,
@@ -118,6 +125,9 @@ pub struct Metrics {
     status_patches: Family<ResultLabels, Counter>,
     events: Family<ResultLabels, Counter>,
     watch_errors: Family<WatchLabels, Counter>,
+    kube_cache_synced: Family<WatchLabels, Gauge>,
+    kube_relists: Family<RelistLabels, Counter>,
+    kube_outages: Family<WatchLabels, Counter>,
     portmap_flows: Gauge,
     portmap_flow_capacity: Gauge,
     portmap_flow_evictions: Counter,
@@ -141,6 +151,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     status_patches: Family::default(),
     events: Family::default(),
     watch_errors: Family::default(),
+    kube_cache_synced: Family::default(),
+    kube_relists: Family::default(),
+    kube_outages: Family::default(),
     portmap_flows: Gauge::default(),
     portmap_flow_capacity: Gauge::default(),
     portmap_flow_evictions: Counter::default(),
@@ -244,6 +257,21 @@ impl Metrics {
         self.watch_errors.get_or_create(&WatchLabels { watch: watch.into() }).inc();
     }
 
+    /// Whether a watch's cache holds the API server's current state.
+    pub fn kube_cache_synced(&self, watch: &str, synced: bool) {
+        self.kube_cache_synced.get_or_create(&WatchLabels { watch: watch.into() }).set(i64::from(synced));
+    }
+
+    /// A watch's cache relisted to become current again.
+    pub fn kube_relist(&self, watch: &str, reason: &str) {
+        self.kube_relists.get_or_create(&RelistLabels { watch: watch.into(), reason: reason.into() }).inc();
+    }
+
+    /// A watch lost the API server (its first failure since it last worked).
+    pub fn kube_outage(&self, watch: &str) {
+        self.kube_outages.get_or_create(&WatchLabels { watch: watch.into() }).inc();
+    }
+
     /// The port mapping flow table's figures, read by its reaper after each pass: `live`
     /// entries of `capacity`, and the counters of the programs and the agent (kept in the
     /// pinned maps, so they continue across restarts of the agent).
@@ -331,6 +359,21 @@ pub fn registry() -> Registry {
         "plexus_kube_watch_errors",
         "Errors of the Kubernetes watches, by watch",
         m.watch_errors.clone(),
+    );
+    r.register(
+        "plexus_kube_cache_synced",
+        "1 while a watch's cache holds the API server's current state, 0 while it lists, relists or cannot reach the server",
+        m.kube_cache_synced.clone(),
+    );
+    r.register(
+        "plexus_kube_relists",
+        "Relists of a watch's cache, by reason (expired: 410 Gone, the resourceVersion was too old; outage: after failures)",
+        m.kube_relists.clone(),
+    );
+    r.register(
+        "plexus_kube_watch_outages",
+        "Times a watch lost the API server (each logged once at WARN; the retries at DEBUG)",
+        m.kube_outages.clone(),
     );
     r.register("plexus_portmap_flows", "Flows in the port mapping flow table", m.portmap_flows.clone());
     r.register(

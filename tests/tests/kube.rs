@@ -21,6 +21,7 @@ use plexus_agent::delegate::native::native_error;
 use plexus_agent::delegate::{DelegateError, Delegator, NativeCall, NativePlugin, NativePlugins};
 use plexus_agent::engine::{Engine, EngineConfig};
 use plexus_agent::kube::status_patch::PatchPolicy;
+use plexus_agent::kube::watch::WatchBackoff;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig, API_ACCESS};
 use plexus_agent::state::StateStore;
 use plexus_cni_shim::{Request, Response};
@@ -59,6 +60,8 @@ struct FakePlugin {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     adds: AtomicUsize,
+    /// The config of every ADD, in order.
+    configs: std::sync::Mutex<Vec<Value>>,
 }
 
 impl NativePlugin for FakePlugin {
@@ -70,6 +73,7 @@ impl NativePlugin for FakePlugin {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);
             self.adds.fetch_add(1, Ordering::SeqCst);
+            self.configs.lock().unwrap().push(call.config.clone());
             if let Some(ms) = call.config["sleepMs"].as_u64() {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
@@ -116,6 +120,16 @@ impl Harness {
         allowed_namespaces: &[&str],
         default_result: Option<Value>,
     ) -> Self {
+        let config = KubeCatalogConfig { status: fast_patches(), ..KubeCatalogConfig::new(NODE) };
+        Self::start_with(server, allowed_namespaces, default_result, config).await
+    }
+
+    async fn start_with(
+        server: TestApiServer,
+        allowed_namespaces: &[&str],
+        default_result: Option<Value>,
+        config: KubeCatalogConfig,
+    ) -> Self {
         let dir = tempfile::Builder::new().prefix("plexus-kube-").tempdir().expect("tempdir");
         let default_dir = dir.path().join("default");
         std::fs::create_dir_all(&default_dir).expect("default network dir");
@@ -127,7 +141,6 @@ impl Harness {
         std::fs::write(default_dir.join("10-default.conflist"), conflist.to_string())
             .expect("default network");
         let client = build_client(&ClientSource::Kubeconfig(server.kubeconfig())).await.expect("client");
-        let config = KubeCatalogConfig { status: fast_patches(), ..KubeCatalogConfig::new(NODE) };
         let catalog = Arc::new(KubeCatalog::start(client, config));
         assert!(catalog.wait_synced(Duration::from_secs(20)).await, "the catalog did not sync");
         let fake = Arc::new(FakePlugin::default());
@@ -210,6 +223,22 @@ fn assert_declared(requests: &[RequestRecord]) {
 }
 
 const BRIDGE: &str = r#"{"cniVersion":"1.0.0","name":"net-a","type":"fake"}"#;
+
+/// A phrase of three words said twice in `text`, if any.
+fn repeated_phrase(text: &str) -> Option<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut seen = BTreeSet::new();
+    words.windows(3).map(|w| w.join(" ")).find(|p| !seen.insert(p.clone()))
+}
+
+/// A message a person reads: no Rust debug dump of the server's Status, nothing said twice.
+#[track_caller]
+fn assert_readable(text: &str) {
+    for dump in ["Status {", "Some(", "ApiError", "ServiceError"] {
+        assert!(!text.contains(dump), "a debug dump ({dump}) in: {text}");
+    }
+    assert_eq!(repeated_phrase(text), None, "a phrase said twice in: {text}");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nads_added_changed_and_deleted_are_seen_without_restart() {
@@ -331,6 +360,123 @@ async fn watches_resume_after_a_drop_and_relist_after_410() {
     assert!(h.catalog.pod("ns1", "relisted-a").await.unwrap().is_some());
     assert!(h.catalog.pod("ns1", "after-drop").await.unwrap().is_none());
     assert_eq!(count(&h.server.requests(), "get", PODS), 1, "only the deleted pod costs a GET");
+}
+
+/// The watch's resourceVersion expired (the server compacted its history, as a restarted API
+/// server has none): the caches relist at once, in either form a server says it: an ERROR
+/// event with a 410 "Expired" Status in the watch, or HTTP 410 for the watch request (where
+/// kube's watcher alone would retry the same resourceVersion forever).
+async fn an_expired_watch_relists_at_once(expired_as_http: bool) {
+    let server = TestApiServer::start_with(ServerOptions {
+        rbac: Some(deploy_rules()),
+        expired_as_http,
+        // No bookmarks: the NAD watch's resourceVersion stays that of its last NAD.
+        bookmark_every: Duration::from_secs(3600),
+        ..Default::default()
+    });
+    server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    let h = Harness::start(server, &["default"], None).await;
+    let relists_before = metric_sum("plexus_kube_relists_total", "reason=\"expired\"");
+    // A change the NAD watch does not see, then the history is forgotten: resuming from the
+    // NAD watch's resourceVersion gets 410.
+    h.server.apply(pod("ns1", "elsewhere", "node-2", &[]));
+    h.server.compact();
+    h.server.clear_requests();
+    h.server.end_watches();
+    let is_relist = |r: &RequestRecord| r.verb == "list" || r.query.contains("sendInitialEvents=true");
+    let nad_requests =
+        || -> Vec<RequestRecord> { h.server.requests().into_iter().filter(|r| r.resource == NADS).collect() };
+    eventually("a relist of the NADs", Duration::from_secs(10), || nad_requests().iter().any(is_relist))
+        .await;
+    let nads = nad_requests();
+    let expired = nads
+        .iter()
+        .position(|r| r.watch_error == Some(410) || r.status == 410)
+        .unwrap_or_else(|| panic!("no watch was answered 410: {nads:#?}"));
+    let relist = nads[expired + 1..].iter().find(|r| is_relist(r)).expect("a relist after the 410");
+    let waited = relist.at.duration_since(nads[expired].at);
+    // kube's default backoff waits at least 800 ms after any error; a 410 is not one.
+    assert!(waited < Duration::from_millis(400), "the relist came {waited:?} after the 410");
+    eventually("the cache is current again", Duration::from_secs(5), || h.catalog.is_synced()).await;
+    assert_eq!(h.catalog.cached_nads(), 1);
+    assert!(metric_sum("plexus_kube_relists_total", "reason=\"expired\"") > relists_before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_expired_by_an_error_event_relists_at_once() {
+    an_expired_watch_relists_at_once(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_expired_by_http_410_relists_at_once() {
+    an_expired_watch_relists_at_once(true).await;
+}
+
+/// The sum of a metric's series whose labels contain `labels`, from the process's registry.
+fn metric_sum(name: &str, labels: &str) -> f64 {
+    plexus_agent::metrics::encode()
+        .lines()
+        .filter(|l| l.starts_with(name) && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The API server goes away for a few seconds and comes back with its history started over
+/// (a restart); a NAD changed right after it is back reaches an ADD within seconds, and the
+/// catalog says it is not current (not ready) while it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_api_server_restart_a_changed_nad_reaches_the_next_add_within_seconds() {
+    a_changed_nad_after_a_restart(true).await;
+}
+
+/// The same with list + watch: the retries are lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_api_server_restart_without_streaming_lists_the_caches_relist() {
+    a_changed_nad_after_a_restart(false).await;
+}
+
+async fn a_changed_nad_after_a_restart(watch_list: bool) {
+    let server = server_with(watch_list);
+    let old = json!({"cniVersion": "1.0.0", "name": "net-a", "type": "fake", "result": {
+        "interfaces": [{"name": "net1", "sandbox": "/var/run/netns/cid-r"}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 0}]}});
+    let new = json!({"cniVersion": "1.0.0", "name": "net-a", "type": "fake", "result": {
+        "interfaces": [{"name": "net1", "sandbox": "/var/run/netns/cid-r"}],
+        "ips": [{"address": "10.2.0.2/24", "interface": 0}]}});
+    server.apply(nad("ns1", "net-a", Some(&old.to_string())));
+    server.apply(pod("ns1", "web", NODE, &[(NETWORKS, "net-a")]));
+    let config = KubeCatalogConfig {
+        status: fast_patches(),
+        watch_backoff: WatchBackoff { first: Duration::from_millis(100), max: Duration::from_secs(1) },
+        ..KubeCatalogConfig::new(NODE)
+    };
+    let mut h = Harness::start_with(server, &["default"], None, config).await;
+    h.server.stop();
+    eventually("not ready while the API server is away", Duration::from_secs(5), || !h.catalog.is_synced())
+        .await;
+    // Long enough for the retries to back off to their ceiling.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!h.catalog.is_synced());
+    h.server.start_again();
+    let back = Instant::now();
+    h.server.apply(nad("ns1", "net-a", Some(&new.to_string())));
+    eventually("ready again", Duration::from_secs(20), || h.catalog.is_synced()).await;
+    // ADDs every 200 ms, as a runtime starting pods would: the first to get the new NAD.
+    let mut served = None;
+    for i in 0.. {
+        if back.elapsed() > Duration::from_secs(20) {
+            break;
+        }
+        expect_ok(&h.add("ns1", "web", &format!("cid-r{i}"), "eth0").await);
+        let used = h.fake.configs.lock().unwrap().iter().rev().find(|c| c["name"] == "net-a").cloned();
+        if used.is_some_and(|c| c["result"]["ips"][0]["address"] == "10.2.0.2/24") {
+            served = Some(back.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let served = served.expect("the changed NAD never reached an ADD");
+    assert!(served < Duration::from_secs(5), "the changed NAD reached an ADD {served:?} after the restart");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -479,9 +625,39 @@ async fn a_forbidden_patch_is_reported_and_the_add_succeeds() {
     let event =
         events_for(&h.server, "p").into_iter().find(|e| e["reason"] == "NetworkStatusNotPublished").unwrap();
     assert_eq!(event["type"], "Warning");
-    assert!(event["note"].as_str().unwrap().contains("forbidden"), "{event}");
+    let note = event["note"].as_str().unwrap();
+    assert!(note.contains("forbidden"), "{event}");
+    assert_readable(note);
+    assert!(note.contains("(403 Forbidden); grant the agent's service account"), "{note}");
     assert!(network_status(&h.server, "ns1", "p").is_none());
     assert_eq!(h.catalog.pending_status_patches(), 0);
+}
+
+/// The API server refuses a lookup (RBAC without pods/get): the CNI error says what the
+/// server said and what to do, once, without a debug dump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_lookup_reads_as_the_servers_answer_and_what_to_do() {
+    let server = server_with(true);
+    let h = Harness::start(server, &["default"], None).await;
+    let mut rules = deploy_rules();
+    for r in &mut rules {
+        if r.resources.iter().any(|x| x == "pods") {
+            r.verbs.retain(|v| v != "get");
+        }
+    }
+    h.server.set_rbac(Some(rules));
+    // Not in the cache (bound elsewhere as far as the watch knows): the lookup GETs it.
+    h.server.apply(pod("ns1", "fresh", "node-2", &[]));
+    let r = h.add("ns1", "fresh", "cid-refused", "eth0").await;
+    let error: Value = serde_json::from_str(&r.stdout).expect("a CNI error");
+    assert_eq!(error["code"], 11, "{error}");
+    let msg = error["msg"].as_str().unwrap();
+    assert!(
+        msg.starts_with("reading pod ns1/fresh: the API server refused: pods \"fresh\" is forbidden"),
+        "{msg}"
+    );
+    assert!(msg.contains("(403 Forbidden); grant the agent's service account"), "{msg}");
+    assert_readable(msg);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -763,36 +939,8 @@ fn kernel_the_agent_process_runs_with_the_kubernetes_catalog() {
     let port =
         std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
     let addr = format!("127.0.0.1:{port}");
-    let log = std::fs::File::create(dir.path().join("agent.log")).expect("log");
-    // The agent loads its eBPF dataplane: a private mount namespace keeps its bpffs (and so
-    // every pin and link) to the agent's lifetime, and a cgroup of its own, with no process
-    // in it, keeps its socket hooks away from the machine's processes. It stays in the
-    // machine's network namespace to reach the test API server on loopback.
     let cgroup = TestCgroup::new();
-    let mut agent = Proc(
-        std::process::Command::new("unshare")
-            .args(["--mount", "--propagation", "private"])
-            .arg(plexus_tests::world::bin("plexus-agent"))
-            .args(["run", "--catalog", "kube", "--node-name", NODE, "--metrics-addr", &addr])
-            .arg("--bpf-pin-dir")
-            .arg(dir.path().join("bpf"))
-            .arg("--cgroup-root")
-            .arg(&cgroup.0)
-            .arg("--kubeconfig")
-            .arg(server.kubeconfig())
-            .arg("--socket")
-            .arg(dir.path().join("plexus.sock"))
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .arg("--default-network-dir")
-            .arg(dir.path().join("default"))
-            .arg("--runtime-conf-dir")
-            .arg(dir.path().join("runtime"))
-            .env_remove("NODE_NAME")
-            .stderr(log)
-            .spawn()
-            .expect("starting plexus-agent"),
-    );
+    let mut agent = spawn_agent(dir.path(), &addr, &server, &cgroup);
     let agent_log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
     let wait_for = |what: &str, f: &dyn Fn() -> bool| {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -822,6 +970,123 @@ fn kernel_the_agent_process_runs_with_the_kubernetes_catalog() {
     assert!(status.success(), "SIGTERM is a clean stop: {status}; log:\n{}", agent_log());
     assert!(conf.exists(), "the CNI config stays after the agent stops");
     assert_declared(&server.requests());
+}
+
+/// `plexus-agent run --catalog kube` with its directories under `dir` (`default`,
+/// `runtime` and `state` exist), metrics on `addr`, its log in `dir/agent.log`.
+fn spawn_agent(dir: &std::path::Path, addr: &str, server: &TestApiServer, cgroup: &TestCgroup) -> Proc {
+    let log = std::fs::File::create(dir.join("agent.log")).expect("log");
+    // The agent loads its eBPF dataplane: a private mount namespace keeps its bpffs (and so
+    // every pin and link) to the agent's lifetime, and a cgroup of its own, with no process
+    // in it, keeps its socket hooks away from the machine's processes. It stays in the
+    // machine's network namespace to reach the test API server on loopback.
+    Proc(
+        std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private"])
+            .arg(plexus_tests::world::bin("plexus-agent"))
+            .args(["run", "--catalog", "kube", "--node-name", NODE, "--metrics-addr", addr])
+            .arg("--bpf-pin-dir")
+            .arg(dir.join("bpf"))
+            .arg("--cgroup-root")
+            .arg(&cgroup.0)
+            .arg("--kubeconfig")
+            .arg(server.kubeconfig())
+            .arg("--socket")
+            .arg(dir.join("plexus.sock"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--default-network-dir")
+            .arg(dir.join("default"))
+            .arg("--runtime-conf-dir")
+            .arg(dir.join("runtime"))
+            .env_remove("NODE_NAME")
+            .env_remove("RUST_LOG")
+            .stderr(log)
+            .spawn()
+            .expect("starting plexus-agent"),
+    )
+}
+
+/// An API server outage as the agent process lives it: not ready while its caches are not
+/// current, one WARN per watch for the whole outage (not one line per retry, and no ERROR
+/// lines from kube's request tracing), and an INFO with the outage's length when the caches
+/// are current again; the metrics count the outage and the relist.
+#[test]
+fn kernel_an_api_server_outage_is_logged_once_and_reported_by_readiness() {
+    let mut server = server_with(true);
+    server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    server.apply(pod("ns1", "p", NODE, &[]));
+    let dir = tempfile::tempdir().expect("tempdir");
+    for sub in ["default", "runtime", "state"] {
+        std::fs::create_dir_all(dir.path().join(sub)).expect("dirs");
+    }
+    std::fs::write(
+        dir.path().join("default/10-default.conflist"),
+        r#"{"cniVersion":"1.0.0","name":"cluster","plugins":[{"type":"bridge"}]}"#,
+    )
+    .expect("default network");
+    let port =
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let addr = format!("127.0.0.1:{port}");
+    let cgroup = TestCgroup::new();
+    let _agent = spawn_agent(dir.path(), &addr, &server, &cgroup);
+    let agent_log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let wait_for = |what: &str, within: Duration, f: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + within;
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; agent log:\n{}", agent_log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let ready = || http_get(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"));
+    wait_for("readiness", Duration::from_secs(60), &ready);
+    let before = agent_log().len();
+
+    server.stop();
+    wait_for("not ready while the API server is away", Duration::from_secs(10), &|| {
+        http_get(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 503") && r.contains("not current"))
+    });
+    // Several retries: the first waits are 0.4-0.8 s, 0.8-1.6 s, 1.6-3.2 s.
+    std::thread::sleep(Duration::from_secs(5));
+    server.start_again();
+    wait_for("ready again", Duration::from_secs(20), &ready);
+
+    let log = agent_log();
+    let outage = &log[before..];
+    let lines = |level: &str| outage.lines().filter(|l| l.contains(level)).collect::<Vec<_>>();
+    assert_eq!(lines(" ERROR ").len(), 0, "ERROR lines in the outage:\n{outage}");
+    // The Kubernetes side's warnings (the agent's kube module, kube's crates); the rest of
+    // the agent (its dataplane finishing its start) may warn about other things meanwhile.
+    let warns: Vec<&str> = lines(" WARN ")
+        .into_iter()
+        .filter(|l| l.contains(" WARN plexus_agent::kube") || l.contains(" WARN kube"))
+        .collect();
+    for what in ["NetworkAttachmentDefinitions", "pods"] {
+        let n = warns.iter().filter(|l| l.contains(&format!("{what}: "))).count();
+        assert_eq!(n, 1, "{what}: {n} WARN lines for one outage:\n{outage}");
+        assert!(
+            lines(" INFO ").iter().any(|l| l.contains(&format!("cache of {what} is current again"))
+                && l.contains("the API server answered after")),
+            "{what}: no INFO that the cache is current again:\n{outage}"
+        );
+    }
+    assert_eq!(warns.len(), 2, "{outage}");
+    assert_readable(warns[0].split_once(": ").map_or("", |(_, m)| m));
+    let metrics = http_get(&addr, "/metrics").unwrap();
+    for line in [
+        r#"plexus_kube_cache_synced{watch="pods"} 1"#,
+        r#"plexus_kube_cache_synced{watch="NetworkAttachmentDefinitions"} 1"#,
+        r#"plexus_kube_watch_outages_total{watch="pods"} 1"#,
+        r#"plexus_kube_relists_total{watch="pods",reason="outage"} 1"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+    let errors = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"plexus_kube_watch_errors_total{watch="pods"} "#))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(errors >= 3, "the outage saw {errors} failed attempts: not the many retries this test needs");
 }
 
 /// A child of the root cgroup, removed on drop.

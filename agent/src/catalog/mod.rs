@@ -24,11 +24,12 @@ pub struct PodInfo {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    /// The source could not be read (or written); `source` says why.
+    /// The source could not be read (or written): `what` names the object once, `source`
+    /// says why (and does not repeat what).
     #[error("reading {what}: {source}")]
     Unavailable { what: String, source: Box<dyn std::error::Error + Send + Sync> },
     /// Too many network-status publications are waiting already.
-    #[error("reading network-status: {max_pending} patches are already pending; not publishing this one")]
+    #[error("network-status not published: {max_pending} patches are already waiting")]
     Backlog { max_pending: usize },
 }
 

@@ -260,10 +260,8 @@ impl Engine {
                 "pod {}/{} is not known to the agent's catalog yet; retry once it is",
                 args.namespace, args.name
             ))),
-            Err(e) => Err(CniError::new(
-                e.cni_code(),
-                format!("looking up pod {}/{}: {e}", args.namespace, args.name),
-            )),
+            // The catalog's error names the pod.
+            Err(e) => Err(CniError::from_error(&e)),
         }
     }
 
@@ -321,7 +319,7 @@ impl Engine {
                     )))
                     .await)
                 }
-                Err(e) => return Err(CniError::new(e.cni_code(), format!("looking up network {network}: {e}"))),
+                Err(e) => return Err(CniError::from_error(&e)),
             };
             let (list, _origin) = match resolve_network_config(&nad, &on_disk) {
                 Ok(r) => r,

@@ -16,6 +16,7 @@ use super::events::EventSink;
 use super::nad::{NadCache, NetworkAttachmentDefinition};
 use super::pods::{pod_info, PodCache};
 use super::status_patch::{PatchPolicy, StatusPublisher};
+use super::watch::{Settings, WatchBackoff};
 use super::KubeError;
 use crate::catalog::{Catalog, CatalogError, PodInfo};
 use crate::metrics::metrics;
@@ -30,6 +31,8 @@ pub struct KubeCatalogConfig {
     pub get_timeout: Duration,
     /// A streaming list not complete within this is given up for list + watch.
     pub streaming_init_limit: Duration,
+    /// The waits between failed attempts of a watch (a 410 Gone relists without waiting).
+    pub watch_backoff: WatchBackoff,
     pub status: PatchPolicy,
 }
 
@@ -39,6 +42,7 @@ impl KubeCatalogConfig {
             node_name: node_name.into(),
             get_timeout: Duration::from_secs(2),
             streaming_init_limit: super::watch::STREAMING_INIT_LIMIT,
+            watch_backoff: WatchBackoff::default(),
             status: PatchPolicy::default(),
         }
     }
@@ -62,9 +66,10 @@ impl KubeCatalog {
     pub fn start(client: Client, config: KubeCatalogConfig) -> Self {
         let (nads_tx, nads_synced) = watch::channel(false);
         let (pods_tx, pods_synced) = watch::channel(false);
-        let limit = config.streaming_init_limit;
-        let (nads, nad_task) = NadCache::start(client.clone(), limit, nads_tx);
-        let (pods, pod_task) = PodCache::start(client.clone(), &config.node_name, limit, pods_tx);
+        let settings =
+            Settings { streaming_init_limit: config.streaming_init_limit, backoff: config.watch_backoff };
+        let (nads, nad_task) = NadCache::start(client.clone(), settings, nads_tx);
+        let (pods, pod_task) = PodCache::start(client.clone(), &config.node_name, settings, pods_tx);
         let (events, event_task) = EventSink::start(client.clone(), &config.node_name);
         let status = StatusPublisher::new(client.clone(), config.status.clone(), events.clone());
         let tasks = vec![tokio::spawn(nad_task), tokio::spawn(pod_task), tokio::spawn(event_task)];
@@ -72,7 +77,8 @@ impl KubeCatalog {
         KubeCatalog { client, config, nads, pods, status, events, nads_synced, pods_synced, tasks }
     }
 
-    /// True once both caches hold the server's initial state.
+    /// True while both caches hold the server's current state: false until their initial
+    /// lists are complete, and again while one relists or cannot reach the API server.
     pub fn is_synced(&self) -> bool {
         *self.nads_synced.borrow() && *self.pods_synced.borrow()
     }
@@ -107,8 +113,8 @@ impl KubeCatalog {
         let timeout = self.config.get_timeout;
         let result = match tokio::time::timeout(timeout, request).await {
             Ok(Ok(found)) => Ok(found),
-            Ok(Err(source)) => Err(KubeError::Api { what: what.clone(), source }),
-            Err(_) => Err(KubeError::Timeout { what: what.clone(), timeout }),
+            Ok(Err(source)) => Err(KubeError::Api(source)),
+            Err(_) => Err(KubeError::Timeout(timeout)),
         };
         result.map_err(|e| CatalogError::unavailable(what, e))
     }
@@ -137,7 +143,7 @@ impl Catalog for KubeCatalog {
             metrics().lookup("nad", "api");
             let api: Api<NetworkAttachmentDefinition> = Api::namespaced(self.client.clone(), namespace);
             let found = self
-                .get(format!("getting NetworkAttachmentDefinition {namespace}/{name}"), api.get_opt(name))
+                .get(format!("NetworkAttachmentDefinition {namespace}/{name}"), api.get_opt(name))
                 .await?;
             Ok(found.map(|n| n.to_spec()))
         }
@@ -158,7 +164,7 @@ impl Catalog for KubeCatalog {
             // miss means it was bound a moment ago. One GET, metadata only.
             metrics().lookup("pod", "api");
             let api: Api<PartialObjectMeta<Pod>> = Api::namespaced(self.client.clone(), namespace);
-            let found = self.get(format!("getting pod {namespace}/{name}"), api.get_opt(name)).await?;
+            let found = self.get(format!("pod {namespace}/{name}"), api.get_opt(name)).await?;
             Ok(found.and_then(|p| pod_info(&p.metadata)))
         }
         .boxed()

@@ -65,7 +65,7 @@ impl EventSink {
                     Ok(Ok(())) => metrics().event("published"),
                     Ok(Err(e)) => {
                         metrics().event("failed");
-                        tracing::warn!(%pod, reason = %ev.reason, "recording a pod event: {e}");
+                        tracing::warn!(%pod, reason = %ev.reason, "recording a pod event: {}", super::api_error::describe(&e));
                     }
                     Err(_) => {
                         metrics().event("failed");

@@ -15,6 +15,7 @@
 //! - network-status is patched after the ADD answered, retried with backoff, never failing
 //!   the ADD ([`status_patch`]); events are best effort and bounded ([`events`]).
 
+pub mod api_error;
 pub mod catalog;
 pub mod client;
 pub mod events;
@@ -26,6 +27,14 @@ pub mod watch;
 
 pub use catalog::{KubeCatalog, KubeCatalogConfig};
 pub use client::{build_client, ClientSource};
+
+/// Log targets of kube's crates silenced by default: the client's request tracing logs
+/// every failed request at ERROR (one line per reconnect attempt in an outage), the client
+/// logs a broken watch and the watcher a 403 at WARN with a debug dump. The watches log each
+/// failure themselves, rendered and once ([`watch`]). The client's TLS module keeps its
+/// warnings (a CA bundle that could not be reloaded). `RUST_LOG` overrides this.
+pub const QUIET_LOG_TARGETS: &str =
+    "kube_client::client=off,kube_client::client::tls=info,kube_runtime::watcher=off";
 
 /// One kind of access the agent needs: every API call of this module is covered by one of
 /// these, and `deploy/rbac.yaml` grants exactly these (a test checks both).
@@ -61,8 +70,18 @@ pub enum KubeError {
     InCluster(#[source] ::kube::config::InClusterError),
     #[error("building the Kubernetes client: {0}")]
     Client(#[source] ::kube::Error),
-    #[error("{what}: {source}")]
-    Api { what: String, source: ::kube::Error },
-    #[error("{what}: no answer within {timeout:?}")]
-    Timeout { what: String, timeout: std::time::Duration },
+    /// A request failed; what was asked is said by the caller, once.
+    #[error("{}", api_error::describe(.0))]
+    Api(#[source] ::kube::Error),
+    #[error("the API server did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_quiet_log_targets_are_valid_directives() {
+        let filter = format!("info,{}", super::QUIET_LOG_TARGETS);
+        assert!(tracing_subscriber::EnvFilter::try_new(&filter).is_ok(), "{filter}");
+    }
 }

@@ -103,7 +103,7 @@ impl NadCache {
     /// The cache and the task that fills it (run it on the runtime; it never returns).
     pub fn start(
         client: Client,
-        streaming_init_limit: std::time::Duration,
+        settings: super::watch::Settings,
         synced: tokio::sync::watch::Sender<bool>,
     ) -> (NadCache, impl Future<Output = ()> + Send + 'static) {
         let (store, mut writer) = reflector::store::<NetworkAttachmentDefinition>();
@@ -112,11 +112,13 @@ impl NadCache {
         let task = super::watch::run(
             "NetworkAttachmentDefinitions",
             watcher::Config::default(),
-            streaming_init_limit,
+            settings,
             move |config| watcher(api.clone(), config).modify(trim),
             move |event| {
                 writer.apply_watcher_event(&event);
-                metrics().set_cached("nads", reader.len());
+                let n = reader.len();
+                metrics().set_cached("nads", n);
+                n
             },
             synced,
         );

@@ -77,7 +77,7 @@ impl PodCache {
     pub fn start(
         client: Client,
         node_name: &str,
-        streaming_init_limit: std::time::Duration,
+        settings: super::watch::Settings,
         synced: tokio::sync::watch::Sender<bool>,
     ) -> (Arc<PodCache>, impl Future<Output = ()> + Send + 'static) {
         let cache = Arc::new(PodCache::default());
@@ -89,7 +89,7 @@ impl PodCache {
         let task = super::watch::run(
             "pods",
             config,
-            streaming_init_limit,
+            settings,
             move |config| watcher(api.clone(), config),
             move |event| writer.apply(event),
             synced,
@@ -109,8 +109,8 @@ impl PodCache {
         self.len() == 0
     }
 
-    /// Applies one watch event.
-    pub fn apply(&self, event: Event<PartialObjectMeta<Pod>>) {
+    /// Applies one watch event; returns how many pods are cached.
+    pub fn apply(&self, event: Event<PartialObjectMeta<Pod>>) -> usize {
         let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
         match event {
             Event::Init => pods.relist = Some(HashMap::new()),
@@ -136,6 +136,7 @@ impl PodCache {
             }
         }
         metrics().set_cached("pods", pods.live.len());
+        pods.live.len()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Pods> {

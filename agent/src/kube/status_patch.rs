@@ -202,10 +202,11 @@ impl Shared {
                 .await
             };
             let (outcome, error) = match result {
-                Ok(r) => (classify(&r), r.err().map(|e| e.to_string())),
-                Err(_) => {
-                    (Outcome::Retry, Some(format!("no answer within {:?}", self.policy.attempt_timeout)))
-                }
+                Ok(r) => (classify(&r), r.err().map(|e| super::api_error::describe(&e))),
+                Err(_) => (
+                    Outcome::Retry,
+                    Some(format!("the API server did not answer within {:?}", self.policy.attempt_timeout)),
+                ),
             };
             let error = error.unwrap_or_default();
             match outcome {

@@ -163,11 +163,15 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Respo
         content_type: content_type.clone(),
         body: serde_json::from_slice(&body).ok(),
         status: 0,
+        watch_error: None,
+        at: std::time::Instant::now(),
     };
     let response =
         respond(&shared, &target, verb, &query, metadata_only, content_type.as_deref(), &body, authorization)
             .await;
     record.status = response.status().as_u16();
+    record.watch_error = response.extensions().get::<WatchError>().map(|e| e.0);
+    record.at = std::time::Instant::now();
     shared.log(record);
     Ok(response)
 }
@@ -320,6 +324,7 @@ fn watch(shared: &Arc<Shared>, target: &Target, query: &Query, metadata_only: bo
             None,
         );
     }
+    let mut expired = false;
     let (tx, rx) = mpsc::unbounded_channel();
     let watcher = Watcher {
         resource: target.def.plural.to_owned(),
@@ -356,14 +361,14 @@ fn watch(shared: &Arc<Shared>, target: &Target, query: &Query, metadata_only: bo
                 store.watchers.push(watcher);
             }
             None => {
-                let gone = status_object(
-                    410,
-                    "Expired",
-                    &format!("too old resource version: {rv} ({})", store.rv),
-                    None,
-                );
+                let message = format!("too old resource version: {rv} ({})", store.rv);
+                if shared.config().expired_as_http {
+                    return error(410, &message, None);
+                }
+                let gone = status_object(410, "Expired", &message, None);
                 let _ = watcher.tx.send(WatchMsg::Line(json!({"type": "ERROR", "object": gone}).to_string()));
                 let _ = watcher.tx.send(WatchMsg::End);
+                expired = true;
             }
         }
     }
@@ -388,8 +393,15 @@ fn watch(shared: &Arc<Shared>, target: &Target, query: &Query, metadata_only: bo
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
     r.headers_mut()
         .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    if expired {
+        r.extensions_mut().insert(WatchError(410));
+    }
     r
 }
+
+/// The code of the ERROR event a watch response starts with (for the request log).
+#[derive(Clone, Copy)]
+struct WatchError(u16);
 
 fn create(shared: &Shared, target: &Target, body: &[u8]) -> Response<Body> {
     let Ok(mut obj) = serde_json::from_slice::<Value>(body) else {

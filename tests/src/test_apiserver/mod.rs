@@ -19,7 +19,8 @@
 //!   from ClusterRole rules.
 //!
 //! For tests it also counts every request (by verb, resource, path), injects failures and
-//! delays, breaks or ends open watches, and compacts the history.
+//! delays, breaks or ends open watches, compacts the history, and stops and starts again on
+//! the same address (a restart: the history starts over).
 //!
 //! It runs on its own thread and runtime, so it serves whatever the test's runtime does.
 
@@ -60,6 +61,11 @@ pub struct RequestRecord {
     pub body: Option<Value>,
     /// The HTTP status answered (a watch: the status it started with).
     pub status: u16,
+    /// The code of the ERROR event a watch started with (410: its resourceVersion is older
+    /// than the history).
+    pub watch_error: Option<u16>,
+    /// When it was answered.
+    pub at: std::time::Instant,
 }
 
 impl RequestRecord {
@@ -77,6 +83,8 @@ impl RequestRecord {
             content_type: None,
             body: None,
             status: 404,
+            watch_error: None,
+            at: std::time::Instant::now(),
         }
     }
 }
@@ -96,6 +104,10 @@ pub struct ServerOptions {
     pub bookmark_every: Duration,
     /// The first accepted token (also written to the token file).
     pub token: String,
+    /// Answer a watch from a resourceVersion older than the history with HTTP 410 rather
+    /// than an ERROR event in a 200 response (API servers answer either way, depending on
+    /// the version and on whether the watch cache serves the watch).
+    pub expired_as_http: bool,
 }
 
 impl Default for ServerOptions {
@@ -106,6 +118,7 @@ impl Default for ServerOptions {
             rbac: None,
             bookmark_every: Duration::from_millis(500),
             token: "token-1".into(),
+            expired_as_http: false,
         }
     }
 }
@@ -122,6 +135,7 @@ struct Config {
     watch_list: bool,
     ignore_initial_events: bool,
     rbac: Option<Vec<Rule>>,
+    expired_as_http: bool,
     user: String,
     failures: Vec<Failure>,
     delays: Vec<(String, Duration)>,
@@ -163,6 +177,7 @@ pub struct TestApiServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     dir: TempDir,
+    bookmark_every: Duration,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -183,6 +198,7 @@ impl TestApiServer {
                 watch_list: options.watch_list,
                 ignore_initial_events: options.ignore_initial_events,
                 rbac: options.rbac.clone(),
+                expired_as_http: options.expired_as_http,
                 user: "system:serviceaccount:kube-system:plexus".into(),
                 failures: Vec::new(),
                 delays: Vec::new(),
@@ -190,9 +206,24 @@ impl TestApiServer {
             log: Mutex::default(),
         });
         let dir = tempfile::Builder::new().prefix("plexus-apiserver-").tempdir().expect("tempdir");
+        let mut server = TestApiServer {
+            addr,
+            shared,
+            dir,
+            bookmark_every: options.bookmark_every,
+            stop: None,
+            thread: None,
+        };
+        server.serve_on(listener);
+        server.write_token_file(&options.token);
+        server.write_kubeconfig();
+        server
+    }
+
+    fn serve_on(&mut self, listener: std::net::TcpListener) {
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let served = shared.clone();
-        let bookmark_every = options.bookmark_every;
+        let served = self.shared.clone();
+        let bookmark_every = self.bookmark_every;
         let thread = std::thread::Builder::new()
             .name("test-apiserver".into())
             .spawn(move || {
@@ -200,10 +231,30 @@ impl TestApiServer {
                 rt.block_on(serve(listener, served, stopped, bookmark_every));
             })
             .expect("starting the test API server thread");
-        let server = TestApiServer { addr, shared, dir, stop: Some(stop), thread: Some(thread) };
-        server.write_token_file(&options.token);
-        server.write_kubeconfig();
-        server
+        self.stop = Some(stop);
+        self.thread = Some(thread);
+    }
+
+    /// Stops serving, as an API server going down does: open watches end, connections
+    /// close, new connections are refused. [`Self::start_again`] brings it back.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Serves again on the same address after [`Self::stop`], as a restarted API server
+    /// does: the objects are kept (they are in etcd) but the change history starts after
+    /// the restart, so a watch resuming from before it gets 410 Gone.
+    pub fn start_again(&mut self) {
+        assert!(self.thread.is_none(), "the test API server is running");
+        self.shared.store().restart();
+        let listener = std::net::TcpListener::bind(self.addr).expect("binding the test API server again");
+        listener.set_nonblocking(true).expect("non-blocking listener");
+        self.serve_on(listener);
     }
 
     pub fn url(&self) -> String {
@@ -321,12 +372,7 @@ impl TestApiServer {
 
 impl Drop for TestApiServer {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.stop();
     }
 }
 

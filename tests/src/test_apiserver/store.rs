@@ -178,6 +178,14 @@ impl Store {
             .map(|(_, v)| v)
     }
 
+    /// What a restarted API server has: the objects, and a history that starts after the
+    /// writes made while it was down (a cluster writes all the time: leases, events), so
+    /// every watch resuming from before the restart gets 410 Gone.
+    pub fn restart(&mut self) {
+        self.rv += 1;
+        self.compact();
+    }
+
     /// Forgets the history: every watch resuming from before now gets 410 Gone.
     pub fn compact(&mut self) {
         self.history.clear();
