@@ -89,6 +89,13 @@ async fn catalog(opts: &AgentOptions) -> anyhow::Result<(Arc<dyn Catalog>, Synce
 }
 
 async fn run(opts: AgentOptions) -> anyhow::Result<()> {
+    match server::fd_limit::raise_to_hard() {
+        Ok((before, after)) if before != after => {
+            tracing::info!("raised the open file limit from {before} to {after}")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("could not raise the open file limit: {e}"),
+    }
     let (catalog, synced) = catalog(&opts).await?;
     if let Some(addr) = opts.metrics_socket_addr()? {
         let listener =
@@ -146,7 +153,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         Delegator { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout(), natives },
         StateStore::new(&opts.state_dir),
     ));
-    let listener = server::bind(&opts.socket)?;
+    let listener = server::bind_for(&opts.socket, opts.socket_group)?;
     if let Some(dir) = &opts.runtime_conf_dir {
         let readiness = Readiness {
             default_network_dir: opts.default_network_dir.clone(),
@@ -159,7 +166,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing SIGTERM handler")?;
     tokio::select! {
-        r = server::serve_limited(listener, engine, opts.socket.clone(), opts.max_concurrent_adds as usize) => r,
+        r = server::serve_with(listener, engine, opts.server_config()) => r,
         _ = term.recv() => { tracing::info!("SIGTERM: stopping (the CNI config stays: the shim answers try-again until restart)"); Ok(()) }
         _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted: stopping"); Ok(()) }
     }
