@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod fuzz;
 mod setup;
 mod util;
 
@@ -25,6 +26,9 @@ enum Task {
     /// plexus against the reference CNI plugins, side by side (root): cni, portmap,
     /// bandwidth, scale or all. Results in target/bench/<timestamp>/.
     Bench(bench::BenchArgs),
+    /// Every cargo-fuzz target of fuzz/ for a bounded time, from its committed corpus
+    /// (cargo-fuzz and the nightly toolchain are installed when missing).
+    Fuzz(fuzz::FuzzArgs),
     /// The bench's helpers inside network namespaces (servers, clients, runtime).
     #[command(hide = true)]
     BenchNet {
@@ -50,6 +54,10 @@ fn main() -> anyhow::Result<()> {
             util::cargo(&["test", "--workspace"])
         }
         Task::Bench(args) => bench::run(&args),
+        Task::Fuzz(args) => {
+            setup::run()?;
+            fuzz::run(&args)
+        }
         Task::BenchNet { command } => bench::traffic::run(&command),
     }
 }
