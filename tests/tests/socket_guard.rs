@@ -24,6 +24,8 @@ const NOBODY: &str = "65534";
 /// The agent's read deadline (its default) and request size limit.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 const LIMIT_TEXT: &str = "4 MiB";
+/// The flooding client's request.
+const FLOOD: usize = 100 << 20;
 
 /// Lets any user reach the world's socket: the world directory is private to root, and a
 /// socket's own mode is widened where a test needs a peer the agent itself must refuse.
@@ -192,7 +194,7 @@ fn kernel_hostile_clients_do_not_hold_up_the_runtimes_add() {
     let flood_writer = thread::spawn(move || {
         let chunk = vec![b' '; 1 << 20];
         let mut sent = 0usize;
-        while sent < 100 << 20 {
+        while sent < FLOOD {
             match writer.write_all(&chunk) {
                 Ok(()) => sent += chunk.len(),
                 // The agent stopped reading once it was over the limit: expected.
@@ -200,6 +202,7 @@ fn kernel_hostile_clients_do_not_hold_up_the_runtimes_add() {
             }
         }
         let _ = writer.shutdown(Shutdown::Write);
+        sent
     });
 
     // The runtime's ADD, through the shim, meanwhile.
@@ -211,7 +214,8 @@ fn kernel_hostile_clients_do_not_hold_up_the_runtimes_add() {
 
     // The flood is answered with the limit, not read whole.
     let answer = read_answer(&mut flood, flood_opened, READ_TIMEOUT * 2);
-    flood_writer.join().unwrap();
+    let sent = flood_writer.join().unwrap();
+    assert!(sent < FLOOD, "the agent took all {sent} bytes in");
     let error = answer.cni_error();
     assert_eq!(error["code"], 7, "{error}");
     assert!(error["msg"].as_str().unwrap().contains(LIMIT_TEXT), "{error}");

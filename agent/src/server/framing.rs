@@ -77,16 +77,28 @@ pub async fn read_request<R: AsyncRead + Unpin>(
     }
 }
 
-/// Reads and discards what the peer still sends, until EOF, `deadline` or eviction: a
-/// client that writes its whole request before reading (the shim does) then finds the
-/// answer instead of a reset connection. Nothing is kept, so a flood costs no memory.
-pub async fn discard_rest<R: AsyncRead + Unpin>(stream: &mut R, deadline: Instant, ticket: &Ticket) {
-    let mut sink = [0u8; 64 << 10];
+/// How much of a refused request is read and thrown away, at most, before the connection is
+/// closed (see [`discard_rest`]).
+pub const MAX_DISCARD_BYTES: usize = 4 * MAX_REQUEST_BYTES;
+
+/// Reads and discards what the peer still sends, until EOF, `max` bytes, `deadline` or
+/// eviction: a client that writes its whole (moderately oversized) request before reading, as
+/// the shim does, then finds the answer instead of a broken pipe. Nothing is kept, and a flood
+/// is cut off after `max` bytes.
+pub async fn discard_rest<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    max: usize,
+    deadline: Instant,
+    ticket: &Ticket,
+) {
+    let mut sink = vec![0u8; 64 << 10];
     let drain = async {
-        loop {
-            match stream.read(&mut sink).await {
+        let mut left = max;
+        while left > 0 {
+            let room = left.min(sink.len());
+            match stream.read(&mut sink[..room]).await {
                 Ok(0) | Err(_) => return,
-                Ok(_) => {}
+                Ok(n) => left -= n,
             }
         }
     };
@@ -162,6 +174,25 @@ mod tests {
         assert!(matches!(err, ReadError::TimedOut(_)), "{err:?}");
         assert!(err.to_string().contains("within 1 s"), "{err}");
         assert_eq!(err.cni_code(), ErrorCode::TryAgainLater);
+    }
+
+    #[tokio::test]
+    async fn the_rest_of_a_refused_request_is_discarded_up_to_a_bound() {
+        let pending = Pending::new(4);
+        let (ticket, _) = pending.register();
+        let (mut client, mut server) = tokio::io::duplex(1 << 10);
+        let writer = tokio::spawn(async move {
+            let mut sent = 0usize;
+            while client.write_all(&[b'x'; 1 << 10]).await.is_ok() {
+                sent += 1 << 10;
+            }
+            sent
+        });
+        discard_rest(&mut server, 64 << 10, Instant::now() + LONG, &ticket).await;
+        drop(server);
+        let sent = writer.await.unwrap();
+        // What the writer got in: what was discarded, plus at most the pipe's buffer.
+        assert!((64 << 10..=66 << 10).contains(&sent), "{sent} bytes went in");
     }
 
     #[tokio::test]

@@ -25,7 +25,7 @@ use crate::cni::CniError;
 use crate::engine::Engine;
 use crate::metrics::{metrics, AddSlotGauge};
 use access::{Access, Peer};
-use framing::{discard_rest, read_request, ReadError};
+use framing::{discard_rest, read_request, ReadError, MAX_DISCARD_BYTES};
 use pending::{Pending, Ticket};
 
 pub use framing::{DEFAULT_READ_TIMEOUT, MAX_REQUEST_BYTES};
@@ -206,7 +206,7 @@ async fn handle_connection(mut stream: UnixStream, shared: &Shared, ticket: Tick
         shared.refusals.warn(|n| tracing::warn!("refused {n} connection(s); the last: {refused}"));
         let err = CniError::from_error(&refused).with_details(refused.remedy());
         answer(&mut stream, &error_response(&err)).await?;
-        discard_rest(&mut stream, deadline, &ticket).await;
+        discard_rest(&mut stream, MAX_REQUEST_BYTES, deadline, &ticket).await;
         return Ok(());
     }
     let buf = match read_request(&mut stream, MAX_REQUEST_BYTES, deadline, shared.read_timeout, &ticket).await
@@ -224,7 +224,7 @@ async fn handle_connection(mut stream: UnixStream, shared: &Shared, ticket: Tick
             }
             answer(&mut stream, &error_response(&CniError::from_error(&e))).await?;
             if matches!(e, ReadError::TooLarge) {
-                discard_rest(&mut stream, deadline, &ticket).await;
+                discard_rest(&mut stream, MAX_DISCARD_BYTES, deadline, &ticket).await;
             }
             return Ok(());
         }
