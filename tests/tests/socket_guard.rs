@@ -228,14 +228,39 @@ fn kernel_hostile_clients_do_not_hold_up_the_runtimes_add() {
     assert_eq!(error["code"], 11, "{error}");
     assert!(error["msg"].as_str().unwrap().contains("5 s"), "{error}");
 
-    // Every idle connection is closed too, each with an answer.
+    // Every idle connection is closed too, each with an answer: the oldest as soon as too many
+    // wait, the others when their time is up.
+    let mut evicted = 0;
     for (mut stream, opened) in idle {
         let answer = read_answer(&mut stream, opened, READ_TIMEOUT * 2);
-        assert_eq!(answer.cni_error()["code"], 11);
+        let error = answer.cni_error();
+        assert_eq!(error["code"], 11, "{error}");
         assert!(answer.closed_after < READ_TIMEOUT + Duration::from_secs(3), "{:?}", answer.closed_after);
+        evicted += usize::from(error["msg"].as_str().unwrap().contains("were waiting"));
     }
+    assert!(evicted >= 1000 - 256, "only {evicted} idle connections were evicted");
 
     // And the agent still serves: DEL, then nothing is left.
     w.del("c1", &pod, (NS, "p1")).expect_ok();
     w.assert_nothing_left(&[&pod]);
+
+    // A flood is summed up in the log, not logged a line per connection: the first eviction at
+    // once, the others counted in one line within the next 10 s.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while logged_evictions(&w.agent_log()) != evicted {
+        assert!(Instant::now() < deadline, "{evicted} evictions, log:\n{}", w.agent_log());
+        thread::sleep(Duration::from_millis(200));
+    }
+    let log = w.agent_log();
+    let warnings = log.lines().filter(|l| l.contains("WARN") && l.contains("plexus_agent::server")).count();
+    assert!(warnings <= 10, "{warnings} warnings about the socket:\n{log}");
+}
+
+/// The evictions the agent's log reports ("closed N connection(s) that had sent no complete
+/// request ..."), summed.
+fn logged_evictions(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("that had sent no complete request"))
+        .filter_map(|l| l.split("closed ").nth(1)?.split(' ').next()?.parse::<usize>().ok())
+        .sum()
 }

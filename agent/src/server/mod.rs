@@ -9,10 +9,10 @@ pub mod access;
 pub mod fd_limit;
 pub mod framing;
 pub mod pending;
+mod tally;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -27,6 +27,7 @@ use crate::metrics::{metrics, AddSlotGauge};
 use access::{Access, Peer};
 use framing::{discard_rest, read_request, ReadError, MAX_DISCARD_BYTES};
 use pending::{Pending, Ticket};
+use tally::Tally;
 
 pub use framing::{DEFAULT_READ_TIMEOUT, MAX_REQUEST_BYTES};
 
@@ -136,11 +137,9 @@ pub async fn serve_with(
         pending: Pending::new(config.max_pending),
         access: config.access,
         read_timeout: config.read_timeout,
-        evictions: Throttled::default(),
-        refusals: Throttled::default(),
-        stalls: Throttled::default(),
+        tallies: Tallies::new(),
     });
-    let accept_errors = Throttled::default();
+    tokio::spawn(flush_tallies(Arc::downgrade(&shared)));
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -150,25 +149,14 @@ pub async fn serve_with(
             Err(e) => {
                 // Out of descriptors or memory: what is open now closes in time (answers,
                 // read deadlines), so wait a little instead of spinning or giving up.
-                accept_errors.warn(|n| {
-                    tracing::warn!(
-                        "accepting a connection on {} failed {n} time(s): {e}; retrying",
-                        config.socket.display()
-                    )
-                });
+                shared.tallies.accept_errors.add(1, e.to_string());
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
         let (ticket, evicted) = shared.pending.register();
         if evicted > 0 {
-            let max = shared.pending.max();
-            shared.evictions.add(evicted as u64, |n| {
-                tracing::warn!(
-                    "closed {n} connection(s) that had sent no complete request while more than {max} \
-                     were waiting; something connects to the socket without sending"
-                )
-            });
+            shared.tallies.evictions.add(evicted as u64, shared.pending.max().to_string());
         }
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -186,9 +174,51 @@ struct Shared {
     pending: Arc<Pending>,
     access: Access,
     read_timeout: Duration,
-    evictions: Throttled,
-    refusals: Throttled,
-    stalls: Throttled,
+    tallies: Tallies,
+}
+
+/// The warnings a flood of connections repeats (see [`tally`]).
+struct Tallies {
+    accept_errors: Tally,
+    evictions: Tally,
+    refusals: Tally,
+    stalls: Tally,
+}
+
+impl Tallies {
+    fn new() -> Self {
+        Tallies {
+            accept_errors: Tally::new(|n, e| {
+                format!("accepting a connection failed {n} time(s), the last: {e}; retrying")
+            }),
+            evictions: Tally::new(|n, max| {
+                format!(
+                    "closed {n} connection(s) that had sent no complete request while more than {max} \
+                     were waiting; something connects to the socket without sending"
+                )
+            }),
+            refusals: Tally::new(|n, last| format!("refused {n} connection(s); the last: {last}")),
+            stalls: Tally::new(|n, last| format!("closed {n} connection(s) that got no service: {last}")),
+        }
+    }
+
+    fn flush(&self) {
+        for tally in [&self.accept_errors, &self.evictions, &self.refusals, &self.stalls] {
+            tally.flush();
+        }
+    }
+}
+
+/// Logs the tallies' counts every [`tally::EVERY`], for as long as the server runs.
+async fn flush_tallies(shared: std::sync::Weak<Shared>) {
+    let mut ticks = tokio::time::interval(tally::EVERY);
+    loop {
+        ticks.tick().await;
+        match shared.upgrade() {
+            Some(shared) => shared.tallies.flush(),
+            None => return,
+        }
+    }
 }
 
 /// Accept errors that say the listener itself is broken, not that the node is busy.
@@ -203,7 +233,7 @@ async fn handle_connection(mut stream: UnixStream, shared: &Shared, ticket: Tick
     let deadline = Instant::now() + shared.read_timeout;
     let peer = Peer::of(&stream).context("reading the peer's credentials")?;
     if let Err(refused) = shared.access.check(&peer) {
-        shared.refusals.warn(|n| tracing::warn!("refused {n} connection(s); the last: {refused}"));
+        shared.tallies.refusals.add(1, refused.to_string());
         let err = CniError::from_error(&refused).with_details(refused.remedy());
         answer(&mut stream, &error_response(&err)).await?;
         discard_rest(&mut stream, MAX_REQUEST_BYTES, deadline, &ticket).await;
@@ -217,9 +247,7 @@ async fn handle_connection(mut stream: UnixStream, shared: &Shared, ticket: Tick
         Err(e) => {
             match e {
                 ReadError::Evicted(_) => {} // counted where it happened
-                ReadError::TimedOut(_) => shared
-                    .stalls
-                    .warn(|n| tracing::warn!("closed {n} connection(s) that got no service: {e}")),
+                ReadError::TimedOut(_) => shared.tallies.stalls.add(1, e.to_string()),
                 _ => tracing::warn!("a connection got no service: {e}"),
             }
             answer(&mut stream, &error_response(&CniError::from_error(&e))).await?;
@@ -286,30 +314,4 @@ fn error_code(r: &Response) -> u64 {
         .ok()
         .and_then(|v| v.get("code").and_then(serde_json::Value::as_u64))
         .unwrap_or(999)
-}
-
-/// A warning that a flood of connections would repeat: logged at most once per
-/// [`Throttled::EVERY`], with how many happened since.
-#[derive(Debug, Default)]
-struct Throttled {
-    count: AtomicU64,
-    last: Mutex<Option<std::time::Instant>>,
-}
-
-impl Throttled {
-    const EVERY: Duration = Duration::from_secs(10);
-
-    fn warn(&self, log: impl FnOnce(u64)) {
-        self.add(1, log)
-    }
-
-    fn add(&self, n: u64, log: impl FnOnce(u64)) {
-        self.count.fetch_add(n, Ordering::Relaxed);
-        let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = std::time::Instant::now();
-        if last.is_none_or(|t| now.duration_since(t) >= Self::EVERY) {
-            *last = Some(now);
-            log(self.count.swap(0, Ordering::Relaxed));
-        }
-    }
 }
