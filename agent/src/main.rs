@@ -89,11 +89,14 @@ async fn catalog(opts: &AgentOptions) -> anyhow::Result<(Arc<dyn Catalog>, Synce
 }
 
 async fn run(opts: AgentOptions) -> anyhow::Result<()> {
+    let mut server_config = opts.server_config();
     match server::fd_limit::raise_to_hard() {
-        Ok((before, after)) if before != after => {
-            tracing::info!("raised the open file limit from {before} to {after}")
+        Ok((before, after)) => {
+            if before != after {
+                tracing::info!("raised the open file limit from {before} to {after}");
+            }
+            server_config.max_pending = server::fd_limit::pending_bound(after, server_config.max_pending);
         }
-        Ok(_) => {}
         Err(e) => tracing::warn!("could not raise the open file limit: {e}"),
     }
     let (catalog, synced) = catalog(&opts).await?;
@@ -166,7 +169,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing SIGTERM handler")?;
     tokio::select! {
-        r = server::serve_with(listener, engine, opts.server_config()) => r,
+        r = server::serve_with(listener, engine, server_config) => r,
         _ = term.recv() => { tracing::info!("SIGTERM: stopping (the CNI config stays: the shim answers try-again until restart)"); Ok(()) }
         _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted: stopping"); Ok(()) }
     }
