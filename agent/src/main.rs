@@ -116,6 +116,16 @@ fn policy(opts: &AgentOptions, client: Option<kube::Client>) -> anyhow::Result<P
 }
 
 async fn run(opts: AgentOptions) -> anyhow::Result<()> {
+    let mut server_config = opts.server_config();
+    match server::fd_limit::raise_to_hard() {
+        Ok((before, after)) => {
+            if before != after {
+                tracing::info!("raised the open file limit from {before} to {after}");
+            }
+            server_config.max_pending = server::fd_limit::pending_bound(after, server_config.max_pending);
+        }
+        Err(e) => tracing::warn!("could not raise the open file limit: {e}"),
+    }
     let (catalog, catalog_synced, client) = catalog(&opts).await?;
     let policy = policy(&opts, client)?;
     let policy_loaded = policy.clone();
@@ -181,7 +191,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         )
         .with_policy(policy),
     );
-    let listener = server::bind(&opts.socket)?;
+    let listener = server::bind_for(&opts.socket, opts.socket_group)?;
     if let Some(dir) = &opts.runtime_conf_dir {
         let readiness = Readiness {
             default_network_dir: opts.default_network_dir.clone(),
@@ -194,7 +204,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing SIGTERM handler")?;
     tokio::select! {
-        r = server::serve_limited(listener, engine, opts.socket.clone(), opts.max_concurrent_adds as usize) => r,
+        r = server::serve_with(listener, engine, server_config) => r,
         _ = term.recv() => { tracing::info!("SIGTERM: stopping (the CNI config stays: the shim answers try-again until restart)"); Ok(()) }
         _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted: stopping"); Ok(()) }
     }

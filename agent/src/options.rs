@@ -264,6 +264,20 @@ pub struct AgentOptions {
     #[arg(long, env = "PLEXUS_SOCKET", default_value = plexus_cni_shim::DEFAULT_SOCKET)]
     pub socket: PathBuf,
 
+    /// Besides root, the members of this group (a name from the agent's /etc/group, or a GID)
+    /// may use the socket: it gets the group and mode 0660 instead of 0600, and the agent
+    /// checks each peer's credentials (primary and supplementary groups).
+    #[arg(long, env = "PLEXUS_SOCKET_GROUP", value_name = "NAME|GID",
+          value_parser = crate::server::access::parse_group)]
+    pub socket_group: Option<u32>,
+
+    /// Seconds a connection has to send its whole request; slower ones get a CNI error
+    /// (code 11) and are closed. The shim sends at once.
+    #[arg(long, env = "PLEXUS_SOCKET_READ_TIMEOUT_SECS", value_name = "SECONDS",
+          default_value_t = crate::server::DEFAULT_READ_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub socket_read_timeout_secs: u64,
+
     /// Durable state (attachment records).
     #[arg(long, env = "PLEXUS_STATE_DIR", default_value = "/var/lib/plexus")]
     pub state_dir: PathBuf,
@@ -387,6 +401,16 @@ impl AgentOptions {
     pub fn delegate_timeout(&self) -> Duration {
         Duration::from_secs(self.delegate_timeout_secs)
     }
+
+    /// How the socket serves: who may connect, how long a request may take to arrive.
+    pub fn server_config(&self) -> crate::server::ServerConfig {
+        crate::server::ServerConfig {
+            max_concurrent_adds: self.max_concurrent_adds as usize,
+            access: crate::server::access::Access::new(self.socket_group),
+            read_timeout: Duration::from_secs(self.socket_read_timeout_secs),
+            ..crate::server::ServerConfig::new(self.socket.clone())
+        }
+    }
 }
 
 /// `--metrics-addr` is neither HOST:PORT nor `off`.
@@ -490,6 +514,25 @@ mod tests {
         ] {
             let err = run(&args).unwrap_err().to_string();
             assert!(err.contains(needle) && err.contains(args[0]), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn socket_options_take_a_group_by_gid_or_name_and_a_read_timeout() {
+        let o = run(&[]).unwrap();
+        assert_eq!((o.socket_group, o.socket_read_timeout_secs), (None, 5));
+        let config = o.server_config();
+        assert_eq!((config.access.group, config.read_timeout), (None, Duration::from_secs(5)));
+        let o = run(&["--socket-group", "1500", "--socket-read-timeout-secs", "2"]).unwrap();
+        assert_eq!((o.socket_group, o.socket_read_timeout_secs), (Some(1500), 2));
+        // Every system has a root group, GID 0.
+        assert_eq!(run(&["--socket-group", "root"]).unwrap().socket_group, Some(0));
+        for (args, needle) in [
+            (["--socket-group", "no-such-group-plexus"], "give its GID"),
+            (["--socket-read-timeout-secs", "0"], "--socket-read-timeout-secs"),
+        ] {
+            let err = run(&args).unwrap_err().to_string();
+            assert!(err.contains(needle), "{args:?}: {err}");
         }
     }
 

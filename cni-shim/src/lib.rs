@@ -65,6 +65,9 @@ pub enum ErrorCode {
     PluginNotAvailable,
     /// A delegate plugin failed without a CNI error of its own (crash, timeout, garbage).
     DelegateFailed,
+    /// The caller may not use the agent's socket (its credentials: not root, not in the
+    /// agent's `--socket-group`).
+    PermissionDenied,
     /// libcni's ErrInternal (999): a failure of the node rather than of the request, which the
     /// reference plugins answer when an error has no code of its own.
     Internal,
@@ -86,6 +89,7 @@ impl ErrorCode {
             ErrorCode::TryAgainLater => 11,
             ErrorCode::PluginNotAvailable => 50,
             ErrorCode::DelegateFailed => 100,
+            ErrorCode::PermissionDenied => 101,
             ErrorCode::Internal => 999,
             ErrorCode::Delegate(c) => c,
         }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod fuzz;
 mod setup;
 mod stress;
 mod util;
@@ -30,6 +31,9 @@ enum Task {
     /// agent while the agent, the shim, plugins, namespaces and the state directory fail at
     /// random points; then nothing may be left behind (root).
     Stress(stress::StressArgs),
+    /// Every cargo-fuzz target of fuzz/ for a bounded time, from its committed corpus
+    /// (cargo-fuzz and the nightly toolchain are installed when missing).
+    Fuzz(fuzz::FuzzArgs),
     /// The bench's helpers inside network namespaces (servers, clients, runtime).
     #[command(hide = true)]
     BenchNet {
@@ -56,6 +60,10 @@ fn main() -> anyhow::Result<()> {
         }
         Task::Bench(args) => bench::run(&args),
         Task::Stress(args) => stress::run(&args),
+        Task::Fuzz(args) => {
+            setup::run()?;
+            fuzz::run(&args)
+        }
         Task::BenchNet { command } => bench::traffic::run(&command),
     }
 }

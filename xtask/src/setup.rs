@@ -110,7 +110,7 @@ fn bpf_toolchain() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn rustup() -> PathBuf {
+pub(crate) fn rustup() -> PathBuf {
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")));

@@ -184,15 +184,28 @@ pub async fn run(
             })
         }
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    read_output(exec.plugin, exec.command, output.status, &output.stdout, &output.stderr)
+}
+
+/// What a plugin's exit status and output mean: its result JSON (None when it printed
+/// nothing, as DEL may), or the CNI error it printed or amounts to. Plugins are untrusted
+/// input: anything may come back.
+pub fn read_output(
+    plugin: &str,
+    command: Command,
+    status: std::process::ExitStatus,
+    stdout: &[u8],
+    stderr: &[u8],
+) -> Result<Option<Value>, DelegateError> {
+    let stdout = String::from_utf8_lossy(stdout);
+    let stderr = String::from_utf8_lossy(stderr).into_owned();
     let parsed: Option<Result<Value, _>> =
         if stdout.trim().is_empty() { None } else { Some(serde_json::from_str::<Value>(stdout.trim())) };
-    if output.status.success() {
+    if status.success() {
         return match parsed {
             None => Ok(None),
             Some(Ok(v)) => Ok(Some(v)),
-            Some(Err(e)) => Err(DelegateError::bad_output(exec.plugin, exec.command, e, stderr)),
+            Some(Err(e)) => Err(DelegateError::bad_output(plugin, command, e, stderr)),
         };
     }
     let (code, msg, details) = match parsed {
@@ -205,20 +218,13 @@ pub async fn run(
             ErrorCode::DelegateFailed,
             format!(
                 "exited with {}{}",
-                output.status,
+                status,
                 if stdout.trim().is_empty() { "" } else { " and non-JSON output" }
             ),
             stdout.trim().to_owned(),
         ),
     };
-    Err(DelegateError::Failed {
-        plugin: exec.plugin.to_owned(),
-        command: exec.command,
-        code,
-        msg,
-        details,
-        stderr,
-    })
+    Err(DelegateError::Failed { plugin: plugin.to_owned(), command, code, msg, details, stderr })
 }
 
 /// The code of a CNI error a plugin printed; one that is not a number is a plugin failure
