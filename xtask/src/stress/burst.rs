@@ -78,8 +78,7 @@ pub fn run(n: usize, bins: &bench::Bins, out: &Path) -> anyhow::Result<BurstRepo
         });
         let handles: Vec<_> = pods
             .iter()
-            .enumerate()
-            .map(|(_, pod)| {
+            .map(|pod| {
                 let (socket, shim, answered) = (&socket, &bins.shim, &answered);
                 let (first_ok, first_failed, broken) = (&first_ok, &first_failed, &broken);
                 s.spawn(move || -> bool {
