@@ -65,11 +65,8 @@ type SyncedCheck = Arc<dyn Fn() -> bool + Send + Sync>;
 async fn catalog(opts: &AgentOptions) -> anyhow::Result<(Arc<dyn Catalog>, SyncedCheck)> {
     match opts.catalog {
         CatalogSource::Files => {
-            let files = FileCatalog {
-                nad_dirs: opts.nad_dirs.clone(),
-                pod_dirs: opts.pod_dirs.clone(),
-                report_dir: opts.state_dir.join("pods"),
-            };
+            let files =
+                FileCatalog::new(opts.nad_dirs.clone(), opts.pod_dirs.clone(), opts.state_dir.join("pods"));
             Ok((Arc::new(files), Arc::new(|| true)))
         }
         CatalogSource::Kube => {
