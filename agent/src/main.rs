@@ -86,6 +86,7 @@ async fn catalog(opts: &AgentOptions) -> anyhow::Result<(Arc<dyn Catalog>, Synce
 }
 
 async fn run(opts: AgentOptions) -> anyhow::Result<()> {
+    sweep_interrupted_writes(&opts);
     let (catalog, synced) = catalog(&opts).await?;
     if let Some(addr) = opts.metrics_socket_addr()? {
         let listener =
@@ -159,6 +160,15 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         r = server::serve_limited(listener, engine, opts.socket.clone(), opts.max_concurrent_adds as usize) => r,
         _ = term.recv() => { tracing::info!("SIGTERM: stopping (the CNI config stays: the shim answers try-again until restart)"); Ok(()) }
         _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted: stopping"); Ok(()) }
+    }
+}
+
+/// Removes the temporary files of writes a crash interrupted, before anything writes: in the
+/// state directory, and those of the agent's own CNI config next to the runtime's configs.
+fn sweep_interrupted_writes(opts: &AgentOptions) {
+    plexus_agent::state::sweep_temp_files(&opts.state_dir, 4, None);
+    if let Some(dir) = &opts.runtime_conf_dir {
+        plexus_agent::state::sweep_temp_files(dir, 0, Some(&opts.runtime_conf_name));
     }
 }
 
