@@ -2,8 +2,9 @@
 //!
 //! - `GET /metrics`: OpenMetrics text;
 //! - `GET /healthz`: 200 while the agent runs (liveness);
-//! - `GET /readyz`: 200 once the cluster default network's config exists and the catalog
-//!   holds its initial state, 503 with the reason otherwise (readiness).
+//! - `GET /readyz`: 200 once the cluster default network's config exists, the catalog
+//!   holds its initial state and the agent is warm (`main.rs`), 503 with the reason
+//!   otherwise (readiness).
 //!
 //! The metrics are process-wide (one agent per process), so every layer records into
 //! [`metrics()`] without being handed a registry.
