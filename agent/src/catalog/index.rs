@@ -1,10 +1,13 @@
 //! The manifests of some directories, indexed by namespace/name.
 //!
-//! Each lookup lists the directories and compares every file's identity (device, inode,
-//! size, modification and change times) with what was indexed; only files that are new or
-//! changed are read and parsed again, and the answer is one map lookup. So a lookup reads
-//! no file when nothing changed, however many selections a pod has or files a directory
-//! holds, and a file written between two requests is seen by the second.
+//! A lookup asks inotify ([`DirWatch`]) whether anything changed in the directories since
+//! the last one. Only then are the directories listed and every file's identity (device,
+//! inode, size, modification and change times) compared with what was indexed; files that
+//! are new or changed are read and parsed again. The answer is one map lookup. So a lookup
+//! in unchanged directories costs the same however many files they hold or selections a pod
+//! has, and a file written between two requests is seen by the second. Without inotify (its
+//! limits reached), or when a manifest is a symbolic link (its target may change where no
+//! watch sees it), every lookup lists and compares, still reading only changed files.
 //!
 //! A file that cannot be used (unreadable, not UTF-8, not a manifest, a name the API
 //! server would refuse) is reported once per change, naming the file, and the other files
@@ -18,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::manifest::{parse_objects, Objects};
+use super::watch::DirWatch;
 use super::PodInfo;
 use crate::spec::resolve::NetworkAttachmentDefinition;
 
@@ -47,6 +51,7 @@ pub struct ManifestIndex {
     dirs: Vec<PathBuf>,
     state: Mutex<State>,
     reads: AtomicU64,
+    listings: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -59,6 +64,12 @@ struct State {
     unidentified: Vec<Arc<Broken>>,
     /// The last error of each unreadable directory, to warn once per change.
     dir_errors: HashMap<PathBuf, String>,
+    /// What tells that nothing changed; `None` before the first lookup or without inotify.
+    watch: Option<DirWatch>,
+    /// Whether the last listing found a symbolic link, which the watch cannot see through.
+    symlinks: bool,
+    /// Whether the index reflects the directories as listed at least once.
+    listed: bool,
 }
 
 type Key = (String, String);
@@ -109,7 +120,7 @@ impl Stamp {
 
 impl ManifestIndex {
     pub fn new(dirs: Vec<PathBuf>) -> Self {
-        ManifestIndex { dirs, state: Mutex::default(), reads: AtomicU64::new(0) }
+        ManifestIndex { dirs, state: Mutex::default(), reads: AtomicU64::new(0), listings: AtomicU64::new(0) }
     }
 
     pub fn dirs(&self) -> &[PathBuf] {
@@ -119,6 +130,11 @@ impl ManifestIndex {
     /// How many times a manifest file was read since the index was made.
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
+    }
+
+    /// How many times the directories were listed since the index was made.
+    pub fn listings(&self) -> u64 {
+        self.listings.load(Ordering::Relaxed)
     }
 
     /// The pod `namespace/name`, after taking in the files changed since the last lookup.
@@ -150,7 +166,22 @@ impl ManifestIndex {
     }
 
     fn refresh(&self, state: &mut State) {
+        if !state.listed {
+            // Watching starts before the first listing, so no change falls between them.
+            state.watch = DirWatch::new(&self.dirs)
+                .inspect_err(|e| {
+                    tracing::info!("not watching the manifest directories ({e}): each lookup lists them")
+                })
+                .ok();
+        }
+        let changed = state.watch.as_mut().is_none_or(DirWatch::changed);
+        if state.listed && !changed && !state.symlinks {
+            return;
+        }
+        state.listed = true;
+        self.listings.fetch_add(1, Ordering::Relaxed);
         let listed = self.list(&mut state.dir_errors);
+        state.symlinks = listed.iter().any(|(path, _)| is_symlink(path));
         let mut previous: HashMap<PathBuf, FileEntry> =
             std::mem::take(&mut state.files).into_iter().collect();
         let mut changed = false;
@@ -330,6 +361,7 @@ mod tests {
             assert!(matches!(index.pod("ns", "absent"), Lookup::Missing { .. }));
         }
         assert_eq!(index.reads(), 40, "each file read once for 200 lookups");
+        assert_eq!(index.listings(), 1, "the directory listed once: inotify tells nothing changed");
 
         // A changed file is read again, and only it.
         std::fs::write(d.path().join("p07.yaml"), pod("ns", "renamed")).unwrap();
@@ -354,6 +386,28 @@ mod tests {
         std::fs::rename(&tmp, d.path().join("p01.yaml")).unwrap();
         assert!(found_pod(&index, "ns", "px").is_some());
         assert_eq!(index.reads(), 43);
+        let listings = index.listings();
+        for _ in 0..10 {
+            assert!(found_pod(&index, "ns", "px").is_some());
+        }
+        assert_eq!(index.listings(), listings, "no listing while nothing changes");
+    }
+
+    #[test]
+    fn symbolic_links_are_compared_at_every_lookup() {
+        // The watch sees the directory, not where a link points: a target edited in place
+        // elsewhere is still seen, by comparing at every lookup.
+        let d = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let target = elsewhere.path().join("p.yaml");
+        std::fs::write(&target, pod("ns", "before")).unwrap();
+        std::os::unix::fs::symlink(&target, d.path().join("p.yaml")).unwrap();
+        let index = ManifestIndex::new(vec![d.path().to_owned()]);
+        assert!(found_pod(&index, "ns", "before").is_some());
+        std::fs::write(&target, pod("ns", "after")).unwrap();
+        assert!(found_pod(&index, "ns", "after").is_some());
+        assert!(found_pod(&index, "ns", "before").is_none());
+        assert_eq!(index.reads(), 2);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod files;
 pub mod index;
 pub mod manifest;
 pub mod names;
+pub mod watch;
 
 /// The pod fields plexus reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
