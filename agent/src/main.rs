@@ -1,3 +1,4 @@
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,11 +71,10 @@ async fn catalog(
 ) -> anyhow::Result<(Arc<dyn Catalog>, SyncedCheck, Option<kube::Client>)> {
     match opts.catalog {
         CatalogSource::Files => {
-            let files = FileCatalog {
-                nad_dirs: opts.nad_dirs.clone(),
-                pod_dirs: opts.pod_dirs.clone(),
-                report_dir: opts.state_dir.join("pods"),
-            };
+            let files =
+                FileCatalog::new(opts.nad_dirs.clone(), opts.pod_dirs.clone(), opts.state_dir.join("pods"));
+            // Indexed before serving, so the first ADD does not read every manifest.
+            files.warm_up().await;
             Ok((Arc::new(files), Arc::new(|| true), None))
         }
         CatalogSource::Kube => {
@@ -126,16 +126,22 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         }
         Err(e) => tracing::warn!("could not raise the open file limit: {e}"),
     }
+    sweep_interrupted_writes(&opts);
     let (catalog, catalog_synced, client) = catalog(&opts).await?;
     let policy = policy(&opts, client)?;
     let policy_loaded = policy.clone();
     let synced: SyncedCheck = Arc::new(move || catalog_synced() && policy_loaded.is_loaded());
+    let warm = Arc::new(AtomicBool::new(false));
     if let Some(addr) = opts.metrics_socket_addr()? {
         let listener =
             metrics::bind(addr).await.with_context(|| format!("binding the metrics address {addr}"))?;
         let default_dir = opts.default_network_dir.clone();
+        let warmed = warm.clone();
         let ready: metrics::ReadyCheck = Arc::new(move || {
             confdir::default_network(&default_dir)?;
+            if !warmed.load(Ordering::Relaxed) {
+                return Err("warming up: the eBPF dataplane is still loading".into());
+            }
             if synced() {
                 Ok(())
             } else {
@@ -166,10 +172,12 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         max_flows: opts.flow_table.portmap_max_flows,
         timeouts: opts.flow_table.timeouts(),
     };
-    let portmap: Arc<dyn NativePlugin> =
-        Arc::new(portmap_plugin::PortmapPlugin::new(Portmap::start(&dataplane, &opts.state_dir)));
+    let portmap_service = Portmap::start(&dataplane, &opts.state_dir);
+    let bandwidth_service = Bandwidth::start(&dataplane, &opts.state_dir);
+    let warmed_up = warm_up(portmap_service.clone(), bandwidth_service.clone(), warm);
+    let portmap: Arc<dyn NativePlugin> = Arc::new(portmap_plugin::PortmapPlugin::new(portmap_service));
     let bandwidth: Arc<dyn NativePlugin> =
-        Arc::new(bandwidth_plugin::BandwidthPlugin::new(Bandwidth::start(&dataplane, &opts.state_dir)));
+        Arc::new(bandwidth_plugin::BandwidthPlugin::new(bandwidth_service));
     natives.register(portmap_plugin::TYPE, portmap.clone());
     natives.register(bandwidth_plugin::TYPE, bandwidth.clone());
     // The native macvlan serves both capabilities itself when its config declares them.
@@ -199,7 +207,13 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             socket: opts.socket.clone(),
             cni_version: opts.runtime_cni_version.clone(),
         };
-        tokio::spawn(readiness.watch(Duration::from_secs(1)));
+        // The runtime is told plexus is ready once warm, so its first ADDs do not compete with
+        // the dataplane's load; the socket serves meanwhile (after a restart the runtime
+        // knows plexus already).
+        tokio::spawn(async move {
+            warmed_up.await;
+            readiness.watch(Duration::from_secs(1)).await
+        });
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing SIGTERM handler")?;
@@ -207,6 +221,35 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         r = server::serve_with(listener, engine, server_config) => r,
         _ = term.recv() => { tracing::info!("SIGTERM: stopping (the CNI config stays: the shim answers try-again until restart)"); Ok(()) }
         _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted: stopping"); Ok(()) }
+    }
+}
+
+/// How long readiness waits for the warm-up at most.
+const WARM_UP_LIMIT: Duration = Duration::from_secs(10);
+
+/// Waits until what the first ADD would otherwise pay for is done (docs/architecture.md,
+/// "Start-up"): the eBPF dataplane's background load, a few hundred milliseconds of
+/// verifier CPU that an ADD arriving meanwhile competes with. Then sets `warm`.
+async fn warm_up(portmap: Arc<Portmap>, bandwidth: Arc<Bandwidth>, warm: Arc<AtomicBool>) {
+    let started = std::time::Instant::now();
+    // STATUS waits for the load to be published; whether it loaded is reported elsewhere.
+    let loaded = tokio::task::spawn_blocking(move || {
+        let _ = portmap.status();
+        let _ = bandwidth.status();
+    });
+    match tokio::time::timeout(WARM_UP_LIMIT, loaded).await {
+        Ok(_) => tracing::info!(took_ms = started.elapsed().as_millis() as u64, "warmed up"),
+        Err(_) => tracing::warn!("the eBPF dataplane is still loading after {WARM_UP_LIMIT:?}; ready anyway"),
+    }
+    warm.store(true, Ordering::Relaxed);
+}
+
+/// Removes the temporary files of writes a crash interrupted, before anything writes: in the
+/// state directory, and those of the agent's own CNI config next to the runtime's configs.
+fn sweep_interrupted_writes(opts: &AgentOptions) {
+    plexus_agent::state::sweep_temp_files(&opts.state_dir, 4, None);
+    if let Some(dir) = &opts.runtime_conf_dir {
+        plexus_agent::state::sweep_temp_files(dir, 0, Some(&opts.runtime_conf_name));
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! - `GET /metrics`: OpenMetrics text;
 //! - `GET /healthz`: 200 while the agent runs (liveness);
-//! - `GET /readyz`: 200 once the cluster default network's config exists and the catalog
-//!   holds its initial state, 503 with the reason otherwise (readiness).
+//! - `GET /readyz`: 200 once the cluster default network's config exists, the catalog
+//!   holds its initial state and the agent is warm (`main.rs`), 503 with the reason
+//!   otherwise (readiness).
 //!
 //! The metrics are process-wide (one agent per process), so every layer records into
 //! [`metrics()`] without being handed a registry.
@@ -21,7 +22,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 use crate::cni::Command;
 
@@ -427,8 +428,39 @@ pub fn encode() -> String {
 /// a blocking thread (it may read files).
 pub type ReadyCheck = Arc<dyn Fn() -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
 
+/// How long [`bind`] waits for an address another process still listens on.
+pub const BIND_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Binds the endpoint's address, so that an agent restarted right after a crash binds: with
+/// SO_REUSEADDR, while the connections of the one before linger (TIME_WAIT and the like);
+/// and waiting up to [`BIND_PATIENCE`] while that one, killed but not gone yet, still
+/// listens. An address taken for longer is an error.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
+    bind_within(addr, BIND_PATIENCE).await
+}
+
+async fn bind_within(addr: SocketAddr, patience: Duration) -> std::io::Result<TcpListener> {
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut told = false;
+    loop {
+        match bind_once(addr) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tokio::time::Instant::now() < deadline => {
+                if !told {
+                    tracing::info!(%addr, "the metrics address is in use (by an agent still exiting?); waiting up to {patience:?}");
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            bound => return bound,
+        }
+    }
+}
+
+fn bind_once(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` until the listener fails.
@@ -521,6 +553,40 @@ mod tests {
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         out
+    }
+
+    #[tokio::test]
+    async fn rebinds_at_once_while_closed_connections_linger() {
+        use tokio::io::AsyncReadExt;
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (server_side, _) = listener.accept().await.unwrap();
+        // The agent's side closes first, as a crash does: its end of the connection lingers
+        // on the port in TIME_WAIT once the client has closed too.
+        drop(server_side);
+        drop(listener);
+        assert_eq!(client.read(&mut [0u8; 1]).await.unwrap(), 0);
+        drop(client);
+        let again = bind_within(addr, Duration::ZERO).await;
+        assert!(again.is_ok(), "rebinding {addr}: {again:?}");
+        // A live listener still owns its address.
+        let other = bind_within(addr, Duration::from_millis(120)).await.unwrap_err();
+        assert_eq!(other.kind(), std::io::ErrorKind::AddrInUse);
+    }
+
+    #[tokio::test]
+    async fn waits_for_an_address_still_held_by_an_exiting_agent() {
+        // The agent killed a moment ago: its listener goes when its exit completes.
+        let previous = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = previous.local_addr().unwrap();
+        let exiting = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(previous);
+        });
+        let bound = bind(addr).await;
+        exiting.join().unwrap();
+        assert!(bound.is_ok(), "binding {addr} once the previous agent is gone: {bound:?}");
     }
 
     #[tokio::test]

@@ -220,16 +220,70 @@ fn tempfile_in(dir: &Path, target: &Path) -> std::io::Result<(PathBuf, std::fs::
     Ok((tmp, file))
 }
 
-/// The writer's process ID when `name` is a temporary file of [`atomic_write`] or
-/// [`atomic_write_volatile`] (`.<target>.<pid>.tmp`); one whose process is gone is a leftover of
-/// a crash mid-write (`plexus-agent doctor` lists and removes them).
-pub fn temp_file_pid(name: &str) -> Option<u32> {
+/// The target's name and the writer's process ID when `name` is a temporary file of
+/// [`atomic_write`] or [`atomic_write_volatile`] (`.<target>.<pid>.tmp`).
+fn temp_file_parts(name: &str) -> Option<(&str, u32)> {
     let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
     let (target, pid) = inner.rsplit_once('.')?;
     if target.is_empty() || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    pid.parse().ok()
+    Some((target, pid.parse().ok()?))
+}
+
+/// The writer's process ID when `name` is a temporary file of an atomic write; one whose
+/// process is gone is a leftover of a crash mid-write (`plexus-agent doctor` lists and
+/// removes them).
+pub fn temp_file_pid(name: &str) -> Option<u32> {
+    temp_file_parts(name).map(|(_, pid)| pid)
+}
+
+/// Whether `name` is a temporary file of an atomic write (`.<target>.<pid>.tmp`), of any
+/// target or, with `target`, of that one.
+pub fn is_temp_file_name(name: &str, target: Option<&str>) -> bool {
+    temp_file_parts(name).is_some_and(|(base, _)| target.is_none_or(|t| t == base))
+}
+
+/// Removes the temporary files that writes interrupted by a crash left in `dir` (and its
+/// subdirectories, `depth` levels down; symbolic links are not followed), and returns them.
+/// Run at start, before anything writes: such a file is otherwise there for good. With
+/// `target`, only the temporary files of that file name are removed.
+pub fn sweep_temp_files(dir: &Path, depth: usize, target: Option<&str>) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %dir.display(), "looking for interrupted writes: {e}");
+            }
+            return removed;
+        }
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else { continue };
+        if kind.is_dir() {
+            if depth > 0 {
+                removed.extend(sweep_temp_files(&path, depth - 1, target));
+            }
+            continue;
+        }
+        let ours = kind.is_file() && entry.file_name().to_str().is_some_and(|n| is_temp_file_name(n, target));
+        if !ours {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::info!(file = %path.display(), "removed the temporary file of a write interrupted by a crash");
+                removed.push(path);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(file = %path.display(), "removing the temporary file of an interrupted write: {e}")
+            }
+        }
+    }
+    removed
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -297,6 +351,61 @@ mod tests {
         ] {
             assert_eq!(temp_file_pid(not_one), None, "{not_one}");
         }
+    }
+
+    #[test]
+    fn temp_file_names() {
+        for name in [".c1@eth0.json.123.tmp", ".00-plexus.conflist.1.tmp", ".a.b.c.42.tmp"] {
+            assert!(is_temp_file_name(name, None), "{name}");
+        }
+        for name in [
+            "c1@eth0.json",
+            "c1@eth0.json.123.tmp",
+            ".c1@eth0.json.tmp",
+            ".c1@eth0.json.12a.tmp",
+            "..123.tmp",
+            ".123.tmp",
+            ".x.123.tmp~",
+            ".x.123.TMP",
+        ] {
+            assert!(!is_temp_file_name(name, None), "{name}");
+        }
+        assert!(is_temp_file_name(".00-plexus.conflist.9.tmp", Some("00-plexus.conflist")));
+        assert!(!is_temp_file_name(".10-other.conflist.9.tmp", Some("00-plexus.conflist")));
+    }
+
+    #[tokio::test]
+    async fn temporary_files_of_interrupted_writes_are_swept() {
+        let d = tempfile::tempdir().unwrap();
+        let store = StateStore::new(d.path());
+        store.save(&record("c1")).await.unwrap();
+        // What a crash between creating and renaming leaves, here and in a deeper directory.
+        let left = store.dir().join(".c2@eth0.json.4242.tmp");
+        std::fs::write(&left, "{").unwrap();
+        let deep = d.path().join("pods/ns1");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join(".p.network-status.json.7.tmp"), "[").unwrap();
+        // Not ours: kept.
+        let keep =
+            [d.path().join("notes.tmp"), store.dir().join(".hidden"), deep.join("p.network-status.json")];
+        for k in &keep {
+            std::fs::write(k, "x").unwrap();
+        }
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join(".x.1.tmp"), "").unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("link")).unwrap();
+
+        let mut removed = sweep_temp_files(d.path(), 3, None);
+        removed.sort();
+        assert_eq!(
+            removed,
+            [store.dir().join(".c2@eth0.json.4242.tmp"), deep.join(".p.network-status.json.7.tmp")]
+        );
+        assert!(!left.exists());
+        assert!(keep.iter().all(|k| k.exists()));
+        assert!(outside.path().join(".x.1.tmp").exists(), "symbolic links are not followed");
+        assert_eq!(store.list().await.unwrap(), [record("c1")]);
+        assert!(sweep_temp_files(&d.path().join("missing"), 3, None).is_empty());
     }
 
     #[tokio::test]

@@ -3,7 +3,8 @@
 //! The shim is deliberately thin: it packs the CNI environment and stdin into one
 //! [`Request`], writes it as JSON on the agent's Unix socket, half-closes the write
 //! side, and reads one [`Response`] until EOF. All CNI logic lives in the agent; the
-//! shim only answers `VERSION` itself and reports an unreachable agent.
+//! shim only answers `VERSION` itself, refuses stdin that is not a JSON object (it names
+//! no agent to ask) and reports an unreachable agent.
 
 use serde::{Deserialize, Serialize};
 

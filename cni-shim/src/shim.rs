@@ -89,7 +89,10 @@ pub fn run_with_retry_schedule(inv: &Invocation, schedule: &[Duration]) -> Outco
 /// The agent socket a network configuration asks for: its top-level `"socket"` string,
 /// else [`DEFAULT_SOCKET`] (also when the configuration is not JSON at all).
 pub fn socket_for(config: &[u8]) -> PathBuf {
-    ConfigHints::parse(config).socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+    ConfigHints::parse(config)
+        .ok()
+        .and_then(|(_, hints)| hints.socket)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
 }
 
 /// The knobs that differ between production and tests.
@@ -100,38 +103,76 @@ struct Options<'a> {
 }
 
 fn run_with(inv: &Invocation, opts: &Options) -> Outcome {
-    let hints = ConfigHints::parse(&inv.stdin);
-    let error_version = hints.cni_version.as_deref().unwrap_or(CURRENT_VERSION);
+    let parsed = ConfigHints::parse(&inv.stdin);
+    let hints = parsed.as_ref().map(|(_, hints)| hints).ok();
+    let requested_version = hints.and_then(|h| h.cni_version.clone());
+    let requested_version = requested_version.as_deref();
+    let error_version = requested_version.unwrap_or(CURRENT_VERSION);
     let command = match inv.env.get("CNI_COMMAND").filter(|c| !c.is_empty()) {
         Some(command) => command,
         None => return missing_command(error_version, inv.env.contains_key("CNI_COMMAND")),
     };
     if command == "VERSION" {
-        return version(hints.cni_version.as_deref());
+        return version(requested_version);
     }
+    // A config the shim cannot read names no agent: guessing the default socket would wait
+    // for an agent that may not be there, or ask the wrong one. Nothing can fix it but the
+    // config, so it is answered here, at once.
+    let (config, hints) = match parsed {
+        Ok(parsed) => parsed,
+        Err(err) => return err.into_outcome(),
+    };
     let socket = hints.socket.as_deref().unwrap_or(opts.default_socket);
-    forward(&build_request(inv, command), socket, opts)
+    forward(&build_request(inv, command, config), socket, opts)
         .unwrap_or_else(|err| err.into_outcome(error_version, socket, opts.read_timeout))
 }
 
-/// The few keys of the network configuration the shim itself needs. Anything it cannot
-/// read is left to the agent, which reports decode errors properly.
+/// The few keys of the network configuration the shim itself needs.
 #[derive(Debug, Default)]
 struct ConfigHints {
     cni_version: Option<String>,
     socket: Option<PathBuf>,
 }
 
+/// Why the network configuration on stdin cannot be used.
+#[derive(Debug)]
+enum ConfigError {
+    NotUtf8(std::str::Utf8Error),
+    NotJson(serde_json::Error),
+    NotAnObject,
+}
+
+impl ConfigError {
+    fn into_outcome(self) -> Outcome {
+        let problem = match self {
+            ConfigError::NotUtf8(err) => format!("is not valid UTF-8 ({err})"),
+            ConfigError::NotJson(err) => format!("is not valid JSON ({err})"),
+            ConfigError::NotAnObject => "is not a JSON object".to_owned(),
+        };
+        Outcome::error(
+            CURRENT_VERSION,
+            ErrorCode::DecodeFailure,
+            format!("the network configuration on stdin {problem}"),
+            "fix the plexus CNI config file the container runtime reads (a JSON object)",
+        )
+    }
+}
+
 impl ConfigHints {
-    fn parse(config: &[u8]) -> ConfigHints {
-        let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(config) else {
-            return ConfigHints::default();
+    /// The configuration as text (what the agent gets) and its hints; text that is not a
+    /// JSON object is an error, with no lossy decoding that would hide it.
+    fn parse(config: &[u8]) -> Result<(String, ConfigHints), ConfigError> {
+        let text = std::str::from_utf8(config).map_err(ConfigError::NotUtf8)?;
+        let value: serde_json::Value = serde_json::from_str(text).map_err(ConfigError::NotJson)?;
+        let serde_json::Value::Object(map) = value else {
+            return Err(ConfigError::NotAnObject);
         };
         let string = |key: &str| map.get(key).and_then(|v| v.as_str()).filter(|s| !s.is_empty());
-        ConfigHints {
+        let hints = ConfigHints {
             cni_version: string("cniVersion").map(str::to_owned),
             socket: string("socket").map(PathBuf::from),
-        }
+        };
+        Ok((text.to_owned(), hints))
     }
 }
 
@@ -159,7 +200,7 @@ fn version(requested: Option<&str>) -> Outcome {
     Outcome::success(to_json_line(&Wire { cni_version, supported_versions: SUPPORTED_VERSIONS }))
 }
 
-fn build_request(inv: &Invocation, command: &str) -> Request {
+fn build_request(inv: &Invocation, command: &str, config: String) -> Request {
     let var = |name: &str| inv.env.get(name).cloned();
     Request {
         command: command.to_owned(),
@@ -168,9 +209,7 @@ fn build_request(inv: &Invocation, command: &str) -> Request {
         ifname: var("CNI_IFNAME"),
         args: var("CNI_ARGS"),
         path: var("CNI_PATH"),
-        // The wire carries text; invalid UTF-8 could never be a valid config anyway, and the
-        // replacement characters make the agent's decode error point at it.
-        config: String::from_utf8_lossy(&inv.stdin).into_owned(),
+        config,
     }
 }
 
@@ -461,18 +500,68 @@ mod tests {
         assert_eq!(socket_for(b""), default);
     }
 
+    /// Stdin that is not a JSON object, with a "socket" key the shim cannot read.
+    fn unusable_configs(socket: &Path) -> Vec<(&'static str, Vec<u8>)> {
+        let socket = socket.display().to_string();
+        let mut deep = format!(r#"{{"cniVersion":"1.0.0","socket":"{socket}","x":"#).into_bytes();
+        deep.extend(std::iter::repeat_n(b'[', 200));
+        deep.extend(std::iter::repeat_n(b']', 200));
+        deep.push(b'}');
+        vec![
+            ("not JSON", format!(r#"{{not json "socket":"{socket}""#).into_bytes()),
+            ("NUL bytes", format!("{{\"cniVersion\":\"1.0.0\",\"socket\":\"{socket}\"}}\0\0").into_bytes()),
+            (
+                "invalid UTF-8 in a string",
+                [format!(r#"{{"cniVersion":"1.0.0","socket":"{socket}","name":"n"#).as_bytes(), b"\xff\"}"]
+                    .concat(),
+            ),
+            (
+                "invalid UTF-8 outside strings",
+                [b"\xfe".as_slice(), format!(r#"{{"socket":"{socket}"}}"#).as_bytes()].concat(),
+            ),
+            ("a lone surrogate escape", format!(r#"{{"socket":"{socket}","name":"\udc80"}}"#).into_bytes()),
+            ("nesting deeper than the parser's limit", deep),
+            ("not an object", format!(r#"["socket","{socket}"]"#).into_bytes()),
+            ("empty", Vec::new()),
+        ]
+    }
+
     #[test]
-    fn non_json_stdin_is_still_forwarded_to_the_default_socket() {
+    fn unusable_stdin_is_a_decode_failure_without_asking_any_agent() {
         let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("default.sock");
-        let server = serve_once(&socket, |_| respond(6, "{\"code\":6}"));
-        let opts = Options { schedule: TINY, read_timeout: READ_TIMEOUT, default_socket: &socket };
-
-        let outcome = run_with(&invocation(Some("ADD"), "{not json"), &opts);
-        let request: Request = serde_json::from_slice(&server.join().unwrap()).unwrap();
-
-        assert_eq!(request.config, "{not json");
-        assert_eq!(outcome.exit_code, 6);
+        // Both the socket the config names and the default are served: a request reaching
+        // either would be accepted.
+        let named = UnixListener::bind(dir.path().join("named.sock")).unwrap();
+        let default = UnixListener::bind(dir.path().join("default.sock")).unwrap();
+        for l in [&named, &default] {
+            l.set_nonblocking(true).unwrap();
+        }
+        let opts = Options {
+            schedule: RETRY_SCHEDULE,
+            read_timeout: READ_TIMEOUT,
+            default_socket: &dir.path().join("default.sock"),
+        };
+        for (what, stdin) in unusable_configs(&dir.path().join("named.sock")) {
+            let mut inv = invocation(Some("ADD"), "");
+            inv.stdin = stdin;
+            let outcome = run_with(&inv, &opts);
+            let error = error_json(&outcome);
+            assert_eq!(error["code"], 6, "{what}: {error}");
+            let msg = error["msg"].as_str().unwrap();
+            assert!(msg.starts_with("the network configuration on stdin is not "), "{what}: {msg}");
+            assert!(error["details"].as_str().unwrap().contains("CNI config"), "{what}: {error}");
+            for l in [&named, &default] {
+                assert_eq!(
+                    l.accept().unwrap_err().kind(),
+                    ErrorKind::WouldBlock,
+                    "{what}: a connection was made"
+                );
+            }
+        }
+        // VERSION needs no config, as before.
+        let mut inv = invocation(Some("VERSION"), "");
+        inv.stdin = b"\xff".to_vec();
+        assert_eq!(run_with(&inv, &opts).exit_code, 0);
     }
 
     #[test]

@@ -1,82 +1,82 @@
 //! The local-files catalog of standalone mode: NAD and pod manifests in directories, the
 //! network-status and events written next to the agent's state.
 //!
-//! Files are read on every lookup: a standalone node has a handful, and editing one must
-//! take effect without a restart, as it would on a cluster.
+//! Editing a manifest takes effect without a restart, as it would on a cluster: each lookup
+//! takes in the files changed since the last one ([`ManifestIndex`]), and reads no file when
+//! none changed.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::manifest::{parse_objects, Objects};
-use super::{Catalog, CatalogError, PodInfo};
+use super::index::{Lookup, ManifestIndex};
+use super::{names, Catalog, CatalogError, PodInfo};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 use crate::state::atomic_write;
 
 #[derive(Debug, Clone)]
 pub struct FileCatalog {
-    /// Directories of NetworkAttachmentDefinition manifests.
-    pub nad_dirs: Vec<PathBuf>,
-    /// Directories of pod manifests.
-    pub pod_dirs: Vec<PathBuf>,
+    /// NetworkAttachmentDefinition manifests.
+    nads: Arc<ManifestIndex>,
+    /// Pod manifests.
+    pods: Arc<ManifestIndex>,
     /// Where `<namespace>/<pod>.network-status.json` and `.events` are written.
-    pub report_dir: PathBuf,
+    report_dir: PathBuf,
 }
 
 impl FileCatalog {
-    fn load(dirs: Vec<PathBuf>) -> BoxFuture<'static, Result<Objects, CatalogError>> {
-        async move {
-            tokio::task::spawn_blocking(move || load_dirs(&dirs))
-                .await
-                .map_err(|e| CatalogError::unavailable("manifest directories", e))
+    pub fn new(nad_dirs: Vec<PathBuf>, pod_dirs: Vec<PathBuf>, report_dir: PathBuf) -> Self {
+        FileCatalog {
+            nads: Arc::new(ManifestIndex::new(nad_dirs)),
+            pods: Arc::new(ManifestIndex::new(pod_dirs)),
+            report_dir,
         }
-        .boxed()
     }
 
-    fn report_path(&self, pod: &PodInfo, suffix: &str) -> PathBuf {
-        self.report_dir.join(&pod.namespace).join(format!("{}.{suffix}", pod.name))
+    /// Indexes every manifest now, so the first request does not pay for it.
+    pub async fn warm_up(&self) {
+        let (nads, pods) = (self.nads.clone(), self.pods.clone());
+        let indexed = tokio::task::spawn_blocking(move || {
+            nads.nad("", "");
+            pods.pod("", "");
+        })
+        .await;
+        if let Err(e) = indexed {
+            tracing::warn!("indexing the manifest directories: {e}");
+        }
+    }
+
+    /// The report file of a pod. The names were checked where they came in (CNI_ARGS,
+    /// manifests); checked again here, where they become a path.
+    fn report_path(&self, pod: &PodInfo, suffix: &str) -> Result<PathBuf, CatalogError> {
+        names::check_namespace("pod namespace", &pod.namespace)
+            .and_then(|()| names::check_object_name("pod name", &pod.name))
+            .map_err(|e| CatalogError::unavailable("the pod's report file", e))?;
+        Ok(self.report_dir.join(&pod.namespace).join(format!("{}.{suffix}", pod.name)))
     }
 }
 
-fn load_dirs(dirs: &[PathBuf]) -> Objects {
-    let mut all = Objects::default();
-    for dir in dirs {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) => {
-                // A directory that cannot be read holds no manifests; the warning says why.
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %dir.display(), "skipping manifest directory: {e}");
-                }
-                continue;
-            }
-        };
-        let mut paths: Vec<PathBuf> =
-            entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| is_manifest(p)).collect();
-        paths.sort();
-        for path in paths {
-            let text = match std::fs::read_to_string(&path) {
-                Ok(text) => text,
-                Err(e) => {
-                    tracing::warn!(file = %path.display(), "skipping manifest: {e}");
-                    continue;
-                }
-            };
-            match parse_objects(&text) {
-                Ok(o) => {
-                    all.nads.extend(o.nads);
-                    all.pods.extend(o.pods);
-                }
-                Err(e) => tracing::warn!(file = %path.display(), "skipping manifest: {e}"),
-            }
+/// Runs a blocking lookup of the index.
+async fn look_up<T: Send + 'static>(
+    index: &Arc<ManifestIndex>,
+    f: impl FnOnce(&ManifestIndex) -> Lookup<T> + Send + 'static,
+) -> Result<Option<T>, CatalogError> {
+    let index = index.clone();
+    let found = tokio::task::spawn_blocking(move || f(&index))
+        .await
+        .map_err(|e| CatalogError::unavailable("manifest directories", e))?;
+    match found {
+        Lookup::Found(v) => Ok(Some(v)),
+        Lookup::Broken(b) => {
+            Err(CatalogError::BrokenManifest { file: b.file.clone(), reason: b.reason.clone() })
         }
+        Lookup::Missing { unreadable } if unreadable.is_empty() => Ok(None),
+        Lookup::Missing { unreadable } => Err(CatalogError::NotFoundWithUnreadable {
+            files: unreadable.iter().map(|b| format!("{}: {}", b.file.display(), b.reason)).collect(),
+        }),
     }
-    all
-}
-
-fn is_manifest(p: &Path) -> bool {
-    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
 }
 
 impl Catalog for FileCatalog {
@@ -85,9 +85,14 @@ impl Catalog for FileCatalog {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<NetworkAttachmentDefinition>, CatalogError>> {
+        let (ns, n) = (namespace.to_owned(), name.to_owned());
         async move {
-            let objects = Self::load(self.nad_dirs.clone()).await?;
-            Ok(objects.nads.into_iter().find(|n| n.namespace == namespace && n.name == name))
+            match look_up(&self.nads, move |index| index.nad(&ns, &n)).await {
+                // The engine says the network does not exist (a permanent error); the files
+                // that could not be read were reported when they were indexed.
+                Err(CatalogError::NotFoundWithUnreadable { .. }) => Ok(None),
+                found => found,
+            }
         }
         .boxed()
     }
@@ -97,11 +102,8 @@ impl Catalog for FileCatalog {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<PodInfo>, CatalogError>> {
-        async move {
-            let objects = Self::load(self.pod_dirs.clone()).await?;
-            Ok(objects.pods.into_iter().find(|p| p.namespace == namespace && p.name == name))
-        }
-        .boxed()
+        let (ns, n) = (namespace.to_owned(), name.to_owned());
+        async move { look_up(&self.pods, move |index| index.pod(&ns, &n)).await }.boxed()
     }
 
     fn publish_network_status<'a>(
@@ -112,6 +114,7 @@ impl Catalog for FileCatalog {
         let path = self.report_path(pod, "network-status.json");
         let body = annotation_value.as_bytes().to_vec();
         async move {
+            let path = path?;
             tokio::task::spawn_blocking(move || atomic_write(&path, &body).map_err(|e| (path, e)))
                 .await
                 .map_err(|e| CatalogError::unavailable("network-status file", e))?
@@ -124,6 +127,10 @@ impl Catalog for FileCatalog {
         let path = self.report_path(pod, "events");
         let line = format!("Warning\t{reason}\t{message}\n");
         async move {
+            let path = match path {
+                Ok(p) => p,
+                Err(e) => return tracing::warn!("recording pod event: {e}"),
+            };
             let written = tokio::task::spawn_blocking(move || append_line(&path, &line)).await;
             if let Ok(Err(e)) | Err(e) = written.map_err(std::io::Error::other) {
                 tracing::warn!("recording pod event: {e}");
@@ -160,8 +167,7 @@ mod tests {
         std::fs::write(nads.join("broken.yaml"), "kind: Pod\nmetadata: {}\n").unwrap();
         std::fs::write(pods.join("p.json"), r#"{"kind":"Pod","metadata":{"name":"p","namespace":"ns1"}}"#)
             .unwrap();
-        let cat =
-            FileCatalog { nad_dirs: vec![nads], pod_dirs: vec![pods], report_dir: d.path().join("reports") };
+        let cat = FileCatalog::new(vec![nads], vec![pods], d.path().join("reports"));
         assert!(cat.nad("ns1", "net-a").await.unwrap().is_some());
         assert!(cat.nad("ns2", "net-a").await.unwrap().is_none());
         let pod = cat.pod("ns1", "p").await.unwrap().unwrap();

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::PodInfo;
+use super::{names, PodInfo};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +69,10 @@ fn collect(i: usize, doc: Value, out: &mut Objects) -> Result<(), ManifestError>
                 ManifestError(format!("document {i}: {kind} has no metadata.name; every object needs one"))
             })?;
             let namespace = meta.namespace.filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into());
+            // As the API server would: these names become lookups and file names.
+            names::check_object_name(&format!("{kind} metadata.name"), &name)
+                .and_then(|()| names::check_namespace(&format!("{kind} metadata.namespace"), &namespace))
+                .map_err(|e| ManifestError(format!("document {i}: {e}")))?;
             if kind == "Pod" {
                 out.pods.push(PodInfo { namespace, name, uid: meta.uid, annotations: meta.annotations });
             } else {
@@ -143,6 +147,23 @@ items:
         .unwrap_err()
         .to_string()
         .contains("must be a string"));
+        for (doc, field) in [
+            ("kind: Pod\nmetadata: {name: ../../../../x, namespace: ns}\n", "Pod metadata.name"),
+            ("kind: Pod\nmetadata: {name: p, namespace: ../etc}\n", "Pod metadata.namespace"),
+            ("kind: Pod\nmetadata: {name: p, namespace: a.b}\n", "Pod metadata.namespace"),
+            (
+                "kind: NetworkAttachmentDefinition\nmetadata: {name: Net_A}\n",
+                "NetworkAttachmentDefinition metadata.name",
+            ),
+            (
+                "kind: List\nitems: [{kind: Pod, metadata: {name: ok}}, {kind: Pod, metadata: {name: ..}}]\n",
+                "Pod metadata.name",
+            ),
+        ] {
+            let msg = parse_objects(doc).unwrap_err().to_string();
+            assert!(msg.starts_with(&format!("document 0: {field} ")), "{msg}");
+            assert!(msg.contains("DNS-1123"), "{msg}");
+        }
         assert!(parse_objects("{").is_err());
         assert!(parse_objects("- 1\n").is_err());
     }

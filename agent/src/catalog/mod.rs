@@ -11,7 +11,10 @@ use crate::spec::resolve::NetworkAttachmentDefinition;
 
 pub mod confdir;
 pub mod files;
+pub mod index;
 pub mod manifest;
+pub mod names;
+pub mod watch;
 
 /// The pod fields plexus reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,6 +31,17 @@ pub enum CatalogError {
     /// says why (and does not repeat what).
     #[error("reading {what}: {source}")]
     Unavailable { what: String, source: Box<dyn std::error::Error + Send + Sync> },
+    /// The object is in a manifest file that cannot be used (standalone).
+    #[error("its manifest {} cannot be used: {reason}; fix or remove the file", file.display())]
+    BrokenManifest { file: std::path::PathBuf, reason: String },
+    /// No manifest holds the object, and some could not be read (standalone): one of them
+    /// may be meant to.
+    #[error(
+        "no manifest the agent can read holds it; these cannot be read: {}; fix them, or retry once \
+         the manifest is written",
+        files.join("; ")
+    )]
+    NotFoundWithUnreadable { files: Vec<String> },
     /// Too many network-status publications are waiting already.
     #[error("network-status not published: {max_pending} patches are already waiting")]
     Backlog { max_pending: usize },
@@ -42,10 +56,16 @@ impl CatalogError {
     }
 }
 
-/// A catalog that cannot answer now may answer on the runtime's retry.
+/// A catalog that cannot answer now may answer on the runtime's retry; a manifest that
+/// cannot be decoded stays so until someone fixes it.
 impl CniCode for CatalogError {
     fn cni_code(&self) -> ErrorCode {
-        ErrorCode::TryAgainLater
+        match self {
+            CatalogError::BrokenManifest { .. } => ErrorCode::DecodeFailure,
+            CatalogError::Unavailable { .. }
+            | CatalogError::NotFoundWithUnreadable { .. }
+            | CatalogError::Backlog { .. } => ErrorCode::TryAgainLater,
+        }
     }
 }
 

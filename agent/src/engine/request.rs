@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::catalog::names;
 use crate::cni::result::is_supported_version;
 use crate::cni::{AttachmentKey, CniError, Command, ErrorCode, CURRENT_VERSION};
 use crate::spec::validate::is_kernel_ifname;
@@ -130,6 +131,7 @@ impl CniEnv {
                 format!("CNI_IFNAME {:?} is not a valid interface name", env.ifname),
             ));
         }
+        check_pod_args(&env.args)?;
         Ok(env)
     }
 
@@ -148,6 +150,21 @@ impl CniEnv {
         }
         Some(PodArgs { namespace: ns?, name: name?, uid })
     }
+}
+
+/// The pod's namespace and name in CNI_ARGS, checked as the API server checks them: they
+/// become file names (standalone) and lookups, so `../x` or a name no pod can have is
+/// refused before either (every occurrence, whichever one a reader would take).
+fn check_pod_args(args: &str) -> Result<(), CniError> {
+    for pair in args.split(';') {
+        let checked = match pair.split_once('=') {
+            Some(("K8S_POD_NAMESPACE", v)) if !v.is_empty() => names::check_namespace("K8S_POD_NAMESPACE", v),
+            Some(("K8S_POD_NAME", v)) if !v.is_empty() => names::check_object_name("K8S_POD_NAME", v),
+            _ => Ok(()),
+        };
+        checked.map_err(|e| CniError::new(ErrorCode::InvalidEnvironment, format!("CNI_ARGS: {e}")))?;
+    }
+    Ok(())
 }
 
 /// CNI spec: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`.
@@ -196,6 +213,40 @@ mod tests {
         del.netns = None;
         assert!(CniEnv::from_request(&del, Command::Del).is_ok(), "DEL needs no netns");
         assert!(CniEnv::from_request(&del, Command::Check).is_err());
+    }
+
+    #[test]
+    fn pod_names_in_cni_args_are_checked_as_the_api_server_would() {
+        let with_args = |args: &str, command| {
+            let mut r = req("c1", "eth0");
+            r.args = Some(args.to_owned());
+            CniEnv::from_request(&r, command)
+        };
+        for command in [Command::Add, Command::Check, Command::Del] {
+            for (args, arg, rule) in [
+                ("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=../../../../x", "K8S_POD_NAME", "DNS-1123 subdomain"),
+                ("K8S_POD_NAMESPACE=../etc;K8S_POD_NAME=p", "K8S_POD_NAMESPACE", "DNS-1123 label"),
+                ("K8S_POD_NAMESPACE=..;K8S_POD_NAME=p", "K8S_POD_NAMESPACE", "DNS-1123 label"),
+                ("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=..", "K8S_POD_NAME", "DNS-1123 subdomain"),
+                ("K8S_POD_NAMESPACE=a.b;K8S_POD_NAME=p", "K8S_POD_NAMESPACE", "DNS-1123 label"),
+                ("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=Web", "K8S_POD_NAME", "DNS-1123 subdomain"),
+                ("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=a/b", "K8S_POD_NAME", "DNS-1123 subdomain"),
+                // A second occurrence is checked too, whichever a reader keeps.
+                ("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_NAME=../x", "K8S_POD_NAME", "subdomain"),
+            ] {
+                let err = with_args(args, command).unwrap_err();
+                assert_eq!(err.code, ErrorCode::InvalidEnvironment, "{args}");
+                assert!(err.msg.starts_with(&format!("CNI_ARGS: {arg} ")), "{}", err.msg);
+                assert!(err.msg.contains(rule), "{}", err.msg);
+            }
+        }
+        let env =
+            with_args("IgnoreUnknown=1;K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=web-0.a", Command::Add)
+                .unwrap();
+        assert_eq!(env.pod().map(|p| p.name), Some("web-0.a".to_owned()));
+        // Empty values name no pod, as before; other keys are not ours to judge.
+        assert_eq!(with_args("K8S_POD_NAMESPACE=;K8S_POD_NAME=", Command::Add).unwrap().pod(), None);
+        assert!(with_args("K8S_POD_INFRA_CONTAINER_ID=../x;FOO", Command::Add).is_ok());
     }
 
     #[test]
