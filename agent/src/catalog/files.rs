@@ -123,6 +123,21 @@ impl Catalog for FileCatalog {
         .boxed()
     }
 
+    fn collect_reports<'a>(&'a self, live: &'a [(String, String)]) -> BoxFuture<'a, ()> {
+        let (dir, pods, live) = (self.report_dir.clone(), self.pods.clone(), live.to_vec());
+        async move {
+            match tokio::task::spawn_blocking(move || collect_reports(&dir, &pods, &live)).await {
+                Ok(removed) => {
+                    for f in removed {
+                        tracing::info!(file = %f.display(), "removed the report of a deleted pod");
+                    }
+                }
+                Err(e) => tracing::warn!("removing the reports of deleted pods: {e}"),
+            }
+        }
+        .boxed()
+    }
+
     fn record_event<'a>(&'a self, pod: &'a PodInfo, reason: &'a str, message: &'a str) -> BoxFuture<'a, ()> {
         let path = self.report_path(pod, "events");
         let line = format!("Warning\t{reason}\t{message}\n");
@@ -138,6 +153,42 @@ impl Catalog for FileCatalog {
         }
         .boxed()
     }
+}
+
+/// The report files (`<dir>/<namespace>/<pod>.network-status.json`, `.events`) of pods that
+/// have no manifest any more and that no record names, removed (with a namespace directory
+/// left empty). Returns what was removed.
+fn collect_reports(dir: &Path, pods: &ManifestIndex, live: &[(String, String)]) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    for ns in read_names(dir) {
+        let ns_dir = dir.join(&ns);
+        for file in read_names(&ns_dir) {
+            let Some(name) = REPORT_SUFFIXES.iter().find_map(|s| file.strip_suffix(s)) else { continue };
+            let named = live.iter().any(|(n, p)| *n == ns && p == name);
+            let exists = !matches!(pods.pod(&ns, name), Lookup::Missing { .. });
+            if named || exists {
+                continue;
+            }
+            let path = ns_dir.join(&file);
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed.push(path),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(file = %path.display(), "removing the report of a deleted pod: {e}"),
+            }
+        }
+        // Only when empty: a report written meanwhile keeps it.
+        let _ = std::fs::remove_dir(&ns_dir);
+    }
+    removed
+}
+
+/// What follows a pod's name in its report files.
+const REPORT_SUFFIXES: [&str; 2] = [".network-status.json", ".events"];
+
+fn read_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(Result::ok).filter_map(|e| e.file_name().into_string().ok()).collect())
+        .unwrap_or_default()
 }
 
 fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
@@ -176,5 +227,36 @@ mod tests {
         let dir = d.path().join("reports/ns1");
         assert_eq!(std::fs::read_to_string(dir.join("p.network-status.json")).unwrap(), "[]");
         assert!(std::fs::read_to_string(dir.join("p.events")).unwrap().contains("InvalidAnnotation\tbad"));
+    }
+
+    #[tokio::test]
+    async fn gc_collects_the_reports_of_pods_without_manifest_nor_record() {
+        let d = tempfile::tempdir().unwrap();
+        let pods = d.path().join("pods");
+        std::fs::create_dir_all(&pods).unwrap();
+        let manifest =
+            |name: &str| format!(r#"{{"kind":"Pod","metadata":{{"name":"{name}","namespace":"ns1"}}}}"#);
+        for name in ["alive", "recorded", "gone"] {
+            std::fs::write(pods.join(format!("{name}.json")), manifest(name)).unwrap();
+        }
+        let cat = FileCatalog::new(Vec::new(), vec![pods.clone()], d.path().join("reports"));
+        for name in ["alive", "recorded", "gone"] {
+            let pod = cat.pod("ns1", name).await.unwrap().unwrap();
+            cat.publish_network_status(&pod, "[]").await.unwrap();
+            cat.record_event(&pod, "Reason", "message").await;
+        }
+        // Two pods deleted; a record still names one of them.
+        std::fs::remove_file(pods.join("recorded.json")).unwrap();
+        std::fs::remove_file(pods.join("gone.json")).unwrap();
+        cat.collect_reports(&[("ns1".to_owned(), "recorded".to_owned())]).await;
+        let mut left = read_names(&d.path().join("reports/ns1"));
+        left.sort();
+        assert_eq!(
+            left,
+            ["alive.events", "alive.network-status.json", "recorded.events", "recorded.network-status.json"]
+        );
+        std::fs::remove_file(pods.join("alive.json")).unwrap();
+        cat.collect_reports(&[]).await;
+        assert!(!d.path().join("reports/ns1").exists(), "an emptied namespace directory goes too");
     }
 }

@@ -95,4 +95,11 @@ pub trait Catalog: Send + Sync {
 
     /// Records an event on the pod (a warning the user should see next to the pod).
     fn record_event<'a>(&'a self, pod: &'a PodInfo, reason: &'a str, message: &'a str) -> BoxFuture<'a, ()>;
+
+    /// Forgets what was reported on pods that are gone: called by GC with the pods that
+    /// records still name (`namespace`, `name`). A catalog whose reports live on the pod
+    /// objects (Kubernetes: they go with the pod) has nothing to do.
+    fn collect_reports<'a>(&'a self, _live: &'a [(String, String)]) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 }

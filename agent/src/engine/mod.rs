@@ -522,6 +522,12 @@ impl Engine {
                 failures.push(e.msg);
             }
         }
+        let live: Vec<(String, String)> = kept
+            .iter()
+            .filter_map(|r| r.pod.as_ref())
+            .map(|p| (p.namespace.clone(), p.name.clone()))
+            .collect();
+        self.catalog.collect_reports(&live).await;
         for (delegate, still_valid) in networks_in_use(&kept, self.current_default().await, &valid) {
             if let Err(e) = self.delegator.gc(&delegate, &still_valid).await {
                 failures.push(format!("GC of network {}: {e}", delegate.list.name));
