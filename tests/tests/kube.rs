@@ -1061,7 +1061,8 @@ fn kernel_an_api_server_outage_is_logged_once_and_reported_by_readiness() {
         .into_iter()
         .filter(|l| l.contains(" WARN plexus_agent::kube") || l.contains(" WARN kube"))
         .collect();
-    for what in ["NetworkAttachmentDefinitions", "pods"] {
+    // The policy objects' watch (the agent's, in Kubernetes mode) is one of the watches.
+    for what in ["NetworkAttachmentDefinitions", "pods", "NetworkAttachmentPolicies"] {
         let n = warns.iter().filter(|l| l.contains(&format!("{what}: "))).count();
         assert_eq!(n, 1, "{what}: {n} WARN lines for one outage:\n{outage}");
         assert!(
@@ -1070,7 +1071,7 @@ fn kernel_an_api_server_outage_is_logged_once_and_reported_by_readiness() {
             "{what}: no INFO that the cache is current again:\n{outage}"
         );
     }
-    assert_eq!(warns.len(), 2, "{outage}");
+    assert_eq!(warns.len(), 3, "{outage}");
     assert_readable(warns[0].split_once(": ").map_or("", |(_, m)| m));
     let metrics = http_get(&addr, "/metrics").unwrap();
     for line in [

@@ -260,6 +260,8 @@ async fn an_invalid_object_refuses_everything_and_an_unserved_resource_allows_ev
     // Not served (the CRD is not installed): no policy.
     let server =
         TestApiServer::start_with(ServerOptions { rbac: Some(deploy_rules()), ..Default::default() });
+    // Both ways a watch starts: a streaming list (a watch) and list + watch.
+    server.fail_next("watch", POLICIES, 404, 1_000);
     server.fail_next("list", POLICIES, 404, 1_000);
     server.apply(nad("ns1", "net", Some(&macvlan("net", "eth0"))));
     server.apply(pod("ns1", "p", NODE, &[(NETWORKS, "net")]));
@@ -270,6 +272,69 @@ async fn an_invalid_object_refuses_everything_and_an_unserved_resource_allows_ev
     .await;
     let r = h.add("ns1", "p", "c1").await;
     assert_eq!(r.exit_code, 0, "{}", r.stdout);
+    assert!(
+        h.server.requests().iter().any(|r| r.resource == POLICIES && r.status == 404),
+        "the policies were not answered 404"
+    );
+}
+
+/// The policy watch's resourceVersion expired (the server compacted its history, as a
+/// restarted API server has none) and the server says so with HTTP 410, where kube's watcher
+/// alone would retry the expired resourceVersion forever: the watch relists at once, and a
+/// policy changed meanwhile is enforced within a second or two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_policy_watch_relists_at_once_and_a_change_made_meanwhile_is_enforced() {
+    let server = TestApiServer::start_with(ServerOptions {
+        rbac: Some(deploy_rules()),
+        expired_as_http: true,
+        // No bookmarks: the policy watch's resourceVersion stays that of its object.
+        bookmark_every: Duration::from_secs(3600),
+        ..Default::default()
+    });
+    server.apply(nad("ns1", "node-nic", Some(&macvlan("node-nic", "eth0"))));
+    server.apply(pod("ns1", "bad", NODE, &[(NETWORKS, "node-nic")]));
+    server.apply(tenants_policy(&["eth1"]));
+    let h = Harness::start(server).await;
+    eventually("the policy is read", Duration::from_secs(10), || h.policy.is_loaded()).await;
+    let (code, msg, _) = cni_error(&h.add("ns1", "bad", "c-bad").await);
+    assert_eq!(code, 7, "{msg}");
+
+    // A change the policy watch does not see, then the history is forgotten: resuming from
+    // the policy watch's resourceVersion gets 410. The policy changes meanwhile.
+    h.server.apply(pod("ns1", "elsewhere", "node-2", &[]));
+    h.server.compact();
+    h.server.clear_requests();
+    h.server.end_watches();
+    h.server.apply(tenants_policy(&["eth1", "eth0"]));
+    let changed = Instant::now();
+    let enforced = loop {
+        let r = h.add("ns1", "bad", "c-bad").await;
+        if r.exit_code == 0 {
+            break changed.elapsed();
+        }
+        assert!(
+            changed.elapsed() < Duration::from_secs(10),
+            "the policy changed during the expired watch was not enforced: {}",
+            r.stdout
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        enforced < Duration::from_secs(3),
+        "the changed policy was enforced {enforced:?} after the change"
+    );
+
+    let policies: Vec<_> = h.server.requests().into_iter().filter(|r| r.resource == POLICIES).collect();
+    let expired = policies
+        .iter()
+        .position(|r| r.status == 410)
+        .unwrap_or_else(|| panic!("no policy watch was answered 410: {policies:#?}"));
+    let relist = policies[expired + 1..]
+        .iter()
+        .find(|r| r.verb == "list" || r.query.contains("sendInitialEvents=true"))
+        .expect("a relist after the 410");
+    let waited = relist.at.duration_since(policies[expired].at);
+    assert!(waited < Duration::from_millis(400), "the relist came {waited:?} after the 410");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

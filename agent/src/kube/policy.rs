@@ -18,13 +18,12 @@ use std::sync::Arc;
 use ::kube::api::Api;
 use ::kube::core::ClusterResourceScope;
 use ::kube::runtime::watcher::{self, watcher, Event};
-use ::kube::runtime::WatchStreamExt;
 use ::kube::{Client, Resource, ResourceExt};
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::watch::Sink;
 use crate::metrics::metrics;
 use crate::policy::model::{Rule, GROUP, KIND, VERSION};
 use crate::policy::{Policy, PolicyHandle, PolicySource, PolicyState};
@@ -152,103 +151,86 @@ impl Merger {
     }
 }
 
-/// The API server's status code in a watch error, when it has one.
-fn status_code(e: &watcher::Error) -> Option<u16> {
-    match e {
-        watcher::Error::InitialListFailed(::kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(::kube::Error::Api(s))
-        | watcher::Error::WatchFailed(::kube::Error::Api(s)) => Some(s.code),
-        watcher::Error::WatchError(s) => Some(s.code),
-        _ => None,
-    }
-}
-
 /// A handle waiting for the objects, and the task that watches them into it (run it on the
-/// runtime; it never returns).
+/// runtime; it never returns). The watch is the caches' ([`super::watch`]): a 410 relists at
+/// once, failures back off, the resource not served (404) is no objects.
 pub fn start(
     client: Client,
     host: Arc<dyn crate::policy::HostLookup>,
 ) -> (PolicyHandle, impl Future<Output = ()> + Send + 'static) {
     let handle = PolicyHandle::new(PolicyState::Waiting { source: format!("the {KIND} objects") }, host);
-    let task = watch(client, handle.clone());
+    let api: Api<NetworkAttachmentPolicy> = Api::all(client);
+    // Only metrics read it: the policy gates readiness by being loaded (its last version
+    // stays in force while the watch fails).
+    let (synced, _) = tokio::sync::watch::channel(false);
+    let task = super::watch::run_into(
+        "NetworkAttachmentPolicies",
+        watcher::Config::default(),
+        super::watch::Settings::default(),
+        move |config| watcher(api.clone(), config),
+        Objects { handle: handle.clone(), merger: Merger::default(), listing: Vec::new() },
+        synced,
+    );
     (handle, task)
 }
 
-async fn watch(client: Client, handle: PolicyHandle) {
-    let api: Api<NetworkAttachmentPolicy> = Api::all(client);
-    let mut merger = Merger::default();
-    let mut init: Vec<NetworkAttachmentPolicy> = Vec::new();
-    let mut reported: Option<String> = None;
-    let stream = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
-    futures::pin_mut!(stream);
-    while let Some(event) = stream.next().await {
-        // Whether the objects changed; a new problem is logged once.
-        let changed = match event {
-            Ok(Event::Init) => {
-                init.clear();
-                false
+/// The watched objects, merged into the handle's policy.
+struct Objects {
+    handle: PolicyHandle,
+    merger: Merger,
+    /// The objects of a list in progress.
+    listing: Vec<NetworkAttachmentPolicy>,
+}
+
+impl Objects {
+    fn publish(&mut self) {
+        let state = self.merger.policy();
+        metrics().set_cached("networkattachmentpolicies", self.merger.len());
+        match &state {
+            PolicyState::Active(p) => {
+                tracing::info!(
+                    objects = self.merger.len(),
+                    rules = p.rules().len(),
+                    "network attachment policy in force"
+                )
             }
-            Ok(Event::InitApply(o)) => {
-                init.push(o);
-                false
-            }
-            Ok(Event::InitDone) => {
-                merger.replace(std::mem::take(&mut init));
-                reported = None;
-                true
-            }
-            Ok(Event::Apply(o)) => {
-                merger.apply(o);
-                reported = None;
-                true
-            }
-            Ok(Event::Delete(o)) => {
-                merger.delete(&o);
-                reported = None;
-                true
-            }
-            // Not served: the CRD is not installed, so no object can exist.
-            Err(e) if status_code(&e) == Some(404) => {
-                if reported.as_deref() != Some("404") {
-                    tracing::info!(
-                        "{KIND} ({PLURAL}.{GROUP}) is not served (its CRD is not installed): no network attachment \
-                         policy, every network is allowed; install deploy/policy-crd.yaml to use one"
-                    );
-                    reported = Some("404".into());
-                }
-                // Changed unless it already was "no policy" (the retries of a missing CRD).
-                let unchanged = merger.is_empty() && handle.is_loaded();
-                merger.replace(Vec::new());
-                !unchanged
-            }
-            Err(e) => {
-                metrics().watch_errors("NetworkAttachmentPolicies");
-                let msg = e.to_string();
-                if reported.as_deref() != Some(msg.as_str()) {
-                    tracing::warn!("{KIND}: watch failed, retrying with backoff: {msg}");
-                    reported = Some(msg.clone());
-                }
-                if !handle.is_loaded() {
-                    handle.set(PolicyState::Waiting { source: format!("the {KIND} objects: {msg}") });
-                }
-                false
-            }
-        };
-        if changed {
-            let state = merger.policy();
-            metrics().set_cached("networkattachmentpolicies", merger.len());
-            match &state {
-                PolicyState::Active(p) => {
-                    tracing::info!(
-                        objects = merger.len(),
-                        rules = p.rules().len(),
-                        "network attachment policy in force"
-                    )
-                }
-                _ => tracing::info!("no network attachment policy: every network is allowed"),
-            }
-            handle.set(state);
+            _ => tracing::info!("no network attachment policy: every network is allowed"),
         }
+        self.handle.set(state);
+    }
+}
+
+impl Sink<NetworkAttachmentPolicy> for Objects {
+    fn apply(&mut self, event: Event<NetworkAttachmentPolicy>) -> usize {
+        match event {
+            Event::Init => self.listing.clear(),
+            Event::InitApply(o) => self.listing.push(o),
+            Event::InitDone => {
+                self.merger.replace(std::mem::take(&mut self.listing));
+                self.publish();
+            }
+            Event::Apply(o) => {
+                self.merger.apply(o);
+                self.publish();
+            }
+            Event::Delete(o) => {
+                self.merger.delete(&o);
+                self.publish();
+            }
+        }
+        self.merger.len()
+    }
+
+    /// Before the first list, attachments wait, saying why; after it, the last policy read
+    /// stays in force.
+    fn failed(&mut self, why: &str) {
+        if !self.handle.is_loaded() {
+            self.handle.set(PolicyState::Waiting { source: format!("the {KIND} objects: {why}") });
+        }
+    }
+
+    fn if_not_served(&self) -> Option<&'static str> {
+        Some("install deploy/policy-crd.yaml to use a network attachment policy")
     }
 }
 
@@ -328,13 +310,5 @@ mod tests {
         m.delete(&object("q", "u2", "", json!(null)));
         m.apply(object("p", "u3", "2026-01-03T00:00:00Z", json!({"rules": "no"})));
         assert_eq!(active(m.policy()).invalid(), ["p"]);
-    }
-
-    #[test]
-    fn only_api_statuses_have_a_code() {
-        let api = |code| ::kube::Error::Api(Box::new(::kube::core::Status { code, ..Default::default() }));
-        assert_eq!(status_code(&watcher::Error::InitialListFailed(api(404))), Some(404));
-        assert_eq!(status_code(&watcher::Error::WatchFailed(api(403))), Some(403));
-        assert_eq!(status_code(&watcher::Error::NoResourceVersion), None);
     }
 }

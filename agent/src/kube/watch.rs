@@ -21,6 +21,10 @@
 //! - `410 Gone` ("Expired": the resourceVersion is older than the server's history, as after
 //!   a restart) is not a failure of the server: the watch relists at once, without backoff,
 //!   whether the server said it as an ERROR event in the watch or as the watch's HTTP status.
+//!
+//! A resource that may be absent (a CRD the cluster need not install, [`Sink::if_not_served`])
+//! takes `404 Not Found` as "no objects": the cache is emptied and current, one INFO says so,
+//! and the watch checks again, quietly, after the same growing wait.
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
@@ -83,6 +87,8 @@ fn refuses_streaming(e: &watcher::Error) -> bool {
 /// What one error of the watch stream calls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reaction {
+    /// 404 for a resource that may be absent: it has no objects. Check again later.
+    NotServed,
     /// The server does not do streaming lists: list + watch from now on.
     NoStreaming,
     /// 410 Gone: the resourceVersion is older than the server's history. Relist now.
@@ -94,12 +100,14 @@ enum Reaction {
     Fail,
 }
 
-fn react(e: &watcher::Error, streaming: bool) -> Reaction {
+fn react(e: &watcher::Error, streaming: bool, optional: bool) -> Reaction {
     if streaming && refuses_streaming(e) {
         return Reaction::NoStreaming;
     }
-    if watch_code(e) == Some(410) {
-        return Reaction::Relist;
+    match watch_code(e) {
+        Some(410) => return Reaction::Relist,
+        Some(404) if optional => return Reaction::NotServed,
+        _ => {}
     }
     match e {
         watcher::Error::WatchFailed(_) => Reaction::Resume,
@@ -173,12 +181,44 @@ struct Health {
     expired_at: Option<Instant>,
     /// Whether the cache ever held the server's state.
     ever_synced: bool,
+    /// Whether the server last said the resource is not served (and the cache is empty).
+    not_served: bool,
 }
 
 impl Health {
     fn set_synced(&self, synced: bool) {
         metrics().kube_cache_synced(self.what, synced);
         self.synced.send_replace(synced);
+    }
+
+    /// A list (or relist) begins: the cache is not known to be current until it completes,
+    /// except that a resource not served stays without objects until the server serves it.
+    fn listing(&self) {
+        if !self.not_served {
+            self.set_synced(false);
+        }
+    }
+
+    /// The server says the resource is not served, and it may be absent: no objects is its
+    /// current state (the cache is empty).
+    fn absent(&mut self, e: &watcher::Error, hint: &str, retry_within: Duration) {
+        // News, or the answer that ends an outage (whose WARN wants an end).
+        let news = !self.not_served || self.outage.is_some();
+        self.not_served = true;
+        self.ever_synced = true;
+        self.outage = None;
+        self.expired_at = None;
+        self.set_synced(true);
+        if news {
+            tracing::info!(
+                "{}: {}; the resource is not served (its CRD is not installed), so there are none; {hint}; \
+                 checking again every {retry_within:?} at most",
+                self.what,
+                describe_watch(e)
+            );
+        } else {
+            tracing::debug!("{}: still not served", self.what);
+        }
     }
 
     fn failed(&mut self, e: &watcher::Error) {
@@ -219,6 +259,10 @@ impl Health {
         if outage.is_some() {
             metrics().kube_relist(self.what, "outage");
         }
+        if std::mem::take(&mut self.not_served) {
+            tracing::info!("{}: served now ({objects} objects, {mode})", self.what);
+            return;
+        }
         match (first, outage, expired) {
             (true, None, _) => tracing::info!("{}: initial state complete ({objects} objects, {mode})", self.what),
             (_, Some((since, failures)), _) => tracing::info!(
@@ -251,6 +295,31 @@ impl Health {
     }
 }
 
+/// Where a watch's events go: a cache, and what it needs to know of the watch's failures.
+pub trait Sink<K> {
+    /// Applies an event to the cache; answers how many objects it holds.
+    fn apply(&mut self, event: Event<K>) -> usize;
+
+    /// A watch or list could not start (`why`: the server's answer, or why it could not be
+    /// reached, as a person reads it); the cache is no longer known to be current.
+    fn failed(&mut self, _why: &str) {}
+
+    /// For a resource that may be absent (a CRD the cluster need not install): what to do to
+    /// serve it. Then `404 Not Found` means no objects rather than a failure.
+    fn if_not_served(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// A cache that is only a function of the events.
+struct ApplyFn<F>(F);
+
+impl<K, F: FnMut(Event<K>) -> usize> Sink<K> for ApplyFn<F> {
+    fn apply(&mut self, event: Event<K>) -> usize {
+        (self.0)(event)
+    }
+}
+
 /// Runs the watch `start` builds for each attempt, handing every event to `apply` (which
 /// answers how many objects the cache holds), and keeps `synced` true exactly while the
 /// cache holds the server's current state. Never returns.
@@ -259,15 +328,31 @@ pub async fn run<K, S>(
     base: watcher::Config,
     settings: Settings,
     start: impl Fn(watcher::Config) -> S,
-    mut apply: impl FnMut(Event<K>) -> usize,
+    apply: impl FnMut(Event<K>) -> usize,
+    synced: tokio::sync::watch::Sender<bool>,
+) where
+    S: Stream<Item = watcher::Result<Event<K>>> + Send,
+{
+    run_into(what, base, settings, start, ApplyFn(apply), synced).await
+}
+
+/// [`run`], handing the events to `sink`, and telling it of failures.
+pub async fn run_into<K, S>(
+    what: &'static str,
+    base: watcher::Config,
+    settings: Settings,
+    start: impl Fn(watcher::Config) -> S,
+    mut sink: impl Sink<K>,
     synced: tokio::sync::watch::Sender<bool>,
 ) where
     S: Stream<Item = watcher::Result<Event<K>>> + Send,
 {
     let init_limit = settings.streaming_init_limit;
+    let not_served_hint = sink.if_not_served();
     let mut streaming = true;
     let mut backoff = Backoff::new(settings.backoff);
-    let mut health = Health { what, synced, outage: None, expired_at: None, ever_synced: false };
+    let mut health =
+        Health { what, synced, outage: None, expired_at: None, ever_synced: false, not_served: false };
     health.set_synced(false);
     loop {
         let config = if streaming {
@@ -309,10 +394,10 @@ pub async fn run<K, S>(
                     }
                     if step == Step::Start {
                         init_deadline = Some(Instant::now() + init_limit);
-                        health.set_synced(false);
+                        health.listing();
                     }
                     // Applied before `synced` is set: whoever waits for it finds the state.
-                    let objects = apply(event);
+                    let objects = sink.apply(event);
                     match step {
                         Step::Start | Step::Listing => {}
                         Step::Listed => {
@@ -322,7 +407,7 @@ pub async fn run<K, S>(
                         Step::Change => health.answered(),
                     }
                 }
-                Some(Err(e)) => match react(&e, streaming) {
+                Some(Err(e)) => match react(&e, streaming, not_served_hint.is_some()) {
                     Reaction::NoStreaming => {
                         tracing::info!(
                             "{what}: the API server refuses streaming lists ({}); using list + watch",
@@ -344,8 +429,18 @@ pub async fn run<K, S>(
                         tracing::debug!("{what}: {}; resuming in {wait:?}", describe_watch(&e));
                         tokio::time::sleep(wait).await;
                     }
+                    Reaction::NotServed => {
+                        if !health.not_served {
+                            // An empty list: the cache holds what the server has, nothing.
+                            sink.apply(Event::Init);
+                            sink.apply(Event::InitDone);
+                        }
+                        health.absent(&e, not_served_hint.unwrap_or_default(), settings.backoff.max);
+                        break Some(backoff.failure());
+                    }
                     Reaction::Fail => {
                         health.failed(&e);
+                        sink.failed(&describe_watch(&e));
                         break Some(backoff.failure());
                     }
                 },
@@ -385,13 +480,23 @@ mod tests {
     #[test]
     fn gone_relists_at_once_in_either_form_and_only_failures_to_start_back_off() {
         let gone_event = watcher::Error::WatchError(Box::new(Status { code: 410, ..Default::default() }));
-        assert_eq!(react(&gone_event, false), Reaction::Relist);
-        assert_eq!(react(&watcher::Error::WatchStartFailed(api(410)), true), Reaction::Relist);
-        assert_eq!(react(&watcher::Error::InitialListFailed(api(410)), false), Reaction::Relist);
-        assert_eq!(react(&watcher::Error::WatchStartFailed(api(503)), false), Reaction::Fail);
-        assert_eq!(react(&watcher::Error::InitialListFailed(api(403)), false), Reaction::Fail);
-        assert_eq!(react(&watcher::Error::WatchFailed(api(500)), false), Reaction::Resume);
-        assert_eq!(react(&watcher::Error::WatchStartFailed(api(422)), true), Reaction::NoStreaming);
+        assert_eq!(react(&gone_event, false, false), Reaction::Relist);
+        assert_eq!(react(&watcher::Error::WatchStartFailed(api(410)), true, false), Reaction::Relist);
+        assert_eq!(react(&watcher::Error::InitialListFailed(api(410)), false, false), Reaction::Relist);
+        assert_eq!(react(&watcher::Error::WatchStartFailed(api(503)), false, false), Reaction::Fail);
+        assert_eq!(react(&watcher::Error::InitialListFailed(api(403)), false, false), Reaction::Fail);
+        assert_eq!(react(&watcher::Error::WatchFailed(api(500)), false, false), Reaction::Resume);
+        assert_eq!(react(&watcher::Error::WatchStartFailed(api(422)), true, false), Reaction::NoStreaming);
+    }
+
+    #[test]
+    fn not_found_means_no_objects_only_for_a_resource_that_may_be_absent() {
+        for e in [watcher::Error::WatchStartFailed(api(404)), watcher::Error::InitialListFailed(api(404))] {
+            assert_eq!(react(&e, true, true), Reaction::NotServed);
+            assert_eq!(react(&e, false, false), Reaction::Fail);
+        }
+        assert_eq!(react(&watcher::Error::WatchStartFailed(api(403)), true, true), Reaction::Fail);
+        assert_eq!(react(&watcher::Error::WatchStartFailed(api(410)), true, true), Reaction::Relist);
     }
 
     #[test]
