@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tracing::Instrument;
 
 use crate::catalog::confdir::{self, DefaultNetworkMissing};
-use crate::catalog::{Catalog, PodInfo};
+use crate::catalog::{Catalog, CatalogError, PodInfo};
 use crate::cni::result::CniResult;
 use crate::cni::AttachmentKey;
 use crate::cni::Command;
@@ -260,7 +260,11 @@ impl Engine {
                 "pod {}/{} is not known to the agent's catalog yet; retry once it is",
                 args.namespace, args.name
             ))),
-            // The catalog's error names the pod.
+            // The standalone catalog's manifest errors say "it": the pod is named here; the
+            // others name it themselves.
+            Err(e @ (CatalogError::BrokenManifest { .. } | CatalogError::NotFoundWithUnreadable { .. })) => {
+                Err(CniError::new(e.cni_code(), format!("pod {}/{}: {e}", args.namespace, args.name)))
+            }
             Err(e) => Err(CniError::from_error(&e)),
         }
     }
