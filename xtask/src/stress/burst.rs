@@ -161,6 +161,12 @@ pub fn run(n: usize, bins: &bench::Bins, out: &Path) -> anyhow::Result<BurstRepo
         tree.remove_pod(&pod.name);
     }
     drop(pods);
+    // The runtime's periodic GC, with no sandbox left.
+    match gc(&bins.shim, &socket) {
+        Ok((0, _)) => {}
+        Ok((code, out)) => del_failures.push(format!("the final GC failed ({code}): {}", out.trim())),
+        Err(e) => del_failures.push(format!("the final GC: {e:#}")),
+    }
     let agent = agent.into_inner().map_err(|_| anyhow::anyhow!("poisoned"))?;
     let leftovers = super::check::leftovers(&lab, &tree, &agent, bins)?;
     drop(agent);
@@ -191,6 +197,27 @@ fn shim_exec(shim: &Path, socket: &Path, op: Op, pod: &Pod) -> anyhow::Result<(i
         .env("CNI_NETNS", &pod.netns_path)
         .env("CNI_IFNAME", "eth0")
         .env("CNI_ARGS", pod.cni_args())
+        .env("CNI_PATH", PLUGIN_DIR)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("running the shim")?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().context("shim stdin")?;
+        stdin.write_all(conf.to_string().as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// A GC with no valid attachment, as the runtime sends once no sandbox is left.
+fn gc(shim: &Path, socket: &Path) -> anyhow::Result<(i32, String)> {
+    let conf = json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus", "socket": socket,
+                      "cni.dev/valid-attachments": []});
+    let mut child = Command::new(shim)
+        .env("CNI_COMMAND", "GC")
         .env("CNI_PATH", PLUGIN_DIR)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
