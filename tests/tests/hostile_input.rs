@@ -327,3 +327,23 @@ fn an_agent_restarted_right_after_sigkill_binds_its_metrics_address() {
     }
     assert!(!w.agent_log().contains("binding the metrics address"), "{}", w.agent_log());
 }
+
+/// The first ADD after a start competed with the eBPF dataplane's load (120 ms where later ones
+/// took 40 to 60): the runtime is told plexus is ready (its CNI config written) only once the
+/// agent is warm, so the runtime's first ADD finds it so.
+#[test]
+fn the_runtime_is_told_plexus_is_ready_only_once_the_agent_is_warm() {
+    let mut w = World::new();
+    w.start_agent();
+    let conf = w.path("runtime").join("00-plexus.conflist");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !conf.exists() {
+        assert!(Instant::now() < deadline, "no CNI config written; log:\n{}", w.agent_log());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let log = w.agent_log();
+    assert!(
+        log.contains("warmed up") || log.contains("still loading after"),
+        "the CNI config was written before the warm-up ended; log:\n{log}"
+    );
+}
