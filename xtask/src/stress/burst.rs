@@ -187,37 +187,34 @@ pub fn run(n: usize, bins: &bench::Bins, out: &Path) -> anyhow::Result<BurstRepo
     })
 }
 
-/// One exec of the shim, from this process's namespace (the socket is a path; the agent
-/// runs the plugins in the node).
+/// One exec of the shim for a pod, from this process's namespace (the socket is a path; the
+/// agent runs the plugins in the node).
 fn shim_exec(shim: &Path, socket: &Path, op: Op, pod: &Pod) -> anyhow::Result<(i32, String)> {
-    let conf = json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus", "socket": socket});
-    let mut child = Command::new(shim)
-        .env("CNI_COMMAND", op.verb())
-        .env("CNI_CONTAINERID", &pod.cid)
-        .env("CNI_NETNS", &pod.netns_path)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_ARGS", pod.cni_args())
-        .env("CNI_PATH", PLUGIN_DIR)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("running the shim")?;
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().context("shim stdin")?;
-        stdin.write_all(conf.to_string().as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned()))
+    let env = [
+        ("CNI_COMMAND", op.verb().to_owned()),
+        ("CNI_CONTAINERID", pod.cid.clone()),
+        ("CNI_NETNS", pod.netns_path.clone()),
+        ("CNI_IFNAME", "eth0".to_owned()),
+        ("CNI_ARGS", pod.cni_args()),
+    ];
+    run_shim(
+        shim,
+        &env,
+        &json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus", "socket": socket}),
+    )
 }
 
 /// A GC with no valid attachment, as the runtime sends once no sandbox is left.
 fn gc(shim: &Path, socket: &Path) -> anyhow::Result<(i32, String)> {
     let conf = json!({"cniVersion": "1.1.0", "name": "plexus", "type": "plexus", "socket": socket,
                       "cni.dev/valid-attachments": []});
+    run_shim(shim, &[("CNI_COMMAND", "GC".to_owned())], &conf)
+}
+
+/// Runs the shim with `env` (and CNI_PATH) and `conf` on stdin: its exit code and stdout.
+fn run_shim(shim: &Path, env: &[(&str, String)], conf: &serde_json::Value) -> anyhow::Result<(i32, String)> {
     let mut child = Command::new(shim)
-        .env("CNI_COMMAND", "GC")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env("CNI_PATH", PLUGIN_DIR)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
