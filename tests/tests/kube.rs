@@ -8,7 +8,6 @@
 //! those with the reference plugins).
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,21 +35,12 @@ const NODE: &str = "node-1";
 const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
 const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
 
-/// The rules of the ClusterRole the DaemonSet runs with.
-fn deploy_rules() -> Vec<rbac::Rule> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/rbac.yaml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc).expect("rbac.yaml is YAML");
-        if v["kind"] == "ClusterRole" {
-            return rbac::rules_of(&v);
-        }
-    }
-    panic!("no ClusterRole in {}", path.display());
-}
-
 fn server_with(watch_list: bool) -> TestApiServer {
-    TestApiServer::start_with(ServerOptions { watch_list, rbac: Some(deploy_rules()), ..Default::default() })
+    TestApiServer::start_with(ServerOptions {
+        watch_list,
+        rbac: Some(rbac::deploy_rules()),
+        ..Default::default()
+    })
 }
 
 /// A delegate plugin that answers with the `result` of its config (or a minimal one),
@@ -315,7 +305,7 @@ async fn without_streaming_lists_the_watch_falls_back_to_a_cached_list() {
 async fn a_streaming_list_that_never_ends_falls_back_to_list_and_watch() {
     let server = TestApiServer::start_with(ServerOptions {
         ignore_initial_events: true,
-        rbac: Some(deploy_rules()),
+        rbac: Some(rbac::deploy_rules()),
         ..Default::default()
     });
     server.apply(nad("ns1", "net-a", Some(BRIDGE)));
@@ -368,7 +358,7 @@ async fn watches_resume_after_a_drop_and_relist_after_410() {
 /// kube's watcher alone would retry the same resourceVersion forever).
 async fn an_expired_watch_relists_at_once(expired_as_http: bool) {
     let server = TestApiServer::start_with(ServerOptions {
-        rbac: Some(deploy_rules()),
+        rbac: Some(rbac::deploy_rules()),
         expired_as_http,
         // No bookmarks: the NAD watch's resourceVersion stays that of its last NAD.
         bookmark_every: Duration::from_secs(3600),
@@ -606,7 +596,7 @@ async fn a_forbidden_patch_is_reported_and_the_add_succeeds() {
     server.apply(pod("ns1", "p", NODE, &[]));
     let h = Harness::start(server, &["default"], None).await;
     // A ClusterRole without pods/patch, as a cluster with an outdated RBAC would have.
-    let mut rules = deploy_rules();
+    let mut rules = rbac::deploy_rules();
     for r in &mut rules {
         if r.resources.iter().any(|x| x == "pods") {
             r.verbs.retain(|v| v != "patch");
@@ -639,7 +629,7 @@ async fn a_forbidden_patch_is_reported_and_the_add_succeeds() {
 async fn a_refused_lookup_reads_as_the_servers_answer_and_what_to_do() {
     let server = server_with(true);
     let h = Harness::start(server, &["default"], None).await;
-    let mut rules = deploy_rules();
+    let mut rules = rbac::deploy_rules();
     for r in &mut rules {
         if r.resources.iter().any(|x| x == "pods") {
             r.verbs.retain(|v| v != "get");
@@ -894,7 +884,7 @@ async fn a_burst_of_200_adds_stays_within_the_concurrency_limit() {
 /// The agent's declared API access is what the deploy ClusterRole grants: no more, no less.
 #[test]
 fn declared_api_access_equals_the_deploy_cluster_role() {
-    let granted: BTreeSet<(String, String, String)> = deploy_rules()
+    let granted: BTreeSet<(String, String, String)> = rbac::deploy_rules()
         .iter()
         .flat_map(|r| {
             r.api_groups.iter().flat_map(move |g| {

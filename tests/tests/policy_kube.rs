@@ -3,7 +3,6 @@
 //! unchanged code, checked by the engine on ADD. The delegate is a fake plugin registered as
 //! the native `macvlan` (these tests are about the policy, not about links).
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,18 +24,6 @@ use tempfile::TempDir;
 
 const NODE: &str = "node-1";
 const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
-
-fn deploy_rules() -> Vec<rbac::Rule> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/rbac.yaml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc).expect("rbac.yaml is YAML");
-        if v["kind"] == "ClusterRole" {
-            return rbac::rules_of(&v);
-        }
-    }
-    panic!("no ClusterRole in {}", path.display());
-}
 
 /// Answers ADD with a minimal result and counts them.
 #[derive(Default)]
@@ -90,7 +77,7 @@ impl Harness {
         let client = build_client(&ClientSource::Kubeconfig(server.kubeconfig())).await.expect("client");
         let catalog = Arc::new(KubeCatalog::start(client.clone(), KubeCatalogConfig::new(NODE)));
         assert!(catalog.wait_synced(Duration::from_secs(20)).await, "the catalog did not sync");
-        let (policy, watch) = plexus_agent::kube::policy::start(client, Arc::new(NoPfs));
+        let (policy, _current, watch) = plexus_agent::kube::policy::start(client, Arc::new(NoPfs));
         let watch = tokio::spawn(watch);
         let fake = Arc::new(FakePlugin::default());
         let mut natives = NativePlugins::default();
@@ -176,7 +163,7 @@ fn tenants_policy(masters: &[&str]) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_object_refuses_a_nad_on_another_master_with_an_event_and_follows_changes() {
     let server =
-        TestApiServer::start_with(ServerOptions { rbac: Some(deploy_rules()), ..Default::default() });
+        TestApiServer::start_with(ServerOptions { rbac: Some(rbac::deploy_rules()), ..Default::default() });
     server.apply(nad("ns1", "ok-net", Some(&macvlan("ok-net", "eth1"))));
     server.apply(nad("ns1", "node-nic", Some(&macvlan("node-nic", "eth0"))));
     server.apply(pod("ns1", "good", NODE, &[(NETWORKS, "ok-net")]));
@@ -244,7 +231,7 @@ async fn a_policy_object_refuses_a_nad_on_another_master_with_an_event_and_follo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_object_refuses_everything_and_an_unserved_resource_allows_everything() {
     let server =
-        TestApiServer::start_with(ServerOptions { rbac: Some(deploy_rules()), ..Default::default() });
+        TestApiServer::start_with(ServerOptions { rbac: Some(rbac::deploy_rules()), ..Default::default() });
     server.apply(nad("ns1", "net", Some(&macvlan("net", "eth1"))));
     server.apply(pod("ns1", "p", NODE, &[(NETWORKS, "net")]));
     // The CRD's schema would catch most mistakes; this one gets past it.
@@ -259,7 +246,7 @@ async fn an_invalid_object_refuses_everything_and_an_unserved_resource_allows_ev
 
     // Not served (the CRD is not installed): no policy.
     let server =
-        TestApiServer::start_with(ServerOptions { rbac: Some(deploy_rules()), ..Default::default() });
+        TestApiServer::start_with(ServerOptions { rbac: Some(rbac::deploy_rules()), ..Default::default() });
     // Both ways a watch starts: a streaming list (a watch) and list + watch.
     server.fail_next("watch", POLICIES, 404, 1_000);
     server.fail_next("list", POLICIES, 404, 1_000);
@@ -285,7 +272,7 @@ async fn an_invalid_object_refuses_everything_and_an_unserved_resource_allows_ev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_policy_watch_relists_at_once_and_a_change_made_meanwhile_is_enforced() {
     let server = TestApiServer::start_with(ServerOptions {
-        rbac: Some(deploy_rules()),
+        rbac: Some(rbac::deploy_rules()),
         expired_as_http: true,
         // No bookmarks: the policy watch's resourceVersion stays that of its object.
         bookmark_every: Duration::from_secs(3600),
@@ -341,7 +328,7 @@ async fn an_expired_policy_watch_relists_at_once_and_a_change_made_meanwhile_is_
 async fn policies_that_cannot_be_read_make_adds_wait() {
     // A ClusterRole without the policy rule (an old rbac.yaml): the list is forbidden.
     let rules: Vec<rbac::Rule> =
-        deploy_rules().into_iter().filter(|r| !r.resources.contains(&POLICIES.to_owned())).collect();
+        rbac::deploy_rules().into_iter().filter(|r| !r.resources.contains(&POLICIES.to_owned())).collect();
     let server = TestApiServer::start_with(ServerOptions { rbac: Some(rules), ..Default::default() });
     server.apply(nad("ns1", "net", Some(&macvlan("net", "eth1"))));
     server.apply(pod("ns1", "p", NODE, &[(NETWORKS, "net")]));

@@ -42,3 +42,16 @@ pub fn rules_of(cluster_role: &Value) -> Vec<Rule> {
 pub fn allowed(rules: &[Rule], group: &str, resource: &str, verb: &str) -> bool {
     rules.iter().any(|r| r.allows(group, resource, verb))
 }
+
+/// The rules of the ClusterRole the DaemonSet runs with (`deploy/rbac.yaml`).
+pub fn deploy_rules() -> Vec<Rule> {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/rbac.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc).expect("rbac.yaml is YAML");
+        if v["kind"] == "ClusterRole" {
+            return rules_of(&v);
+        }
+    }
+    panic!("no ClusterRole in {}", path.display());
+}
