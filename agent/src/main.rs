@@ -94,23 +94,25 @@ async fn catalog(
 }
 
 /// The network attachment policy: the file of --nad-policy, else the cluster's objects in
-/// Kubernetes mode, else none.
-fn policy(opts: &AgentOptions, client: Option<kube::Client>) -> anyhow::Result<PolicyHandle> {
+/// Kubernetes mode, else none; and whether its source's view is current (the objects' watch,
+/// as the catalog's caches; always for a file or none).
+fn policy(opts: &AgentOptions, client: Option<kube::Client>) -> anyhow::Result<(PolicyHandle, SyncedCheck)> {
     let host = Arc::new(policy::host::Sysfs::default());
+    let always: SyncedCheck = Arc::new(|| true);
     if let Some(path) = &opts.nad_policy {
         let (handle, follow) = policy::file::start(path.clone(), host)?;
         tokio::spawn(follow);
-        return Ok(handle);
+        return Ok((handle, always));
     }
     Ok(match client {
         Some(client) => {
-            let (handle, watch) = plexus_agent::kube::policy::start(client, host);
+            let (handle, current, watch) = plexus_agent::kube::policy::start(client, host);
             tokio::spawn(watch);
-            handle
+            (handle, Arc::new(move || *current.borrow()))
         }
         None => {
             tracing::info!("no network attachment policy (--nad-policy): every network is allowed");
-            PolicyHandle::unrestricted()
+            (PolicyHandle::unrestricted(), always)
         }
     })
 }
@@ -128,9 +130,10 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     }
     sweep_interrupted_writes(&opts);
     let (catalog, catalog_synced, client) = catalog(&opts).await?;
-    let policy = policy(&opts, client)?;
+    let (policy, policy_current) = policy(&opts, client)?;
     let policy_loaded = policy.clone();
-    let synced: SyncedCheck = Arc::new(move || catalog_synced() && policy_loaded.is_loaded());
+    let synced: SyncedCheck =
+        Arc::new(move || catalog_synced() && policy_loaded.is_loaded() && policy_current());
     let warm = Arc::new(AtomicBool::new(false));
     if let Some(addr) = opts.metrics_socket_addr()? {
         let listener =

@@ -151,18 +151,18 @@ impl Merger {
     }
 }
 
-/// A handle waiting for the objects, and the task that watches them into it (run it on the
-/// runtime; it never returns). The watch is the caches' ([`super::watch`]): a 410 relists at
-/// once, failures back off, the resource not served (404) is no objects.
+/// A handle waiting for the objects, whether the watch's view is current (true while it
+/// holds the server's current state, as the catalog's caches: readiness includes it), and
+/// the task that watches them into it (run it on the runtime; it never returns). The watch is
+/// the caches' ([`super::watch`]): a 410 relists at once, failures back off, the resource not
+/// served (404) is no objects. While the watch fails, the last policy stays in force.
 pub fn start(
     client: Client,
     host: Arc<dyn crate::policy::HostLookup>,
-) -> (PolicyHandle, impl Future<Output = ()> + Send + 'static) {
+) -> (PolicyHandle, tokio::sync::watch::Receiver<bool>, impl Future<Output = ()> + Send + 'static) {
     let handle = PolicyHandle::new(PolicyState::Waiting { source: format!("the {KIND} objects") }, host);
     let api: Api<NetworkAttachmentPolicy> = Api::all(client);
-    // Only metrics read it: the policy gates readiness by being loaded (its last version
-    // stays in force while the watch fails).
-    let (synced, _) = tokio::sync::watch::channel(false);
+    let (synced, current) = tokio::sync::watch::channel(false);
     let task = super::watch::run_into(
         "NetworkAttachmentPolicies",
         watcher::Config::default(),
@@ -171,7 +171,7 @@ pub fn start(
         Objects { handle: handle.clone(), merger: Merger::default(), listing: Vec::new() },
         synced,
     );
-    (handle, task)
+    (handle, current, task)
 }
 
 /// The watched objects, merged into the handle's policy.

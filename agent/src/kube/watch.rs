@@ -253,7 +253,6 @@ impl Health {
     fn current(&mut self, objects: usize, mode: &str) {
         let first = !self.ever_synced;
         self.ever_synced = true;
-        self.set_synced(true);
         let outage = self.outage.take();
         let expired = self.expired_at.take();
         if outage.is_some() {
@@ -261,6 +260,7 @@ impl Health {
         }
         if std::mem::take(&mut self.not_served) {
             tracing::info!("{}: served now ({objects} objects, {mode})", self.what);
+            self.set_synced(true);
             return;
         }
         match (first, outage, expired) {
@@ -280,6 +280,8 @@ impl Health {
                 tracing::info!("cache of {} is current again ({objects} objects)", self.what)
             }
         }
+        // Said before it is current: whoever waits for it finds the line in the log.
+        self.set_synced(true);
     }
 
     /// An event of a watch that resumed: the server answers again.
