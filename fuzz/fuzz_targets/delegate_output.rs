@@ -33,5 +33,6 @@ fuzz_target!(|data: &[u8]| {
         result: Some(&result),
         is_default: false,
         default_route: Some(&gateways),
+        gateways: &gateways,
     });
 });
