@@ -162,6 +162,21 @@ pub fn run() -> anyhow::Result<()> {
     println!("  port mappings left: {}", if mappings.lines().count() <= 1 { "none" } else { &mappings });
     let limits = bandwidth_list(&bin, &demo.base)?;
     println!("  bandwidth limits left: {}", if limits.lines().count() <= 1 { "none" } else { &limits });
+    // The agent's own check, as an operator runs it on a node: anything no record explains.
+    let doctor = Command::new("ip")
+        .args(["netns", "exec", NODE])
+        .arg(bin.join("plexus-agent"))
+        .args(["doctor", "--state-dir", &format!("{BASE}/state"), "--bpf-pin-dir", &format!("{BASE}/bpffs")])
+        .args(["--socket", &format!("{BASE}/plexus.sock")])
+        .output()
+        .context("running plexus-agent doctor")?;
+    println!("  plexus-agent doctor (what the node holds that no record explains):");
+    for line in String::from_utf8_lossy(&doctor.stdout).lines() {
+        println!("    {line}");
+    }
+    if !doctor.status.success() {
+        bail!("plexus-agent doctor found leftovers ({})", doctor.status);
+    }
     println!("\ndemo complete; everything it created is being removed");
     Ok(())
 }
