@@ -119,6 +119,16 @@ impl World {
         self.path("plexus.sock")
     }
 
+    /// A veth pair in the node namespace, both ends up, to serve as a macvlan master (the kernel
+    /// here has no dummy links). Not named `veth*`, so the leftover check does not take it for
+    /// a pod's veth.
+    pub fn master_link(&self, name: &str) {
+        let peer = format!("{name}p");
+        self.node.ip(&["link", "add", name, "type", "veth", "peer", "name", &peer]);
+        self.node.ip(&["link", "set", name, "up"]);
+        self.node.ip(&["link", "set", &peer, "up"]);
+    }
+
     /// A bridge + host-local configlist (the reference plugins), IPAM state in this world.
     pub fn bridge_config(&self, name: &str, bridge: &str, subnet: &str, gateway: bool) -> String {
         json!({

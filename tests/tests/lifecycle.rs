@@ -40,15 +40,6 @@ fn macvlan_config(w: &World, name: &str, master: &str, subnet: &str) -> String {
     .to_string()
 }
 
-/// A veth pair in the node namespace to serve as macvlan master. Not named `veth*`, so the
-/// leftover detector does not take it for a pod's veth.
-fn macvlan_master(w: &World, name: &str) {
-    let peer = format!("{name}p");
-    w.node.ip(&["link", "add", name, "type", "veth", "peer", "name", &peer]);
-    w.node.ip(&["link", "set", name, "up"]);
-    w.node.ip(&["link", "set", &peer, "up"]);
-}
-
 /// The host-local dataDir of a configlist as written in the NAD, read back from the config
 /// itself so the test breaks exactly the directory the plugin uses.
 fn host_local_data_dir(config: &str) -> PathBuf {
@@ -157,7 +148,7 @@ fn state_record(w: &World, cid: &str) -> Value {
 #[test]
 fn kernel_add_check_del_of_a_pod_on_two_bridges_and_a_macvlan_attaches_everything_and_leaves_nothing() {
     let mut w = World::new();
-    macvlan_master(&w, "up0");
+    w.master_link("up0");
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_nad(NS, "green", Some(&w.bridge_config("green", "br-green", "10.10.2.0/24", true)));
     w.write_nad(NS, "mac", Some(&macvlan_config(&w, "mac", "up0", "10.20.0.0/24")));
@@ -369,7 +360,7 @@ fn kernel_failing_delegate_del_does_not_stop_the_others_stays_recorded_and_the_n
 #[test]
 fn kernel_agent_killed_and_restarted_between_add_and_del_still_checks_and_deletes_everything() {
     let mut w = World::new();
-    macvlan_master(&w, "up0");
+    w.master_link("up0");
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_nad(NS, "mac", Some(&macvlan_config(&w, "mac", "up0", "10.20.0.0/24")));
     w.write_pod(NS, "p", Some("blue,mac"));
@@ -466,7 +457,7 @@ fn kernel_agent_killed_during_an_add_whose_later_plugin_rejects_its_config_does_
 #[test]
 fn kernel_del_after_the_pod_namespace_is_gone_still_releases_everything() {
     let mut w = World::new();
-    macvlan_master(&w, "up0");
+    w.master_link("up0");
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_nad(NS, "mac", Some(&macvlan_config(&w, "mac", "up0", "10.20.0.0/24")));
     w.write_pod(NS, "p1", Some("blue,mac"));

@@ -37,15 +37,6 @@ struct Case {
     addressing: Addressing,
 }
 
-/// A veth pair in the node namespace, up, as the macvlan master (the kernel here has no dummy
-/// links). Not named `veth*`, so the leftover check does not take it for a pod's veth.
-fn master(w: &World, name: &str) {
-    let peer = format!("{name}p");
-    w.node.ip(&["link", "add", name, "type", "veth", "peer", "name", &peer]);
-    w.node.ip(&["link", "set", name, "up"]);
-    w.node.ip(&["link", "set", &peer, "up"]);
-}
-
 fn nad_config(w: &World, case: &Case, master: &str) -> String {
     let mut plugin = json!({"type": "macvlan", "master": master, "mode": case.mode});
     if let Some(mtu) = case.mtu {
@@ -94,7 +85,7 @@ fn world(native: bool, case: &Case, master_name: &str) -> World {
     if !native {
         w.agent_args.extend(["--exec-plugin".to_owned(), "macvlan".to_owned()]);
     }
-    master(&w, "up0");
+    w.master_link("up0");
     w.write_nad(NS, NAD, Some(&nad_config(&w, case, master_name)));
     w.write_pod(NS, POD, Some(&annotation(case)));
     w.start_agent();
@@ -486,7 +477,7 @@ fn kernel_link_in_container_puts_the_macvlan_on_a_master_inside_the_pod() {
 fn kernel_a_layer_2_network_at_cni_0_2_0_fails_with_code_1_and_leaves_nothing() {
     // 0.2.0 results are IP addresses only: a macvlan without IPAM has nothing to say in them.
     let mut w = World::new();
-    master(&w, "up0");
+    w.master_link("up0");
     let config = json!({"cniVersion": "0.2.0", "name": NAD, "type": "macvlan", "master": "up0"});
     w.write_nad(NS, NAD, Some(&config.to_string()));
     w.write_pod(NS, POD, Some(NAD));

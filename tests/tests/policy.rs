@@ -57,14 +57,6 @@ fn ptp_config(w: &World) -> String {
     .to_string()
 }
 
-/// A veth pair in the node namespace as a macvlan master (not named veth*: not a pod's).
-fn master(w: &World, name: &str) {
-    let peer = format!("{name}p");
-    w.node.ip(&["link", "add", name, "type", "veth", "peer", "name", &peer]);
-    w.node.ip(&["link", "set", name, "up"]);
-    w.node.ip(&["link", "set", &peer, "up"]);
-}
-
 fn write_policy(w: &World, text: &str) -> PathBuf {
     let path = w.path("policy.yaml");
     // Replaced by rename, as a ConfigMap update does.
@@ -98,8 +90,8 @@ fn links(pod: &Netns) -> Vec<String> {
 #[test]
 fn kernel_policy_refuses_a_plugin_type_a_master_and_the_nodes_bridge_with_an_event_and_leaves_nothing() {
     let mut w = World::new();
-    master(&w, "up0");
-    master(&w, "up1");
+    w.master_link("up0");
+    w.master_link("up1");
     w.write_nad(TENANT, "blue", Some(&w.bridge_config("blue", "br-blue", "10.10.1.0/24", true)));
     w.write_nad(TENANT, "mac-ok", Some(&macvlan_config(&w, "mac-ok", "up0", "10.20.0.0/24")));
     w.write_nad(TENANT, "mac-node", Some(&macvlan_config(&w, "mac-node", "up1", "10.21.0.0/24")));
@@ -164,7 +156,7 @@ fn kernel_policy_refuses_a_plugin_type_a_master_and_the_nodes_bridge_with_an_eve
 #[test]
 fn kernel_policy_file_changes_apply_without_restart_and_an_invalid_version_keeps_the_last_good_one() {
     let mut w = World::new();
-    master(&w, "up1");
+    w.master_link("up1");
     w.write_nad(TENANT, "mac-node", Some(&macvlan_config(&w, "mac-node", "up1", "10.21.0.0/24")));
     w.write_pod(TENANT, "p", Some("mac-node"));
     start_with_policy(&mut w);
