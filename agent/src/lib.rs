@@ -22,6 +22,7 @@ pub mod native;
 pub mod netlink;
 pub mod netns;
 pub mod options;
+pub mod podnetwork;
 pub mod policy;
 pub mod readiness;
 pub mod server;

@@ -22,6 +22,7 @@ pub mod events;
 pub mod nad;
 pub mod pods;
 pub mod policy;
+pub mod resource;
 pub mod status_patch;
 pub mod watch;
 

@@ -1,14 +1,15 @@
 //! The NetworkAttachmentDefinition custom resource (group `k8s.cni.cncf.io`, version `v1`)
 //! and its cache: a kube reflector fed by a watch of every namespace.
 
-use std::borrow::Cow;
 use std::future::Future;
 
 use ::kube::api::Api;
 use ::kube::core::NamespaceResourceScope;
+
+use super::resource::custom_resource;
 use ::kube::runtime::reflector::{self, ObjectRef, Store};
 use ::kube::runtime::{watcher, WatchStreamExt};
-use ::kube::{Client, Resource, ResourceExt};
+use ::kube::{Client, ResourceExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -42,29 +43,14 @@ pub struct NadSpec {
     pub config: Option<Value>,
 }
 
-impl Resource for NetworkAttachmentDefinition {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        KIND.into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        PLURAL.into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+custom_resource!(
+    NetworkAttachmentDefinition,
+    group = GROUP,
+    version = VERSION,
+    kind = KIND,
+    plural = PLURAL,
+    scope = NamespaceResourceScope
+);
 
 impl NetworkAttachmentDefinition {
     /// What the spec engine reads of it.
@@ -141,6 +127,7 @@ impl NadCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ::kube::Resource;
     use serde_json::json;
 
     #[test]

@@ -10,15 +10,16 @@
 //! - No objects, or the resource not served (its CRD not installed): no policy, everything is
 //!   allowed. Until the first list answers, attachments wait (try again later).
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 
 use ::kube::api::Api;
 use ::kube::core::ClusterResourceScope;
+
+use super::resource::custom_resource;
 use ::kube::runtime::watcher::{self, watcher, Event};
-use ::kube::{Client, Resource, ResourceExt};
+use ::kube::{Client, ResourceExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -40,29 +41,14 @@ pub struct NetworkAttachmentPolicy {
     pub spec: Value,
 }
 
-impl Resource for NetworkAttachmentPolicy {
-    type DynamicType = ();
-    type Scope = ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        KIND.into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        PLURAL.into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+custom_resource!(
+    NetworkAttachmentPolicy,
+    group = GROUP,
+    version = VERSION,
+    kind = KIND,
+    plural = PLURAL,
+    scope = ClusterResourceScope
+);
 
 type Compiled = Vec<(Vec<String>, Rule)>;
 
@@ -237,6 +223,7 @@ impl Sink<NetworkAttachmentPolicy> for Objects {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ::kube::Resource;
     use serde_json::json;
 
     fn object(name: &str, uid: &str, created: &str, spec: Value) -> NetworkAttachmentPolicy {
