@@ -4,3 +4,4 @@
 //! plan and results into status; the engine behind both is one.
 
 pub mod model;
+pub mod request;
