@@ -4,4 +4,5 @@
 //! plan and results into status; the engine behind both is one.
 
 pub mod model;
+pub mod params;
 pub mod request;
