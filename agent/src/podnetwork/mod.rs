@@ -6,3 +6,4 @@
 pub mod model;
 pub mod params;
 pub mod request;
+pub mod status;
