@@ -5,4 +5,6 @@
 
 pub mod conditions;
 pub mod model;
+pub mod params;
 pub mod request;
+pub mod status;
