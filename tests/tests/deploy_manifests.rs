@@ -93,7 +93,7 @@ fn every_manifest_is_listed_by_the_kustomization_and_has_a_known_kind() {
 
 #[test]
 fn the_crd_is_what_the_agent_watches() {
-    let crd = crd_of(nad::GROUP);
+    let crd = crd_of(nad::GROUP, nad::PLURAL);
     assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
     let spec = &crd["spec"];
     assert_eq!(crd["metadata"]["name"], format!("{}.{}", nad::PLURAL, nad::GROUP));
@@ -115,12 +115,16 @@ fn the_crd_is_what_the_agent_watches() {
 }
 
 /// The CustomResourceDefinition of an API group.
-fn crd_of(group: &str) -> Value {
+fn crd_of(group: &str, plural: &str) -> Value {
     let found: Vec<Value> = objects()
         .into_iter()
-        .filter(|o| o["kind"] == "CustomResourceDefinition" && o["spec"]["group"] == group)
+        .filter(|o| {
+            o["kind"] == "CustomResourceDefinition"
+                && o["spec"]["group"] == group
+                && o["spec"]["names"]["plural"] == plural
+        })
         .collect();
-    assert_eq!(found.len(), 1, "exactly one CustomResourceDefinition of {group} in deploy/");
+    assert_eq!(found.len(), 1, "exactly one CustomResourceDefinition of {plural}.{group} in deploy/");
     found.into_iter().next().unwrap()
 }
 
@@ -128,7 +132,7 @@ fn crd_of(group: &str) -> Value {
 fn the_policy_crd_is_what_the_agent_watches_and_reads() {
     use plexus_agent::kube::policy::PLURAL;
     use plexus_agent::policy::model::{PolicySpec, GROUP, KIND, VERSION};
-    let crd = crd_of(GROUP);
+    let crd = crd_of(GROUP, PLURAL);
     assert_eq!(crd["metadata"]["name"], format!("{PLURAL}.{GROUP}"));
     let spec = &crd["spec"];
     assert_eq!((spec["scope"].as_str(), spec["names"]["plural"].as_str()), (Some("Cluster"), Some(PLURAL)));
