@@ -44,8 +44,15 @@ fn objects() -> Vec<Value> {
     manifests().into_iter().filter(|(f, _)| f != "kustomization.yaml").flat_map(|(_, d)| d).collect()
 }
 
+/// The one object of `kind` of the agent's manifests (the controller's, deploy/controller.yaml,
+/// are checked by tests/tests/podnetwork_controller.rs).
 fn one(kind: &str) -> Value {
-    let found: Vec<Value> = objects().into_iter().filter(|o| o["kind"] == kind).collect();
+    let found: Vec<Value> = manifests()
+        .into_iter()
+        .filter(|(f, _)| f != "kustomization.yaml" && f != "controller.yaml")
+        .flat_map(|(_, d)| d)
+        .filter(|o| o["kind"] == kind)
+        .collect();
     assert_eq!(found.len(), 1, "exactly one {kind} in deploy/");
     found.into_iter().next().unwrap()
 }
@@ -64,10 +71,19 @@ fn every_manifest_is_listed_by_the_kustomization_and_has_a_known_kind() {
     assert_eq!(listed, files, "kustomization.yaml lists every manifest and nothing else");
     let kinds: BTreeSet<String> =
         objects().iter().map(|o| o["kind"].as_str().unwrap_or("").to_owned()).collect();
-    let expected: BTreeSet<String> =
-        ["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
-            .map(String::from)
-            .into();
+    let expected: BTreeSet<String> = [
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
+        // The PodNetwork controller's (deploy/controller.yaml).
+        "Deployment",
+        "Role",
+        "RoleBinding",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(kinds, expected);
     for o in objects() {
         assert!(o["apiVersion"].as_str().is_some_and(|v| !v.is_empty()), "{o}");
