@@ -30,7 +30,7 @@ use crate::spec::resolve::resolve_network_config;
 use crate::spec::selection::{parse_selection, NetworkSelection};
 use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
 use crate::spec::NETWORKS_ANNOTATION;
-use crate::state::{AttachmentRecord, ContainerRecord, PodRef, StateError, StateStore};
+use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, PodRef, StateError, StateStore};
 use error::{DetachError, DetachFailure};
 use locks::ContainerLocks;
 use request::{request_version, CniEnv, PlexusConf};
@@ -223,6 +223,7 @@ impl Engine {
             delegate: default_delegate(default_list, &conf.runtime_config),
             result: None,
             default_route: None,
+            pod_network: None,
         };
         let mut attachments = vec![default];
         if let Some(pod) = &pod {
@@ -242,6 +243,7 @@ impl Engine {
             attachments,
             complete: false,
             unconfirmed_del_failures: 0,
+            front_end: FrontEnd::Npwg,
         };
         Ok((pod, record))
     }
@@ -343,6 +345,7 @@ impl Engine {
                 delegate,
                 result: None,
                 default_route: p.selection.default_route.clone(),
+                pod_network: None,
             });
         }
         Ok(out)
@@ -693,6 +696,7 @@ mod tests {
             delegate: DelegateConfig { list, runtime_config: Default::default() },
             result: Some(result),
             default_route: default_route.map(|g| g.iter().map(|s| s.parse().unwrap()).collect()),
+            pod_network: None,
         }
     }
 
@@ -730,6 +734,7 @@ mod tests {
             attachments: vec![default, secondary],
             complete: true,
             unconfirmed_del_failures: 0,
+            front_end: FrontEnd::Npwg,
         }
     }
 
