@@ -3,4 +3,5 @@
 //! [`crate::spec`] for the NPWG annotations, it turns objects into the engine's attachment
 //! plan and results into status; the engine behind both is one.
 
+pub mod conditions;
 pub mod model;

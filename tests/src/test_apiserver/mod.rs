@@ -1,6 +1,7 @@
 //! A Kubernetes API server for tests, in-process: HTTP/1.1 on 127.0.0.1 speaking the real
 //! wire format for the resources plexus uses (pods, NetworkAttachmentDefinitions,
-//! cluster-scoped NetworkAttachmentPolicies,
+//! cluster-scoped NetworkAttachmentPolicies, KEP-3698 PodNetworks (cluster-scoped),
+//! PodNetworkAttachments and AttachmentParameters, coordination.k8s.io Leases,
 //! events.k8s.io events), so the agent's unchanged Kubernetes code runs against it with a
 //! kubeconfig as it would against a cluster.
 //!
@@ -40,7 +41,9 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 
 pub use rbac::Rule;
-pub use resources::{EVENTS, NADS, PODS, POLICIES};
+pub use resources::{
+    ATTACHMENT_PARAMETERS, EVENTS, LEASES, NADS, PODS, POD_NETWORKS, POD_NETWORK_ATTACHMENTS, POLICIES,
+};
 
 /// One request the server received.
 #[derive(Debug, Clone, PartialEq)]
@@ -440,6 +443,46 @@ pub fn network_attachment_policy(name: &str, spec: Value) -> Value {
         "apiVersion": "plexus.dev/v1alpha1",
         "kind": "NetworkAttachmentPolicy",
         "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// A cluster-scoped KEP-3698 PodNetwork (plexus.dev/v1alpha1) with `spec`.
+pub fn pod_network(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "plexus.dev/v1alpha1",
+        "kind": "PodNetwork",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// A KEP-3698 PodNetworkAttachment (plexus.dev/v1alpha1) with `spec`.
+pub fn pod_network_attachment(namespace: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "plexus.dev/v1alpha1",
+        "kind": "PodNetworkAttachment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    })
+}
+
+/// plexus's AttachmentParameters (plexus.dev/v1alpha1) with `spec` (NPWG selection keys).
+pub fn attachment_parameters(namespace: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "plexus.dev/v1alpha1",
+        "kind": "AttachmentParameters",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    })
+}
+
+/// A coordination.k8s.io/v1 Lease with `spec` (holderIdentity, leaseDurationSeconds, ...).
+pub fn lease(namespace: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     })
 }

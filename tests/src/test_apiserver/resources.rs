@@ -24,6 +24,14 @@ pub const PODS: &str = "pods";
 pub const NADS: &str = "network-attachment-definitions";
 pub const EVENTS: &str = "events";
 pub const POLICIES: &str = "networkattachmentpolicies";
+/// KEP-3698 PodNetworks (plexus.dev/v1alpha1, cluster-scoped).
+pub const POD_NETWORKS: &str = "podnetworks";
+/// KEP-3698 PodNetworkAttachments (plexus.dev/v1alpha1, namespaced).
+pub const POD_NETWORK_ATTACHMENTS: &str = "podnetworkattachments";
+/// plexus's AttachmentParameters (plexus.dev/v1alpha1, namespaced).
+pub const ATTACHMENT_PARAMETERS: &str = "attachmentparameters";
+/// coordination.k8s.io/v1 Leases (namespaced), for leader election.
+pub const LEASES: &str = "leases";
 
 /// Every resource served; namespaced unless listed in [`CLUSTER_SCOPED`].
 pub const RESOURCES: &[ResourceDef] = &[
@@ -41,11 +49,25 @@ pub const RESOURCES: &[ResourceDef] = &[
         plural: POLICIES,
         kind: "NetworkAttachmentPolicy",
     },
+    ResourceDef { group: "plexus.dev", version: "v1alpha1", plural: POD_NETWORKS, kind: "PodNetwork" },
+    ResourceDef {
+        group: "plexus.dev",
+        version: "v1alpha1",
+        plural: POD_NETWORK_ATTACHMENTS,
+        kind: "PodNetworkAttachment",
+    },
+    ResourceDef {
+        group: "plexus.dev",
+        version: "v1alpha1",
+        plural: ATTACHMENT_PARAMETERS,
+        kind: "AttachmentParameters",
+    },
+    ResourceDef { group: "coordination.k8s.io", version: "v1", plural: LEASES, kind: "Lease" },
 ];
 
 /// Resources whose objects have no namespace: their URLs have none, their objects are keyed by
 /// name alone (namespace "").
-pub const CLUSTER_SCOPED: &[&str] = &[POLICIES];
+pub const CLUSTER_SCOPED: &[&str] = &[POLICIES, POD_NETWORKS];
 
 fn is_cluster_scoped(def: &ResourceDef) -> bool {
     CLUSTER_SCOPED.contains(&def.plural)
@@ -112,5 +134,15 @@ mod tests {
         let t = parse_path("/apis/plexus.dev/v1alpha1/networkattachmentpolicies/p").unwrap();
         assert_eq!((t.def.plural, t.namespace, t.name.as_deref()), (POLICIES, None, Some("p")));
         assert!(parse_path("/apis/plexus.dev/v1alpha1/namespaces/ns/networkattachmentpolicies").is_none());
+        let t = parse_path("/apis/plexus.dev/v1alpha1/podnetworks/default").unwrap();
+        assert_eq!((t.def.plural, t.namespace, t.name.as_deref()), (POD_NETWORKS, None, Some("default")));
+        assert!(parse_path("/apis/plexus.dev/v1alpha1/namespaces/ns/podnetworks").is_none());
+        let t = parse_path("/apis/plexus.dev/v1alpha1/namespaces/ns/podnetworkattachments/a").unwrap();
+        assert_eq!((t.def.plural, t.namespace.as_deref()), (POD_NETWORK_ATTACHMENTS, Some("ns")));
+        let t = parse_path("/apis/plexus.dev/v1alpha1/namespaces/ns/attachmentparameters/p").unwrap();
+        assert_eq!(t.def.plural, ATTACHMENT_PARAMETERS);
+        let t = parse_path("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l").unwrap();
+        assert_eq!((t.def.plural, t.def.kind), (LEASES, "Lease"));
+        assert!(parse_path("/apis/coordination.k8s.io/v1/leases/l").is_none());
     }
 }
