@@ -5,3 +5,4 @@
 
 pub mod conditions;
 pub mod model;
+pub mod request;
