@@ -5,4 +5,5 @@
 
 pub mod conditions;
 pub mod model;
+pub mod params;
 pub mod request;

@@ -91,7 +91,7 @@ pub struct SelectionError(pub String);
 /// Why one key of an element is invalid; the element's context is added by its caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-struct InvalidField(String);
+pub struct InvalidField(pub String);
 
 /// An invalid selection is a config the user must fix.
 impl CniCode for SelectionError {
@@ -222,33 +222,11 @@ fn parse_json_item(index: usize, item: &Value) -> Result<NetworkSelection, Selec
                     sel.namespace = Some(ns.to_owned());
                 }
             }
-            "ips" => sel.ips = Some(parse_ips(value).map_err(|e| SelectionError(ctx(&e.to_string())))?),
-            "mac" => {
-                let mac = string(value).ok_or_else(|| SelectionError(ctx("\"mac\" must be a string")))?;
-                if !is_mac(mac) {
-                    return invalid(ctx(&format!(
-                        "\"mac\" {mac:?} is not a 6-byte Ethernet or 20-byte InfiniBand address"
-                    )));
-                }
-                sel.mac = Some(mac.to_owned());
-            }
             "interface" => {
                 let ifname =
                     string(value).ok_or_else(|| SelectionError(ctx("\"interface\" must be a string")))?;
                 check_interface(index, ifname)?;
                 sel.interface = Some(ifname.to_owned());
-            }
-            "cni-args" => match value {
-                Value::Object(m) => sel.cni_args = Some(m.clone()),
-                Value::Null => {}
-                _ => return invalid(ctx("\"cni-args\" must be an object")),
-            },
-            "portMappings" => {
-                sel.port_mappings =
-                    Some(parse_port_mappings(value).map_err(|e| SelectionError(ctx(&e.to_string())))?)
-            }
-            "bandwidth" => {
-                sel.bandwidth = Some(parse_bandwidth(value).map_err(|e| SelectionError(ctx(&e.to_string())))?)
             }
             "default-route" => {
                 sel.default_route =
@@ -257,10 +235,50 @@ fn parse_json_item(index: usize, item: &Value) -> Result<NetworkSelection, Selec
             // Reverse-domain keys belong to other implementations (spec 4.1.2.1); keys
             // without a period are reserved for future spec versions. Neither changes
             // what this version asks for, so both are ignored.
-            _ => {}
+            other => {
+                if let Err(e) = read_attachment_key(&mut sel, other, value) {
+                    return invalid(format!("element {index} ({}): {e}", sel.name));
+                }
+            }
         }
     }
     Ok(sel)
+}
+
+/// The keys of a selection element that parameterise one attachment (spec 4.1.2.1.3 to
+/// 4.1.2.1.8), as opposed to the keys that say which network (`name`, `namespace`), where
+/// (`interface`) and the pod-wide `default-route`. plexus's AttachmentParameters objects carry
+/// exactly these.
+pub const ATTACHMENT_KEYS: [&str; 5] = ["ips", "mac", "cni-args", "portMappings", "bandwidth"];
+
+/// Reads one of [`ATTACHMENT_KEYS`] into `sel`, validated as the annotation's element is.
+/// `Ok(false)`: `key` is not one of them and `sel` is unchanged.
+pub fn read_attachment_key(
+    sel: &mut NetworkSelection,
+    key: &str,
+    value: &Value,
+) -> Result<bool, InvalidField> {
+    match key {
+        "ips" => sel.ips = Some(parse_ips(value)?),
+        "mac" => {
+            let mac = string(value).ok_or_else(|| InvalidField("\"mac\" must be a string".into()))?;
+            if !is_mac(mac) {
+                return Err(InvalidField(format!(
+                    "\"mac\" {mac:?} is not a 6-byte Ethernet or 20-byte InfiniBand address"
+                )));
+            }
+            sel.mac = Some(mac.to_owned());
+        }
+        "cni-args" => match value {
+            Value::Object(m) => sel.cni_args = Some(m.clone()),
+            Value::Null => {}
+            _ => return Err(InvalidField("\"cni-args\" must be an object".into())),
+        },
+        "portMappings" => sel.port_mappings = Some(parse_port_mappings(value)?),
+        "bandwidth" => sel.bandwidth = Some(parse_bandwidth(value)?),
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 fn string(v: &Value) -> Option<&str> {
