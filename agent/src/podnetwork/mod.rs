@@ -7,3 +7,4 @@ pub mod conditions;
 pub mod model;
 pub mod params;
 pub mod request;
+pub mod status;

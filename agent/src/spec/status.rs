@@ -72,33 +72,17 @@ pub fn network_status(input: StatusInput<'_>) -> NetworkStatus {
         st.interface = Some(input.ifname.to_owned());
         return st;
     };
-    let pre_interfaces = matches!(result.cni_version.as_str(), "0.1.0" | "0.2.0");
-    let sandbox = result.first_sandbox_interface();
-    match (sandbox, pre_interfaces) {
-        (Some(i), false) => {
+    match sandbox_interface(result) {
+        Some(i) => {
             let iface = &result.interfaces[i];
             st.interface = Some(iface.name.clone());
             st.mac = iface.mac.clone().filter(|m| !m.is_empty());
             st.mtu = iface.mtu.filter(|m| *m > 0);
-            st.ips = result
-                .ips
-                .iter()
-                .filter(|ip| ip.interface == Some(i as i64))
-                .map(|ip| ip.address.addr().to_string())
-                .collect();
         }
-        _ => {
-            // Results before 0.3.0 have no interfaces: CNI_IFNAME names it (5.3.2.1).
-            // Without a sandbox interface, the ips not bound to any interface (5.3.3.1 rule 2).
-            st.interface = Some(input.ifname.to_owned());
-            st.ips = result
-                .ips
-                .iter()
-                .filter(|ip| ip.interface.is_none_or(|idx| idx < 0))
-                .map(|ip| ip.address.addr().to_string())
-                .collect();
-        }
+        // Results before 0.3.0 have no interfaces: CNI_IFNAME names it (5.3.2.1).
+        None => st.interface = Some(input.ifname.to_owned()),
     }
+    st.ips = pod_addresses(result).iter().map(ToString::to_string).collect();
     let dns = &result.dns;
     if !dns.nameservers.is_empty() || dns.domain.is_some() || !dns.search.is_empty() {
         st.dns = Some(DnsStatus {
@@ -108,6 +92,24 @@ pub fn network_status(input: StatusInput<'_>) -> NetworkStatus {
         });
     }
     st
+}
+
+/// The interface of the result that is in the pod: the first sandbox interface, for results
+/// that have interfaces (0.3.0 and later).
+fn sandbox_interface(result: &CniResult) -> Option<usize> {
+    let pre_interfaces = matches!(result.cni_version.as_str(), "0.1.0" | "0.2.0");
+    result.first_sandbox_interface().filter(|_| !pre_interfaces)
+}
+
+/// The addresses an attachment gave the pod, in the result's order: those of its first sandbox
+/// interface (spec 5.1.1) or, without one, those bound to no interface (5.3.3.1 rule 2).
+pub fn pod_addresses(result: &CniResult) -> Vec<IpAddr> {
+    let sandbox = sandbox_interface(result);
+    let in_pod = |bound_to: Option<i64>| match sandbox {
+        Some(i) => bound_to == Some(i as i64),
+        None => bound_to.is_none_or(|idx| idx < 0),
+    };
+    result.ips.iter().filter(|ip| in_pod(ip.interface)).map(|ip| ip.address.addr()).collect()
 }
 
 /// The gateways of the default routes a result installs, for the default network's
