@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::index::{Lookup, ManifestIndex};
-use super::{names, Catalog, CatalogError, PodInfo, StatusReport};
+use super::{names, standalone, Catalog, CatalogError, PodInfo, StatusReport};
 use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 use crate::state::atomic_write;
@@ -73,6 +73,39 @@ fn absent_when_unreadable<T>(found: Result<Option<T>, CatalogError>) -> Result<O
     }
 }
 
+/// The PodNetwork `name` with the conditions the controller would give it ([`standalone`]).
+fn pod_network_ready(index: &ManifestIndex, name: &str) -> Lookup<PodNetwork> {
+    match index.pod_network(name) {
+        Lookup::Found(pn) => {
+            let check = standalone::pod_network_params(&pn, |r| found(index.nad(&r.namespace, &r.name)));
+            Lookup::Found(standalone::pod_network_with_conditions(pn, &check))
+        }
+        other => other,
+    }
+}
+
+/// The PodNetworkAttachment `namespace/name` with the conditions the controller would give
+/// it ([`standalone`]).
+fn attachment_ready(index: &ManifestIndex, namespace: &str, name: &str) -> Lookup<PodNetworkAttachment> {
+    match index.attachment(namespace, name) {
+        Lookup::Found(pna) => {
+            let pod_network = found(pod_network_ready(index, &pna.spec.pod_network_name));
+            let check =
+                standalone::attachment_params(&pna, |r| found(index.parameters(&r.namespace, &r.name)));
+            Lookup::Found(standalone::attachment_with_conditions(pna, pod_network.as_ref(), &check))
+        }
+        other => other,
+    }
+}
+
+/// An object that a usable manifest holds.
+fn found<T>(lookup: Lookup<T>) -> Option<T> {
+    match lookup {
+        Lookup::Found(v) => Some(v),
+        Lookup::Broken(_) | Lookup::Missing { .. } => None,
+    }
+}
+
 /// Runs a blocking lookup of the index.
 async fn look_up<T: Send + 'static>(
     index: &Arc<ManifestIndex>,
@@ -116,7 +149,7 @@ impl Catalog for FileCatalog {
 
     fn pod_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<PodNetwork>, CatalogError>> {
         let n = name.to_owned();
-        async move { absent_when_unreadable(look_up(&self.nads, move |index| index.pod_network(&n)).await) }
+        async move { absent_when_unreadable(look_up(&self.nads, move |index| pod_network_ready(index, &n)).await) }
             .boxed()
     }
 
@@ -126,8 +159,10 @@ impl Catalog for FileCatalog {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<PodNetworkAttachment>, CatalogError>> {
         let (ns, n) = (namespace.to_owned(), name.to_owned());
-        async move { absent_when_unreadable(look_up(&self.nads, move |index| index.attachment(&ns, &n)).await) }
-            .boxed()
+        async move {
+            absent_when_unreadable(look_up(&self.nads, move |index| attachment_ready(index, &ns, &n)).await)
+        }
+        .boxed()
     }
 
     fn attachment_parameters<'a>(
@@ -279,6 +314,57 @@ mod tests {
         cat.publish_status(&pod, report).await.unwrap();
         assert_eq!(std::fs::read_to_string(dir.join("p.network-status.json")).unwrap(), "[1]");
         assert_eq!(std::fs::read_to_string(dir.join("p.pod-networks-status.json")).unwrap(), "[2]");
+    }
+
+    #[tokio::test]
+    async fn pod_networks_in_the_network_directories_get_the_controllers_conditions() {
+        let d = tempfile::tempdir().unwrap();
+        let nets = d.path().join("nads");
+        std::fs::create_dir_all(&nets).unwrap();
+        std::fs::write(
+            nets.join("blue.yaml"),
+            r#"
+kind: NetworkAttachmentDefinition
+metadata: {name: blue, namespace: nets}
+spec: {config: '{"cniVersion":"1.0.0","type":"bridge"}'}
+---
+kind: PodNetwork
+metadata: {name: blue}
+spec:
+  parametersRefs: [{group: k8s.cni.cncf.io, kind: NetworkAttachmentDefinition, name: blue, namespace: nets}]
+---
+kind: PodNetwork
+metadata: {name: red}
+spec:
+  parametersRefs: [{group: k8s.cni.cncf.io, kind: NetworkAttachmentDefinition, name: red, namespace: nets}]
+---
+kind: PodNetworkAttachment
+metadata: {name: blue-fast, namespace: t}
+spec:
+  podNetworkName: blue
+  parametersRefs: [{group: plexus.dev, kind: AttachmentParameters, name: fast}]
+---
+kind: AttachmentParameters
+metadata: {name: fast, namespace: t}
+spec: {bandwidth: {egressRate: 1000000}}
+---
+kind: PodNetworkAttachment
+metadata: {name: red-any, namespace: t}
+spec: {podNetworkName: red}
+"#,
+        )
+        .unwrap();
+        let cat = FileCatalog::new(vec![nets], Vec::new(), d.path().join("reports"));
+        assert!(cat.pod_network("blue").await.unwrap().unwrap().is_ready());
+        let red = cat.pod_network("red").await.unwrap().unwrap();
+        assert!(!red.is_ready(), "its NAD does not exist");
+        assert!(cat.pod_network("green").await.unwrap().is_none());
+        let pna = cat.pod_network_attachment("t", "blue-fast").await.unwrap().unwrap();
+        assert!(pna.is_ready(), "{:?}", pna.status);
+        assert!(!cat.pod_network_attachment("t", "red-any").await.unwrap().unwrap().is_ready());
+        assert!(cat.pod_network_attachment("u", "blue-fast").await.unwrap().is_none());
+        let params = cat.attachment_parameters("t", "fast").await.unwrap().unwrap();
+        assert_eq!(params.spec["bandwidth"]["egressRate"], 1000000);
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ pub mod files;
 pub mod index;
 pub mod manifest;
 pub mod names;
+pub mod standalone;
 pub mod watch;
 
 /// The pod fields plexus reads.

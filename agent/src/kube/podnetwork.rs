@@ -102,6 +102,9 @@ fn trim<K: Resource>(obj: &mut K) {
     }
 }
 
+/// A watch's task: run it on the runtime; it never returns.
+pub type WatchTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// The three caches the node reads, and whether each is current.
 pub struct PodNetworkCaches {
     pub pod_networks: ObjectCache<PodNetwork>,
@@ -115,7 +118,7 @@ impl PodNetworkCaches {
     pub fn start(
         client: Client,
         settings: Settings,
-    ) -> (PodNetworkCaches, Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>) {
+    ) -> (PodNetworkCaches, Vec<WatchTask>) {
         let (pn_tx, pn_rx) = tokio::sync::watch::channel(false);
         let (pna_tx, pna_rx) = tokio::sync::watch::channel(false);
         let (params_tx, params_rx) = tokio::sync::watch::channel(false);
