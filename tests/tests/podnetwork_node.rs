@@ -435,20 +435,24 @@ fn addresses(ns: &Netns, ifname: &str) -> Vec<String> {
     all
 }
 
+/// The interfaces the pod's default routes of one family go out of.
+fn default_route_devices(ns: &Netns, v6: bool) -> Vec<String> {
+    let family = if v6 { "-6" } else { "-4" };
+    let routes: Vec<Value> =
+        serde_json::from_str(&ns.ip(&["-j", family, "route", "show", "default"])).unwrap_or_default();
+    routes.iter().filter_map(|r| r["dev"].as_str().map(str::to_owned)).collect()
+}
+
 /// The KEP status the pod must carry, from what is in the pod: one entry per address family
 /// of each attachment, `isDefaultGW` where the pod's default route of that family goes out.
 fn expected_status(ns: &Netns, attachments: &[(&str, &str)]) -> Value {
-    let routes = ns.default_routes();
     let mut out = Vec::new();
     for (pod_network, ifname) in attachments {
         let addrs = addresses(ns, ifname);
         let mut families: Vec<(Option<String>, bool)> = Vec::new();
         for v6 in [false, true] {
             if let Some(a) = addrs.iter().find(|a| a.contains(':') == v6) {
-                let dev = format!("dev {ifname}");
-                let holds = routes
-                    .iter()
-                    .any(|r| r.contains(&dev) && r.contains(':') == v6 && r.starts_with("default"));
+                let holds = default_route_devices(ns, v6).iter().any(|d| d == ifname);
                 families.push((Some(a.clone()), holds));
             }
         }
@@ -530,6 +534,11 @@ fn kernel_native_macvlan_by_pod_network_with_is_default_gw_and_by_attachment_wit
     // A PodNetwork without a NAD: its config is the on-disk one named after it.
     t.w.write_netconf("green.conflist", &macvlan_config(&t.w, "green"));
     t.pod_network("green", None, true);
+    // The cluster default network gives pods a default route, for isDefaultGW to take.
+    let mut cluster: Value =
+        serde_json::from_str(&t.w.bridge_config("cluster", "cni0", "10.88.0.0/24", true)).unwrap();
+    cluster["plugins"][0]["isDefaultGateway"] = json!(true);
+    t.w.write_default_network("10-cluster.conflist", &cluster.to_string());
     t.parameters("green-db", mapped_and_limited(5432, 5432, 10 * MBIT));
     t.attachment("green-db", "green", Some("green-db"), true);
     t.start();
@@ -537,17 +546,9 @@ fn kernel_native_macvlan_by_pod_network_with_is_default_gw_and_by_attachment_wit
     let out = t.add("gw", &json!([{"name": "green", "isDefaultGW": true}]));
     out.expect_ok();
     let gw = t.netns("gw");
-    assert!(
-        gw.link("net1").is_some_and(|l| l["linkinfo"]["info_kind"] == "macvlan"),
-        "native macvlan: {:?}",
-        gw.link("net1")
-    );
-    let routes = gw.default_routes();
-    assert!(
-        routes.iter().any(|r| r.contains("via 10.78.0.1") && r.contains("dev net1")),
-        "isDefaultGW moves the default route to net1: {routes:?}"
-    );
-    assert!(!routes.iter().any(|r| r.contains("dev eth0") && !r.contains(':')), "{routes:?}");
+    let (ok, details) = gw.exec(&["ip", "-d", "-j", "link", "show", "net1"]);
+    assert!(ok && details.contains(r#""info_kind":"macvlan""#), "net1 is a macvlan: {details}");
+    assert_eq!(gw.default_routes(), ["net1 10.78.0.1"], "isDefaultGW moves the default route to net1");
     let text = t.annotation("gw", POD_NETWORKS_STATUS);
     let status: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(status, expected_status(gw, &[("default", "eth0"), ("green", "net1")]), "{text}");
@@ -556,6 +557,11 @@ fn kernel_native_macvlan_by_pod_network_with_is_default_gw_and_by_attachment_wit
     assert_eq!(npwg[1]["name"], "green", "a PodNetwork without a NAD is named after itself: {npwg:#}");
 
     t.add("db", &json!([{"attachmentName": "green-db", "interfaceName": "data"}])).expect_ok();
+    assert_eq!(
+        t.netns("db").default_routes(),
+        ["eth0 10.88.0.1"],
+        "without isDefaultGW the default network keeps it"
+    );
     t.serve("db", 5432);
     let got = t.tcp(&client, "10.78.0.1", 5432);
     assert_eq!(got[..2], ["db".to_owned(), "hi".into()]);
