@@ -10,6 +10,7 @@
 
 pub mod catalog;
 pub mod cni;
+pub mod controller;
 pub mod dataplane;
 pub mod delegate;
 pub mod doctor;

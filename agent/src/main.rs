@@ -20,8 +20,8 @@ use plexus_agent::install::Installed;
 use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
 use plexus_agent::options::{
-    AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, DoctorOptions,
-    FlowsOptions, ListOptions, PortmapCommand,
+    AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, ControllerOptions,
+    DoctorOptions, FlowsOptions, ListOptions, PortmapCommand,
 };
 use plexus_agent::policy::{self, PolicyHandle};
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
@@ -49,6 +49,7 @@ fn main() -> anyhow::Result<()> {
         CliCommand::Bandwidth(BandwidthCommand::List(o)) => bandwidth_list(&o),
         CliCommand::Bandwidth(BandwidthCommand::Set(o)) => bandwidth_set(&o),
         CliCommand::Doctor(o) => std::process::exit(runtime.block_on(doctor(&o))),
+        CliCommand::Controller(o) => runtime.block_on(controller(o)),
         CliCommand::InstallShim(o) => {
             match plexus_agent::install::install_shim(&o.from, &o.to, &o.name)? {
                 Installed::Written(path) => {
@@ -225,6 +226,44 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         _ = term.recv() => { tracing::info!("SIGTERM: stopping (the CNI config stays: the shim answers try-again until restart)"); Ok(()) }
         _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted: stopping"); Ok(()) }
     }
+}
+
+/// `plexus-agent controller`: the PodNetwork controller, until SIGTERM or an interrupt; then
+/// it stops writing and releases its Lease, so another replica takes over at once.
+async fn controller(opts: ControllerOptions) -> anyhow::Result<()> {
+    let identity =
+        opts.identity().context("reading the host name for the Lease identity (or pass --identity)")?;
+    let source = match &opts.kubeconfig {
+        Some(path) => ClientSource::Kubeconfig(path.clone()),
+        None => ClientSource::InCluster,
+    };
+    let client = build_client(&source).await?;
+    let config = opts.config(identity);
+    tracing::info!(
+        identity = %config.lease.identity,
+        lease = %format!("{}/{}", config.lease.namespace, config.lease.name),
+        default_pod_network = if config.plan.manage_default { "created by the controller" } else { "managed by the operator" },
+        "PodNetwork controller starting"
+    );
+    let running = plexus_agent::controller::Controller::start(client, config);
+    if let Some(addr) = opts.metrics_socket_addr()? {
+        let listener =
+            metrics::bind(addr).await.with_context(|| format!("binding the metrics address {addr}"))?;
+        let ready = running.ready_check();
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve(listener, ready).await {
+                tracing::error!("metrics endpoint stopped: {e}");
+            }
+        });
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing SIGTERM handler")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: stopping"),
+    }
+    running.stop().await;
+    Ok(())
 }
 
 /// How long readiness waits for the warm-up at most.

@@ -33,6 +33,95 @@ pub enum CliCommand {
     /// node could not be read. Run it where the agent runs (its network, PID and mount
     /// namespaces: its container on Kubernetes).
     Doctor(DoctorOptions),
+    /// The PodNetwork controller (KEP-3698): conditions, InUse finalizers and the `default`
+    /// PodNetwork, for the whole cluster; run as a Deployment, one replica acting at a time
+    /// (leader election on a Lease). docs/podnetwork-controller.md.
+    Controller(ControllerOptions),
+}
+
+/// `plexus-agent controller`.
+#[derive(Debug, Clone, Args)]
+pub struct ControllerOptions {
+    /// The kubeconfig to use. Unset: the pod's service account (in-cluster config); a
+    /// KUBECONFIG variable is not consulted.
+    #[arg(long, env = "PLEXUS_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Namespace of the leader election Lease (the controller's own, from the downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub lease_namespace: String,
+
+    /// Name of the leader election Lease.
+    #[arg(long, env = "PLEXUS_LEASE_NAME", default_value = DEFAULT_LEASE_NAME)]
+    pub lease_name: String,
+
+    /// This replica's identity in the Lease (its pod's name, from the downward API). Default:
+    /// the host name.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// `leaseDurationSeconds`: how long the other replicas wait for a leader that stopped
+    /// renewing. The leader renews every fifth of it and stops acting after two thirds of it
+    /// without a renewal.
+    #[arg(long, env = "PLEXUS_LEASE_DURATION", value_name = "SECONDS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub lease_duration: u64,
+
+    /// Do not create (nor recreate) the `default` PodNetwork: the cluster operator manages it
+    /// (the KEP's disable-default-podnetwork-creation). It is then treated as any other
+    /// PodNetwork, InUse finalizer included.
+    #[arg(long)]
+    pub no_default_pod_network: bool,
+
+    /// Reconcile everything at least this often (retries writes that failed).
+    #[arg(long, env = "PLEXUS_RESYNC", value_name = "SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub resync: u64,
+
+    /// Address of the HTTP endpoints /metrics, /healthz and /readyz, or `off`.
+    #[arg(long, env = "PLEXUS_METRICS_ADDR", default_value = DEFAULT_CONTROLLER_METRICS_ADDR)]
+    pub metrics_addr: String,
+}
+
+/// The default name of the controller's Lease.
+pub const DEFAULT_LEASE_NAME: &str = "plexus-podnetwork-controller";
+/// The controller's default metrics address (not the agent's port: both may share a host).
+pub const DEFAULT_CONTROLLER_METRICS_ADDR: &str = "0.0.0.0:9466";
+
+impl ControllerOptions {
+    /// `--metrics-addr`, `None` when switched off.
+    pub fn metrics_socket_addr(&self) -> Result<Option<std::net::SocketAddr>, MetricsAddrError> {
+        metrics_socket_addr(&self.metrics_addr)
+    }
+
+    /// The identity: `--identity`, else the host name.
+    pub fn identity(&self) -> Result<String, std::io::Error> {
+        match self.identity.clone().filter(|i| !i.is_empty()) {
+            Some(i) => Ok(i),
+            None => std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()),
+        }
+    }
+
+    pub fn config(&self, identity: String) -> crate::controller::ControllerConfig {
+        crate::controller::ControllerConfig {
+            lease: crate::controller::lease::LeaseConfig {
+                namespace: self.lease_namespace.clone(),
+                name: self.lease_name.clone(),
+                identity,
+                lease_duration: Duration::from_secs(self.lease_duration),
+            },
+            plan: crate::controller::plan::PlanConfig { manage_default: !self.no_default_pod_network },
+            resync: Duration::from_secs(self.resync),
+            watch: crate::kube::watch::Settings::default(),
+        }
+    }
+}
+
+fn metrics_socket_addr(addr: &str) -> Result<Option<std::net::SocketAddr>, MetricsAddrError> {
+    match addr {
+        "" | "off" => Ok(None),
+        a => a.parse().map(Some).map_err(|source| MetricsAddrError { addr: a.to_owned(), source }),
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -392,10 +481,7 @@ pub struct AgentOptions {
 impl AgentOptions {
     /// `--metrics-addr`, `None` when switched off.
     pub fn metrics_socket_addr(&self) -> Result<Option<std::net::SocketAddr>, MetricsAddrError> {
-        match self.metrics_addr.as_str() {
-            "" | "off" => Ok(None),
-            a => a.parse().map(Some).map_err(|source| MetricsAddrError { addr: a.to_owned(), source }),
-        }
+        metrics_socket_addr(&self.metrics_addr)
     }
 
     pub fn delegate_timeout(&self) -> Duration {

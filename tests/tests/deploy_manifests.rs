@@ -44,8 +44,15 @@ fn objects() -> Vec<Value> {
     manifests().into_iter().filter(|(f, _)| f != "kustomization.yaml").flat_map(|(_, d)| d).collect()
 }
 
+/// The one object of `kind` of the agent's manifests (the controller's, deploy/controller.yaml,
+/// are checked by tests/tests/podnetwork_controller.rs).
 fn one(kind: &str) -> Value {
-    let found: Vec<Value> = objects().into_iter().filter(|o| o["kind"] == kind).collect();
+    let found: Vec<Value> = manifests()
+        .into_iter()
+        .filter(|(f, _)| f != "kustomization.yaml" && f != "controller.yaml")
+        .flat_map(|(_, d)| d)
+        .filter(|o| o["kind"] == kind)
+        .collect();
     assert_eq!(found.len(), 1, "exactly one {kind} in deploy/");
     found.into_iter().next().unwrap()
 }
@@ -64,10 +71,19 @@ fn every_manifest_is_listed_by_the_kustomization_and_has_a_known_kind() {
     assert_eq!(listed, files, "kustomization.yaml lists every manifest and nothing else");
     let kinds: BTreeSet<String> =
         objects().iter().map(|o| o["kind"].as_str().unwrap_or("").to_owned()).collect();
-    let expected: BTreeSet<String> =
-        ["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
-            .map(String::from)
-            .into();
+    let expected: BTreeSet<String> = [
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
+        // The PodNetwork controller's (deploy/controller.yaml).
+        "Deployment",
+        "Role",
+        "RoleBinding",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(kinds, expected);
     for o in objects() {
         assert!(o["apiVersion"].as_str().is_some_and(|v| !v.is_empty()), "{o}");
@@ -77,7 +93,7 @@ fn every_manifest_is_listed_by_the_kustomization_and_has_a_known_kind() {
 
 #[test]
 fn the_crd_is_what_the_agent_watches() {
-    let crd = crd_of(nad::GROUP);
+    let crd = crd_of(nad::GROUP, nad::PLURAL);
     assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
     let spec = &crd["spec"];
     assert_eq!(crd["metadata"]["name"], format!("{}.{}", nad::PLURAL, nad::GROUP));
@@ -99,12 +115,16 @@ fn the_crd_is_what_the_agent_watches() {
 }
 
 /// The CustomResourceDefinition of an API group.
-fn crd_of(group: &str) -> Value {
+fn crd_of(group: &str, plural: &str) -> Value {
     let found: Vec<Value> = objects()
         .into_iter()
-        .filter(|o| o["kind"] == "CustomResourceDefinition" && o["spec"]["group"] == group)
+        .filter(|o| {
+            o["kind"] == "CustomResourceDefinition"
+                && o["spec"]["group"] == group
+                && o["spec"]["names"]["plural"] == plural
+        })
         .collect();
-    assert_eq!(found.len(), 1, "exactly one CustomResourceDefinition of {group} in deploy/");
+    assert_eq!(found.len(), 1, "exactly one CustomResourceDefinition of {plural}.{group} in deploy/");
     found.into_iter().next().unwrap()
 }
 
@@ -112,7 +132,7 @@ fn crd_of(group: &str) -> Value {
 fn the_policy_crd_is_what_the_agent_watches_and_reads() {
     use plexus_agent::kube::policy::PLURAL;
     use plexus_agent::policy::model::{PolicySpec, GROUP, KIND, VERSION};
-    let crd = crd_of(GROUP);
+    let crd = crd_of(GROUP, PLURAL);
     assert_eq!(crd["metadata"]["name"], format!("{PLURAL}.{GROUP}"));
     let spec = &crd["spec"];
     assert_eq!((spec["scope"].as_str(), spec["names"]["plural"].as_str()), (Some("Cluster"), Some(PLURAL)));

@@ -22,15 +22,12 @@ use super::model::conditions::{
 
 /// Ready=True.
 pub const REASON_READY: &str = "Ready";
-/// ParamsReady=True: every referenced object exists and its config parses.
-pub const PARAMETERS_VALID: &str = "ParametersValid";
-/// ParamsReady=False: a referenced object does not exist.
-pub const PARAMETERS_NOT_FOUND: &str = "ParametersNotFound";
-/// ParamsReady=False: a referenced object exists but its config does not parse.
-pub const INVALID_PARAMETERS: &str = "InvalidParameters";
-/// ParamsReady=False: a reference plexus does not serve (another kind, several where one is
-/// allowed, a missing or foreign namespace).
-pub const UNSUPPORTED_PARAMETERS: &str = "UnsupportedParameters";
+/// ParamsReady reasons: True `ParametersValid`; False `ParametersNotFound` (a referenced
+/// object does not exist), `InvalidParameters` (it, or the reference, is malformed),
+/// `UnsupportedParameters` (a reference plexus does not take).
+pub use super::params::reasons::{
+    INVALID_PARAMETERS, PARAMETERS_NOT_FOUND, PARAMETERS_VALID, UNSUPPORTED_PARAMETERS,
+};
 
 /// What checking an object's `parametersRefs` found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! The HTTP side of the test API server: routing, authentication, authorization, injected
-//! failures, and the verbs (get, list, watch, create, patch) in Kubernetes' wire format.
+//! failures, and the verbs (get, list, watch, create, update, patch, delete) in Kubernetes'
+//! wire format.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -11,11 +12,15 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::patch::{merge_patch, strategic_merge_patch, MERGE, STRATEGIC};
+use super::lifecycle::{self, Refusal};
+use super::patch::{
+    json_patch, merge_patch, strategic_merge_patch, JsonPatchError, APPLY, JSON_PATCH, MERGE, STRATEGIC,
+};
 use super::rbac;
 use super::resources::{parse_path, Target};
 use super::selector::FieldSelector;
 use super::store::{partial_metadata, WatchMsg, Watcher};
+use super::validation;
 use super::{RequestRecord, Shared};
 
 pub type Body = BoxBody<Bytes, std::io::Error>;
@@ -157,6 +162,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Respo
         verb: verb.to_owned(),
         group: target.def.group.to_owned(),
         resource: target.def.plural.to_owned(),
+        subresource: target.status.then(|| "status".to_owned()),
         namespace: target.namespace.clone(),
         name: target.name.clone(),
         metadata_only,
@@ -194,26 +200,30 @@ async fn respond(
         let token = authorization.as_deref().and_then(|a| a.strip_prefix("Bearer "));
         let authorized = token.is_some_and(|t| c.tokens.iter().any(|ok| ok == t));
         let delay = c.delays.iter().find(|(v, _)| v == verb).map(|(_, d)| *d);
-        let injected = if authorized { c.take_failure(verb, target.def.plural) } else { None };
+        let injected = if authorized { c.take_failure(verb, &target.rbac_resource()) } else { None };
         (authorized, c.user.clone(), c.rbac.clone(), delay, injected)
     };
     if !authorized {
         return error(401, "Unauthorized", None);
     }
     if let Some(rules) = rules {
-        if !rbac::allowed(&rules, target.def.group, target.def.plural, verb) {
+        let resource = target.rbac_resource();
+        if !rbac::allowed(&rules, target.def.group, &resource, verb) {
             let name = target.name.as_deref().map(|n| format!(" {n:?}")).unwrap_or_default();
             let ns =
                 target.namespace.as_deref().map(|n| format!(" in the namespace {n:?}")).unwrap_or_default();
             let msg = format!(
-                "{}{name} is forbidden: User {user:?} cannot {verb} resource {:?} in API group {:?}{ns}",
-                target.def.plural, target.def.plural, target.def.group
+                "{}{name} is forbidden: User {user:?} cannot {verb} resource {resource:?} in API group {:?}{ns}",
+                target.def.plural, target.def.group
             );
             return error(403, &msg, Some(target));
         }
     }
     if let Some(d) = delay {
         tokio::time::sleep(d).await;
+    }
+    if query.get("dryRun").is_some() {
+        return error(400, "the test API server does not implement dry runs", Some(target));
     }
     if let Some(code) = injected {
         return error(
@@ -227,9 +237,15 @@ async fn respond(
         "list" => list(shared, target, query, metadata_only),
         "watch" => watch(shared, target, query, metadata_only),
         "create" => create(shared, target, body),
-        "patch" => patch(shared, target, content_type, body),
+        "update" => update(shared, target, body),
+        "patch" => patch(shared, target, query, content_type, body),
+        "delete" => delete(shared, target, body),
         _ => error(405, &format!("the test API server does not implement {verb}"), Some(target)),
     }
+}
+
+fn refused(r: Refusal, target: &Target) -> Response<Body> {
+    error(r.code, &r.message, Some(target))
 }
 
 fn namespace_of(target: &Target) -> &str {
@@ -403,64 +419,248 @@ fn watch(shared: &Arc<Shared>, target: &Target, query: &Query, metadata_only: bo
 #[derive(Clone, Copy)]
 struct WatchError(u16);
 
-fn create(shared: &Shared, target: &Target, body: &[u8]) -> Response<Body> {
-    let Ok(mut obj) = serde_json::from_slice::<Value>(body) else {
-        return error(400, "the body is not a JSON object", Some(target));
+fn not_found(target: &Target) -> Response<Body> {
+    let name = target.name.as_deref().unwrap_or_default();
+    let what = match target.def.group {
+        "" => target.def.plural.to_owned(),
+        group => format!("{}.{group}", target.def.plural),
     };
-    if !obj.is_object() {
-        return error(400, "the body is not a JSON object", Some(target));
+    error(404, &format!("{what} {name:?} not found"), Some(target))
+}
+
+fn conflict(target: &Target) -> Response<Body> {
+    let name = target.name.as_deref().unwrap_or_default();
+    error(
+        409,
+        &format!("Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again", target.def.plural),
+        Some(target),
+    )
+}
+
+fn json_object(body: &[u8]) -> Result<Value, Refusal> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v) if v.is_object() => Ok(v),
+        _ => Err(Refusal::new(400, "the body is not a JSON object")),
     }
+}
+
+/// Generated names: `generateName` and five characters, as the API server makes them.
+fn generated_name(prefix: &str, seq: u64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut n = seq.wrapping_mul(2_654_435_761).wrapping_add(12_345);
+    let mut suffix = String::new();
+    for _ in 0..5 {
+        suffix.push(ALPHABET[(n % ALPHABET.len() as u64) as usize] as char);
+        n /= ALPHABET.len() as u64;
+    }
+    format!("{prefix}{suffix}")
+}
+
+fn create(shared: &Shared, target: &Target, body: &[u8]) -> Response<Body> {
+    if target.name.is_some() {
+        return error(
+            405,
+            "POST is for a collection; create an object by POSTing it to its resource",
+            Some(target),
+        );
+    }
+    let mut obj = match json_object(body) {
+        Ok(o) => o,
+        Err(r) => return refused(r, target),
+    };
     let ns = namespace_of(target).to_owned();
     match obj["metadata"]["namespace"].as_str() {
-        Some(n) if n != ns => {
+        Some(n) if n != ns && !target.def.is_cluster_scoped() => {
             return error(
                 400,
                 "the namespace of the object does not match the namespace on the request",
                 Some(target),
             )
         }
+        _ if target.def.is_cluster_scoped() => {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("namespace");
+            }
+        }
         _ => obj["metadata"]["namespace"] = json!(ns),
     }
-    let Some(name) = obj["metadata"]["name"].as_str().filter(|n| !n.is_empty()).map(str::to_owned) else {
-        return error(422, "metadata.name: Required value", Some(target));
-    };
     let mut store = shared.store();
+    if obj["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+        if let Some(prefix) = obj["metadata"]["generateName"].as_str().map(str::to_owned) {
+            let seq = store.rv;
+            obj["metadata"]["name"] = json!(generated_name(&prefix, seq));
+        }
+    }
+    let Some(name) = obj["metadata"]["name"].as_str().filter(|n| !n.is_empty()).map(str::to_owned) else {
+        return error(422, "metadata.name: Required value: name or generateName is required", Some(target));
+    };
+    let t = Target { name: Some(name.clone()), ..target.clone() };
     if store.get(target.def.plural, &ns, &name).is_some() {
-        let t = Target { name: Some(name.clone()), ..target.clone() };
         return error(409, &format!("{} {name:?} already exists", target.def.plural), Some(&t));
+    }
+    if let Err(r) = lifecycle::prepare_create(target.def, &mut obj, &lifecycle::now()) {
+        return refused(r, &t);
+    }
+    if let Err(r) = validation::admit(target.def, &mut obj, None) {
+        return refused(r, &t);
     }
     let stored = store.put(target.def.plural, obj);
     json_response(StatusCode::CREATED, &stored)
 }
 
-fn patch(shared: &Shared, target: &Target, content_type: Option<&str>, body: &[u8]) -> Response<Body> {
-    let Ok(p) = serde_json::from_slice::<Value>(body) else {
-        return error(400, "the patch is not JSON", Some(target));
-    };
-    let media = content_type.unwrap_or("").split(';').next().unwrap_or("").trim();
-    let mut store = shared.store();
+/// Stores the object an update made from `current` (or nothing when it changed nothing);
+/// an object being deleted that has lost its last finalizer is deleted.
+fn commit(store: &mut super::store::Store, target: &Target, current: &Value, new: Value) -> Response<Body> {
+    if lifecycle::unchanged(current, &new) {
+        return json_response(StatusCode::OK, current);
+    }
+    let ns = namespace_of(target);
     let name = target.name.as_deref().unwrap_or_default();
-    let Some(current) = store.get(target.def.plural, namespace_of(target), name).cloned() else {
-        return error(404, &format!("{} {name:?} not found", target.def.plural), Some(target));
+    if lifecycle::deleted_by_update(&new) {
+        // Deleted instead of updated: watchers get DELETED (with the last stored state, as
+        // etcd's previous value), the writer the object as it made it.
+        let rv = store
+            .delete(target.def.plural, ns, name)
+            .and_then(|o| o["metadata"]["resourceVersion"].as_str().map(str::to_owned));
+        let mut answered = new;
+        answered["metadata"]["resourceVersion"] = json!(rv);
+        return json_response(StatusCode::OK, &answered);
+    }
+    let stored = store.put(target.def.plural, new);
+    json_response(StatusCode::OK, &stored)
+}
+
+/// PUT: replaces the object (or its status), if the resourceVersion it carries is current.
+fn update(shared: &Shared, target: &Target, body: &[u8]) -> Response<Body> {
+    let requested = match json_object(body) {
+        Ok(o) => o,
+        Err(r) => return refused(r, target),
     };
-    // Optimistic concurrency: a resourceVersion in the patch must be the current one.
-    if let Some(rv) = p["metadata"]["resourceVersion"].as_str() {
-        if Some(rv) != current["metadata"]["resourceVersion"].as_str() {
+    let name = target.name.as_deref().unwrap_or_default();
+    if requested["metadata"]["name"].as_str() != Some(name) {
+        let theirs = requested["metadata"]["name"].as_str().unwrap_or("");
+        return error(
+            400,
+            &format!("the name of the object ({theirs}) does not match the name on the URL ({name})"),
+            Some(target),
+        );
+    }
+    if let Some(n) = requested["metadata"]["namespace"].as_str() {
+        if !target.def.is_cluster_scoped() && n != namespace_of(target) {
             return error(
-                409,
-                &format!("Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again", target.def.plural),
+                400,
+                "the namespace of the provided object does not match the namespace sent on the request",
                 Some(target),
             );
         }
     }
+    let mut store = shared.store();
+    let Some(current) = store.get(target.def.plural, namespace_of(target), name).cloned() else {
+        return not_found(target);
+    };
+    match requested["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty()) {
+        Some(rv) if Some(rv) != current["metadata"]["resourceVersion"].as_str() => return conflict(target),
+        Some(_) => {}
+        None if target.def.requires_resource_version_on_update() => {
+            return error(
+                422,
+                &format!(
+                    "{}.{} {name:?} is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                    target.def.kind, target.def.group
+                ),
+                Some(target),
+            )
+        }
+        None => {}
+    }
+    write(&mut store, target, &current, requested)
+}
+
+/// The common end of update, patch and apply: the server's rules, validation, the write.
+fn write(
+    store: &mut super::store::Store,
+    target: &Target,
+    current: &Value,
+    requested: Value,
+) -> Response<Body> {
+    let mut new = match lifecycle::prepare_update(target.def, current, requested, target.status) {
+        Ok(n) => n,
+        Err(r) => return refused(r, target),
+    };
+    if let Err(r) = validation::admit(target.def, &mut new, Some(current)) {
+        return refused(r, target);
+    }
+    commit(store, target, current, new)
+}
+
+fn patch(
+    shared: &Shared,
+    target: &Target,
+    query: &Query,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Response<Body> {
+    let media = content_type.unwrap_or("").split(';').next().unwrap_or("").trim();
+    let p: Value = if media == APPLY {
+        // Apply configurations are YAML (JSON is YAML too).
+        match serde_yaml::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => return error(400, &format!("the apply configuration is not YAML: {e}"), Some(target)),
+        }
+    } else {
+        match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(_) => return error(400, "the patch is not JSON", Some(target)),
+        }
+    };
+    let name = target.name.as_deref().unwrap_or_default();
+    if media == APPLY && query.get("fieldManager").is_none_or(str::is_empty) {
+        return error(
+            422,
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            Some(target),
+        );
+    }
+    let mut store = shared.store();
+    let Some(current) = store.get(target.def.plural, namespace_of(target), name).cloned() else {
+        if media == APPLY && !target.status {
+            drop(store);
+            let mut obj = p;
+            obj["metadata"]["name"] = json!(name);
+            let collection = Target { name: None, ..target.clone() };
+            return match serde_json::to_vec(&obj) {
+                Ok(b) => create(shared, &collection, &b),
+                Err(e) => error(500, &e.to_string(), Some(target)),
+            };
+        }
+        return not_found(target);
+    };
+    // Optimistic concurrency: a resourceVersion in the patch must be the current one.
+    if let Some(rv) = p["metadata"]["resourceVersion"].as_str() {
+        if Some(rv) != current["metadata"]["resourceVersion"].as_str() {
+            return conflict(target);
+        }
+    }
     let mut patched = current.clone();
     match media {
-        MERGE => merge_patch(&mut patched, &p),
+        MERGE | APPLY => merge_patch(&mut patched, &p),
+        STRATEGIC if target.def.is_custom() => {
+            return error(
+                415,
+                &format!("the body of the request was in an unknown format - accepted media types include: {JSON_PATCH}, {MERGE}, {APPLY}"),
+                Some(target),
+            )
+        }
         STRATEGIC => {
             if let Err(e) = strategic_merge_patch(&mut patched, &p) {
                 return error(400, &e, Some(target));
             }
         }
+        JSON_PATCH => match json_patch(&mut patched, &p) {
+            Ok(()) => {}
+            Err(JsonPatchError::Malformed(m)) => return error(400, &m, Some(target)),
+            Err(JsonPatchError::Failed(m)) => return error(422, &m, Some(target)),
+        },
         other => {
             return error(
                 415,
@@ -469,12 +669,77 @@ fn patch(shared: &Shared, target: &Target, content_type: Option<&str>, body: &[u
             )
         }
     }
-    // Identity fields cannot be changed by a patch.
-    for field in ["name", "namespace", "uid"] {
-        patched["metadata"][field] = current["metadata"][field].clone();
+    write(&mut store, target, &current, patched)
+}
+
+/// DELETE: an object with finalizers is marked (deletionTimestamp) and stays until they are
+/// removed; one without is gone at once. Pods too: there is no kubelet to end a graceful
+/// deletion, so they go as with `gracePeriodSeconds: 0`.
+fn delete(shared: &Shared, target: &Target, body: &[u8]) -> Response<Body> {
+    if target.status {
+        return error(405, "the status subresource cannot be deleted", Some(target));
     }
-    let stored = store.put(target.def.plural, patched);
-    json_response(StatusCode::OK, &stored)
+    let options: Value =
+        if body.is_empty() { json!({}) } else { serde_json::from_slice(body).unwrap_or(json!({})) };
+    if let Some(policy) = options["propagationPolicy"].as_str().filter(|p| *p != "Background") {
+        return error(
+            400,
+            &format!(
+                "the test API server has no garbage collector: propagationPolicy {policy} is not supported"
+            ),
+            Some(target),
+        );
+    }
+    let mut store = shared.store();
+    let name = target.name.as_deref().unwrap_or_default();
+    let ns = namespace_of(target);
+    let Some(current) = store.get(target.def.plural, ns, name).cloned() else {
+        return not_found(target);
+    };
+    let pre = &options["preconditions"];
+    if let Some(uid) = pre["uid"].as_str() {
+        let actual = current["metadata"]["uid"].as_str().unwrap_or("");
+        if uid != actual {
+            return error(
+                409,
+                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                Some(target),
+            );
+        }
+    }
+    if let Some(rv) = pre["resourceVersion"].as_str() {
+        let actual = current["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if rv != actual {
+            return error(
+                409,
+                &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"),
+                Some(target),
+            );
+        }
+    }
+    if !lifecycle::finalizers(&current).is_empty() {
+        if lifecycle::is_deleting(&current) {
+            return json_response(StatusCode::OK, &current);
+        }
+        let mut marked = current;
+        lifecycle::mark_deleting(target.def, &mut marked, &lifecycle::now());
+        let stored = store.put(target.def.plural, marked);
+        return json_response(StatusCode::OK, &stored);
+    }
+    let Some(last) = store.delete(target.def.plural, ns, name) else {
+        return not_found(target);
+    };
+    if target.def.returns_deleted_object() {
+        return json_response(StatusCode::OK, &last);
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": name, "group": target.def.group, "kind": target.def.plural,
+                        "uid": last["metadata"]["uid"].clone()},
+        }),
+    )
 }
 
 #[cfg(test)]

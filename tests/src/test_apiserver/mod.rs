@@ -13,11 +13,32 @@
 //!   refusal (422) as on a server with the WatchList feature gate off, `timeoutSeconds`;
 //!   objects entering or leaving a field selector are ADDED or DELETED;
 //! - metadata-only answers (`Accept: ...;as=PartialObjectMetadata[List]`);
-//! - get, create, JSON merge patch and strategic merge patch (for maps), with
-//!   `resourceVersion` preconditions (409);
-//! - `Status` objects for 401, 403, 404, 409, 410, 415, 422;
+//! - get, create (`generateName` too), update (PUT, which needs the current
+//!   `resourceVersion` — 409 otherwise — and, for custom resources, one at all), JSON merge
+//!   patch, JSON patch (RFC 6902), strategic merge patch (built-in resources, maps only) and
+//!   server-side apply (merged without field ownership, see [`patch::APPLY`]), with
+//!   `resourceVersion` preconditions (409); a write that changes nothing writes nothing;
+//! - the `status` subresource of pods, PodNetworks and PodNetworkAttachments: `/status`
+//!   writes change only the status, writes of the object keep the stored status, a created
+//!   custom resource has none;
+//! - the metadata the API server owns ([`lifecycle`]): uid, creationTimestamp,
+//!   `metadata.generation` (custom resources and pods: 1, +1 on each change of anything but
+//!   metadata and a subresource's status);
+//! - delete: an object with finalizers gets a `deletionTimestamp` (MODIFIED) and no new
+//!   finalizer, and is deleted (DELETED) by the write that removes its last one; without
+//!   finalizers it is gone at once, answering the pod itself or, for other resources, a
+//!   `Success` Status, as the API server does; uid/resourceVersion preconditions (409).
+//!   Pods go at once too (there is no kubelet to end a graceful deletion); propagation
+//!   policies other than Background, `deletecollection` and dry runs are refused;
+//! - the CustomResourceDefinitions of `deploy/` ([`validation`]): unknown fields pruned,
+//!   defaults, the OpenAPI checks and every `x-kubernetes-validations` CEL rule, with `self`
+//!   and `oldSelf`, a 422 `Invalid` Status on failure;
+//! - `Status` objects for 400, 401, 403, 404, 405, 409, 410, 415, 422;
 //! - bearer token authentication with a token that can be rotated, and optionally RBAC
-//!   from ClusterRole rules.
+//!   from ClusterRole rules (status writes are the `<resource>/status` resource).
+//!
+//! [`TestApiServer::apply`] and [`TestApiServer::delete`] write straight to the store (as
+//! one would to etcd): no validation, no finalizers, status included.
 //!
 //! For tests it also counts every request (by verb, resource, path), injects failures and
 //! delays, breaks or ends open watches, compacts the history, and stops and starts again on
@@ -26,11 +47,13 @@
 //! It runs on its own thread and runtime, so it serves whatever the test's runtime does.
 
 mod http;
+pub mod lifecycle;
 pub mod patch;
 pub mod rbac;
 pub mod resources;
 pub mod selector;
 mod store;
+pub mod validation;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -55,6 +78,8 @@ pub struct RequestRecord {
     pub verb: String,
     pub group: String,
     pub resource: String,
+    /// `status` for a request of the status subresource.
+    pub subresource: Option<String>,
     pub namespace: Option<String>,
     pub name: Option<String>,
     /// Asked for PartialObjectMetadata.
@@ -80,6 +105,7 @@ impl RequestRecord {
             verb: "unknown".into(),
             group: String::new(),
             resource: String::new(),
+            subresource: None,
             namespace: None,
             name: None,
             metadata_only: false,
@@ -323,13 +349,27 @@ impl TestApiServer {
         c.delays.push((verb.into(), by));
     }
 
-    /// Creates or replaces an object (its `kind` names the resource); returns it as stored.
-    pub fn apply(&self, obj: Value) -> Value {
+    /// Creates or replaces an object (its `kind` names the resource), status included and
+    /// without validation, as a write straight to etcd would; returns it as stored. Its
+    /// generation is kept as the API server keeps it (1 when new, +1 on a spec change).
+    pub fn apply(&self, mut obj: Value) -> Value {
         let kind = obj["kind"].as_str().expect("objects need a kind");
-        let resource = resources::plural_of_kind(kind).unwrap_or_else(|| panic!("unknown kind {kind}"));
-        self.shared.store().put(resource, obj)
+        let def = resources::RESOURCES
+            .iter()
+            .find(|d| d.kind == kind)
+            .unwrap_or_else(|| panic!("unknown kind {kind}"));
+        let mut store = self.shared.store();
+        if def.tracks_generation() {
+            let namespace = obj["metadata"]["namespace"].as_str().unwrap_or("");
+            let name = obj["metadata"]["name"].as_str().expect("objects need metadata.name");
+            let old = store.get(def.plural, namespace, name);
+            obj["metadata"]["generation"] = json!(lifecycle::generation_after(def, old, &obj));
+        }
+        store.put(def.plural, obj)
     }
 
+    /// Removes an object at once, finalizers or not (a write straight to etcd); a client's
+    /// DELETE goes through [`Self::url`] and honours them.
     pub fn delete(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
         self.shared.store().delete(resource, namespace, name)
     }

@@ -11,6 +11,39 @@ pub struct ResourceDef {
 }
 
 impl ResourceDef {
+    pub fn is_cluster_scoped(&self) -> bool {
+        CLUSTER_SCOPED.contains(&self.plural)
+    }
+
+    /// Served from a CustomResourceDefinition (the rest are built into the API server).
+    pub fn is_custom(&self) -> bool {
+        !BUILT_IN.contains(&self.plural)
+    }
+
+    /// Has a `status` subresource: `/status` writes change only the status, writes of the
+    /// object itself keep the stored status.
+    pub fn has_status(&self) -> bool {
+        WITH_STATUS.contains(&self.plural)
+    }
+
+    /// Keeps `metadata.generation` (1 on create, +1 on each change of what is not metadata or
+    /// a subresource's status): custom resources and pods.
+    pub fn tracks_generation(&self) -> bool {
+        self.is_custom() || self.plural == PODS
+    }
+
+    /// A DELETE that removes the object answers it (pods); other resources answer a
+    /// `Success` Status.
+    pub fn returns_deleted_object(&self) -> bool {
+        self.plural == PODS
+    }
+
+    /// An update (PUT) must carry a resourceVersion: custom resources (built-in ones allow
+    /// unconditional updates).
+    pub fn requires_resource_version_on_update(&self) -> bool {
+        self.is_custom()
+    }
+
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.to_owned()
@@ -69,22 +102,37 @@ pub const RESOURCES: &[ResourceDef] = &[
 /// name alone (namespace "").
 pub const CLUSTER_SCOPED: &[&str] = &[POLICIES, POD_NETWORKS];
 
-fn is_cluster_scoped(def: &ResourceDef) -> bool {
-    CLUSTER_SCOPED.contains(&def.plural)
-}
+/// Resources built into the API server; every other one is a custom resource.
+pub const BUILT_IN: &[&str] = &[PODS, EVENTS, LEASES];
+
+/// Resources with a status subresource (as their CRDs in deploy/ declare, and pods).
+pub const WITH_STATUS: &[&str] = &[PODS, POD_NETWORKS, POD_NETWORK_ATTACHMENTS];
 
 /// The resource of a kind ("Pod" → "pods").
 pub fn plural_of_kind(kind: &str) -> Option<&'static str> {
     RESOURCES.iter().find(|d| d.kind == kind).map(|d| d.plural)
 }
 
-/// A request path taken apart: `/api/v1/[namespaces/NS/]pods[/NAME]` or
-/// `/apis/GROUP/VERSION/[namespaces/NS/]PLURAL[/NAME]`.
+/// A request path taken apart: `/api/v1/[namespaces/NS/]pods[/NAME[/status]]` or
+/// `/apis/GROUP/VERSION/[namespaces/NS/]PLURAL[/NAME[/status]]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     pub def: &'static ResourceDef,
     pub namespace: Option<String>,
     pub name: Option<String>,
+    /// The request is for the object's `status` subresource.
+    pub status: bool,
+}
+
+impl Target {
+    /// The resource as RBAC names it: `podnetworks`, or `podnetworks/status`.
+    pub fn rbac_resource(&self) -> String {
+        if self.status {
+            format!("{}/status", self.def.plural)
+        } else {
+            self.def.plural.to_owned()
+        }
+    }
 }
 
 pub fn parse_path(path: &str) -> Option<Target> {
@@ -98,22 +146,26 @@ pub fn parse_path(path: &str) -> Option<Target> {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
         _ => (None, rest),
     };
-    let (plural, name) = match rest {
-        [plural] => (*plural, None),
-        [plural, name] => (*plural, Some((*name).to_owned())),
+    let (plural, name, status) = match rest {
+        [plural] => (*plural, None, false),
+        [plural, name] => (*plural, Some((*name).to_owned()), false),
+        [plural, name, "status"] => (*plural, Some((*name).to_owned()), true),
         _ => return None,
     };
     let def = RESOURCES.iter().find(|d| d.group == group && d.version == version && d.plural == plural)?;
+    if status && !def.has_status() {
+        return None;
+    }
     // A cluster-wide path with a name does not exist for namespaced resources, nor a path with
     // a namespace for cluster-scoped ones.
-    if is_cluster_scoped(def) {
+    if def.is_cluster_scoped() {
         if namespace.is_some() {
             return None;
         }
     } else if namespace.is_none() && name.is_some() {
         return None;
     }
-    Some(Target { def, namespace, name })
+    Some(Target { def, namespace, name, status })
 }
 
 #[cfg(test)]
@@ -144,5 +196,24 @@ mod tests {
         let t = parse_path("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l").unwrap();
         assert_eq!((t.def.plural, t.def.kind), (LEASES, "Lease"));
         assert!(parse_path("/apis/coordination.k8s.io/v1/leases/l").is_none());
+    }
+
+    #[test]
+    fn status_subresource_paths() {
+        let t = parse_path("/apis/plexus.dev/v1alpha1/podnetworks/default/status").unwrap();
+        assert!(t.status);
+        assert_eq!((t.name.as_deref(), t.rbac_resource()), (Some("default"), "podnetworks/status".into()));
+        let t = parse_path("/apis/plexus.dev/v1alpha1/namespaces/ns/podnetworkattachments/a/status").unwrap();
+        assert!(t.status && t.def.plural == POD_NETWORK_ATTACHMENTS);
+        assert!(parse_path("/api/v1/namespaces/ns/pods/p/status").unwrap().status);
+        assert!(!parse_path("/api/v1/namespaces/ns/pods/p").unwrap().status);
+        // No status subresource, or another subresource: not found.
+        assert!(parse_path("/apis/plexus.dev/v1alpha1/namespaces/ns/attachmentparameters/p/status").is_none());
+        assert!(parse_path("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l/status").is_none());
+        assert!(parse_path("/api/v1/namespaces/ns/pods/p/log").is_none());
+        assert!(
+            parse_path("/apis/plexus.dev/v1alpha1/podnetworks/status").unwrap().name.as_deref()
+                == Some("status")
+        );
     }
 }
