@@ -185,6 +185,10 @@ async fn the_status_subresource_and_generation() {
     assert_eq!(o.metadata.generation, Some(2), "metadata is not the spec");
 }
 
+fn named_again(name: &str) -> PodNetwork {
+    new_pod_network(name, &[])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_needs_the_current_resource_version() {
     let server = TestApiServer::start();
@@ -205,6 +209,15 @@ async fn put_needs_the_current_resource_version() {
         api_error(api.replace("absent", &PostParams::default(), &new_pod_network("absent", &[])).await).0,
         404
     );
+    // A create names the object from generateName; another create of a taken name is 409.
+    let mut unnamed = new_pod_network("", &[]);
+    unnamed.metadata.name = None;
+    unnamed.metadata.generate_name = Some("net-".into());
+    let named = api.create(&PostParams::default(), &unnamed).await.expect("create with generateName");
+    let name = named.metadata.name.clone().unwrap();
+    assert!(name.starts_with("net-") && name.len() == "net-".len() + 5, "{name}");
+    let (code, reason) = api_error(api.create(&PostParams::default(), &named_again(&name)).await);
+    assert_eq!((code, reason.as_str()), (409, "AlreadyExists"));
 
     let leases: Api<Lease> = Api::namespaced(c, "kube-system");
     let l: Lease = serde_json::from_value(lease(

@@ -71,9 +71,13 @@ pub fn reason_of(code: u16) -> &'static str {
 }
 
 fn error(code: u16, message: &str, target: Option<&Target>) -> Response<Body> {
+    error_with_reason(code, reason_of(code), message, target)
+}
+
+fn error_with_reason(code: u16, reason: &str, message: &str, target: Option<&Target>) -> Response<Body> {
     let details = target.and_then(|t| t.name.as_deref().map(|n| (t.def.plural, n)));
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json_response(status, &status_object(code, reason_of(code), message, details))
+    json_response(status, &status_object(code, reason, message, details))
 }
 
 /// `a=b&c=%3D` → pairs, percent- and plus-decoded.
@@ -419,13 +423,17 @@ fn watch(shared: &Arc<Shared>, target: &Target, query: &Query, metadata_only: bo
 #[derive(Clone, Copy)]
 struct WatchError(u16);
 
-fn not_found(target: &Target) -> Response<Body> {
-    let name = target.name.as_deref().unwrap_or_default();
-    let what = match target.def.group {
+/// `pods`, `podnetworks.plexus.dev`: how the API server names a resource in messages.
+fn qualified(target: &Target) -> String {
+    match target.def.group {
         "" => target.def.plural.to_owned(),
         group => format!("{}.{group}", target.def.plural),
-    };
-    error(404, &format!("{what} {name:?} not found"), Some(target))
+    }
+}
+
+fn not_found(target: &Target) -> Response<Body> {
+    let name = target.name.as_deref().unwrap_or_default();
+    error(404, &format!("{} {name:?} not found", qualified(target)), Some(target))
 }
 
 fn conflict(target: &Target) -> Response<Body> {
@@ -496,7 +504,12 @@ fn create(shared: &Shared, target: &Target, body: &[u8]) -> Response<Body> {
     };
     let t = Target { name: Some(name.clone()), ..target.clone() };
     if store.get(target.def.plural, &ns, &name).is_some() {
-        return error(409, &format!("{} {name:?} already exists", target.def.plural), Some(&t));
+        return error_with_reason(
+            409,
+            "AlreadyExists",
+            &format!("{} {name:?} already exists", qualified(target)),
+            Some(&t),
+        );
     }
     if let Err(r) = lifecycle::prepare_create(target.def, &mut obj, &lifecycle::now()) {
         return refused(r, &t);

@@ -332,7 +332,8 @@ impl TestApiServer {
         self.shared.config().rbac = rules;
     }
 
-    /// The next `times` requests of `verb` on `resource` fail with `code` (and a Status).
+    /// The next `times` requests of `verb` on `resource` fail with `code` (and a Status);
+    /// `resource` is as RBAC names it (`podnetworks`, `podnetworks/status`).
     pub fn fail_next(&self, verb: &str, resource: &str, code: u16, times: usize) {
         self.shared.config().failures.push(Failure {
             verb: verb.into(),

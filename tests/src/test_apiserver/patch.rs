@@ -91,7 +91,9 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), JsonPatchErro
                 add(&mut doc, path, v)?;
             }
             "test" => {
-                if doc.pointer(path) != Some(&value()?) {
+                // As the API server's implementation: a missing value tests equal to null
+                // (kube-runtime's finalizer helper tests /metadata/finalizers against null).
+                if doc.pointer(path).unwrap_or(&Value::Null) != &value()? {
                     return Err(JsonPatchError::Failed(format!("testing value {path} failed")));
                 }
             }
@@ -174,6 +176,21 @@ mod tests {
             t,
             json!({"metadata": {"finalizers": ["a", "c"], "n": "y"}, "spec": {"a/b": 1, "moved": "y"}})
         );
+    }
+
+    #[test]
+    fn a_missing_value_tests_equal_to_null() {
+        let mut t = json!({"metadata": {"name": "n"}});
+        json_patch(
+            &mut t,
+            &json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+                    {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}]),
+        )
+        .unwrap();
+        assert_eq!(t["metadata"]["finalizers"], json!(["f"]));
+        let again =
+            json_patch(&mut t, &json!([{"op": "test", "path": "/metadata/finalizers", "value": null}]));
+        assert!(matches!(again, Err(JsonPatchError::Failed(_))));
     }
 
     #[test]

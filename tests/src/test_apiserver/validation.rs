@@ -1,7 +1,7 @@
 //! The CustomResourceDefinitions of `deploy/`, applied to custom resources' writes as the API
 //! server applies them: unknown fields pruned, defaults filled in, the OpenAPI checks plexus's
 //! schemas use (`type`, `required`, `enum`, `pattern`, `minLength`/`maxLength`,
-//! `minItems`/`maxItems`, `minimum`/`maximum`), and every `x-kubernetes-validations` rule,
+//! `minItems`/`maxItems`, `minimum`/`maximum`, `format: date-time`), and every `x-kubernetes-validations` rule,
 //! evaluated with the `cel-interpreter` crate with `self` and, on an update, `oldSelf`.
 //! Failures are a 422 `Invalid` Status whose message names each field and the rule's message.
 //!
@@ -270,6 +270,11 @@ fn openapi(schema: &Value, v: &Value, path: &str, errors: &mut Vec<String>) {
                     ));
                 }
             }
+            if schema["format"] == "date-time" && s.parse::<k8s_openapi::jiff::Timestamp>().is_err() {
+                errors.push(format!(
+                    "{shown}: Invalid value: {v}: {shown} in body must be of type date-time: {v}"
+                ));
+            }
             if let Some(p) = schema["pattern"].as_str() {
                 match matches_pattern(s, p) {
                     Ok(true) => {}
@@ -482,7 +487,8 @@ mod tests {
                         "name": {"type": "string", "maxLength": 9, "pattern": "^[a-z]+$"},
                         "on": {"type": "boolean", "default": true},
                         "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                        "list": {"type": "array", "maxItems": 2, "items": {"type": "integer", "minimum": 1}}
+                        "list": {"type": "array", "maxItems": 2, "items": {"type": "integer", "minimum": 1}},
+                        "at": {"type": "string", "format": "date-time"}
                     }
                 }
             }
@@ -520,6 +526,15 @@ mod tests {
             admit(&mut json!({"metadata": {"name": "t"}, "spec": {"name": "a", "list": [1, 0, 3]}}), None)
                 .unwrap_err();
         assert!(e.contains("Too many: 3") && e.contains("spec.list[1]"), "{e}");
+        let e =
+            admit(&mut json!({"metadata": {"name": "t"}, "spec": {"name": "a", "at": "yesterday"}}), None)
+                .unwrap_err();
+        assert!(e.contains("spec.at in body must be of type date-time"), "{e}");
+        admit(
+            &mut json!({"metadata": {"name": "t"}, "spec": {"name": "a", "at": "2026-11-24T13:00:00.5Z"}}),
+            None,
+        )
+        .unwrap();
     }
 
     #[test]
