@@ -101,7 +101,7 @@ impl ParamsRef {
 pub enum ParamsError {
     #[error(
         "{object}: parametersRefs[{index}] is {kind:?} of group {group:?}; plexus takes {expected}; \
-         remove the reference or use a network of another provider"
+         remove the reference (a PodNetwork of another provider is left to that provider)"
     )]
     UnsupportedKind { object: String, index: usize, group: String, kind: String, expected: &'static str },
 

@@ -19,14 +19,17 @@
 //! (present, Ready) belong to the node; [`check_each_network_once`] and
 //! [`check_attachment_network`] are the ones it applies once PodNetworkAttachments are resolved.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fmt;
 
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::cni::{CniCode, ErrorCode};
 use crate::spec::selection::{MAX_ANNOTATION_BYTES, MAX_SELECTIONS};
-use crate::spec::validate::is_nad_name;
+use crate::spec::validate::{is_nad_name, kernel_ifname_problem};
 
 use super::model::{DEFAULT_POD_NETWORK, POD_NETWORKS_ANNOTATION};
 
@@ -77,6 +80,12 @@ pub enum RequestError {
          [{{\"name\":\"blue\",\"interfaceName\":\"net1\"}}]"
     )]
     NotJson { reason: String },
+
+    #[error(
+        "invalid {POD_NETWORKS_ANNOTATION} annotation: an object holds the key {key:?} twice (line {line}, column \
+         {column}); which of the values counts would be a guess: keep one"
+    )]
+    KeyTwice { key: String, line: usize, column: usize },
 
     #[error(
         "invalid {POD_NETWORKS_ANNOTATION} annotation: the value must be a JSON list of entries, it is {found}; \
@@ -208,8 +217,9 @@ impl CniCode for RequestError {
 /// The length and the number of entries are checked before any entry is looked at, so a
 /// hostile value fails in time proportional to one scan of at most [`MAX_ANNOTATION_BYTES`].
 /// The first broken rule is reported, in this order: the value (length, JSON, list, count),
-/// each entry (in order: its shape, its keys, its names, its interface), then the rules across
-/// entries (each PodNetwork once, one `isDefaultGW`, unique interfaces).
+/// each entry (in order: its shape, its keys, their types, its names, its interface), then the
+/// rules across entries (each PodNetwork once, one `isDefaultGW`, unique interfaces) at the
+/// first entry that breaks one.
 pub fn parse_pod_networks(text: &str, default_ifname: &str) -> Result<Vec<PodNetworkRequest>, RequestError> {
     if text.len() > MAX_ANNOTATION_BYTES {
         return Err(RequestError::TooLong { bytes: text.len() });
@@ -218,8 +228,7 @@ pub fn parse_pod_networks(text: &str, default_ifname: &str) -> Result<Vec<PodNet
     if text.is_empty() {
         return Ok(Vec::new());
     }
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| RequestError::NotJson { reason: e.to_string() })?;
+    let value = read_json(text)?;
     let Value::Array(items) = value else { return Err(RequestError::NotAList { found: json_type(&value) }) };
     if items.len() > MAX_SELECTIONS {
         return Err(RequestError::TooManyEntries { count: items.len() });
@@ -271,7 +280,7 @@ fn parse_entry(entry: usize, item: &Value, default_ifname: &str) -> Result<PodNe
         (None, Some(a)) => check_object_name(entry, "attachmentName", a)?,
     }
     if let Some(ifname) = &interface_name {
-        if let Some(problem) = linux_ifname_problem(ifname) {
+        if let Some(problem) = kernel_ifname_problem(ifname) {
             return Err(RequestError::InvalidInterfaceName { entry, interface: ifname.clone(), problem });
         }
         let is_default = name.as_deref() == Some(DEFAULT_POD_NETWORK);
@@ -287,6 +296,91 @@ fn parse_entry(entry: usize, item: &Value, default_ifname: &str) -> Result<PodNe
         }
     }
     Ok(PodNetworkRequest { name, attachment_name, interface_name, is_default_gw })
+}
+
+/// The value as JSON, refusing an object that holds one key twice: serde_json (like Go) keeps
+/// the last value silently, and `{"name":"a","name":"b"}` would attach one of the two without a
+/// word.
+fn read_json(text: &str) -> Result<Value, RequestError> {
+    let twice = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let read = UniqueKeys { twice: &twice }.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    read.map_err(|e| match twice.take() {
+        Some(key) => RequestError::KeyTwice { key, line: e.line(), column: e.column() },
+        None => RequestError::NotJson { reason: e.to_string() },
+    })
+}
+
+/// Reads any JSON value as serde_json's `Value` does, recording the first key an object holds
+/// twice (and failing there).
+struct UniqueKeys<'a> {
+    twice: &'a RefCell<Option<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for UniqueKeys<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for UniqueKeys<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(UniqueKeys { twice: self.twice })? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut obj = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if obj.contains_key(&key) {
+                let message = format!("the key {key:?} appears twice");
+                self.twice.replace(Some(key));
+                return Err(de::Error::custom(message));
+            }
+            let value = map.next_value_seed(UniqueKeys { twice: self.twice })?;
+            obj.insert(key, value);
+        }
+        Ok(Value::Object(obj))
+    }
 }
 
 /// A string key's value: absent and `null` are `None`, anything but a string is refused.
@@ -312,22 +406,6 @@ fn check_object_name(entry: usize, key: &'static str, name: &str) -> Result<(), 
     } else {
         Ok(())
     }
-}
-
-/// Why the kernel would refuse `name` as an interface name (`dev_valid_name`), or `None`.
-/// Agrees with [`crate::spec::validate::is_kernel_ifname`]; says which part is wrong.
-pub fn linux_ifname_problem(name: &str) -> Option<String> {
-    if name.is_empty() {
-        return Some("it is empty".into());
-    }
-    if name.len() > 15 {
-        return Some(format!("it is {} bytes long, the kernel's limit is 15", name.len()));
-    }
-    if name == "." || name == ".." {
-        return Some(format!("{name:?} is a path component"));
-    }
-    let forbidden = name.chars().find(|&c| c == '/' || c == ':' || c == '\0' || c.is_ascii_whitespace());
-    forbidden.map(|c| format!("it contains {c:?}"))
 }
 
 /// The rules across entries, each reported with the two entries that break it.
@@ -427,7 +505,6 @@ pub(super) fn json_type(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::validate::is_kernel_ifname;
 
     const ETH0: &str = "eth0";
 
@@ -561,6 +638,34 @@ mod tests {
             assert_eq!(err, RequestError::EntryNotAnObject { entry: 0, found }, "{text}");
             assert!(err.to_string().contains("entry 0 is") && err.to_string().contains(KEYS), "{err}");
         }
+    }
+
+    #[test]
+    fn a_key_twice_in_one_object_is_refused() {
+        let err = refused(r#"[{"name":"blue"},{"name":"red","name":"green"}]"#);
+        assert_eq!(err, RequestError::KeyTwice { key: "name".into(), line: 1, column: 37 });
+        assert!(err.to_string().contains("holds the key \"name\" twice (line 1, column 37)"), "{err}");
+        assert!(err.to_string().contains("keep one"), "{err}");
+        assert!(matches!(
+            refused("[{\"name\":\"blue\",\n \"isDefaultGW\":true,\"isDefaultGW\":false}]"),
+            RequestError::KeyTwice { line: 2, .. }
+        ));
+        // Unknown keys are refused anyway; twice, they are reported as twice.
+        assert!(matches!(refused(r#"[{"name":"blue","x":{"a":1,"a":2}}]"#), RequestError::KeyTwice { .. }));
+        // The same key in two objects is no duplicate.
+        assert_eq!(parse(r#"[{"name":"blue"},{"name":"red"}]"#).unwrap(), vec![net("blue"), net("red")]);
+    }
+
+    #[test]
+    fn every_json_value_is_read_as_serde_json_reads_it() {
+        let text =
+            r#"[{"a":null,"b":true,"c":-1,"d":18446744073709551615,"e":1.5,"f":"s\u00e9","g":[[],{}]}]"#;
+        assert_eq!(read_json(text).unwrap(), serde_json::from_str::<Value>(text).unwrap());
+        assert!(matches!(read_json("[1] x"), Err(RequestError::NotJson { .. })), "trailing characters");
+        assert!(
+            matches!(read_json(&"[".repeat(200)), Err(RequestError::NotJson { .. })),
+            "nesting is bounded"
+        );
     }
 
     #[test]
@@ -707,6 +812,9 @@ mod tests {
             ("net\\t1", "'\\t'"),
             ("net\\n", "'\\n'"),
             ("net\\u00001", "'\\0'"),
+            // The kernel's isspace: the vertical tab, and byte 0xA0 (in 'à', C3 A0).
+            ("net\\u000b1", "'\\u{b}'"),
+            ("netà", "'à'"),
         ];
         for (bad, problem) in cases {
             let err = refused(&format!(r#"[{{"name":"blue","interfaceName":"{bad}"}}]"#));
@@ -716,29 +824,6 @@ mod tests {
             assert!(got.contains(problem), "{bad}: {got}");
             let msg = err.to_string();
             assert!(msg.contains("1 to 15 bytes") && msg.contains("omit the key"), "{msg}");
-        }
-    }
-
-    #[test]
-    fn the_ifname_problem_agrees_with_the_kernel_rule() {
-        let sixteen = "b".repeat(16);
-        for name in [
-            "",
-            "a",
-            "eth0",
-            ".",
-            "..",
-            "...",
-            "a/b",
-            "a:b",
-            "a b",
-            "a\tb",
-            "a\0b",
-            sixteen.as_str(),
-            "ééééééé",
-            "éééééééé",
-        ] {
-            assert_eq!(linux_ifname_problem(name).is_none(), is_kernel_ifname(name), "{name:?}");
         }
     }
 

@@ -240,6 +240,25 @@ mod tests {
     }
 
     #[test]
+    fn pod_addresses_are_the_sandbox_interfaces_or_the_unbound_ones() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let with_sandbox = result(json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "br0"}, {"name": "net1", "sandbox": "/p"}],
+            "ips": [{"address": "10.0.0.1/24", "interface": 0}, {"address": "2001:db8::5/64", "interface": 1},
+                    {"address": "10.0.0.5/24", "interface": 1}, {"address": "10.0.0.9/24"}]
+        }));
+        assert_eq!(pod_addresses(&with_sandbox), [ip("2001:db8::5"), ip("10.0.0.5")]);
+        let without = result(json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "br0"}],
+            "ips": [{"address": "10.0.0.1/24", "interface": 0}, {"address": "10.0.0.9/24"}]
+        }));
+        assert_eq!(pod_addresses(&without), [ip("10.0.0.9")]);
+        assert_eq!(pod_addresses(&result(json!({"cniVersion": "1.0.0"}))), Vec::<IpAddr>::new());
+    }
+
+    #[test]
     fn default_gateways_from_routes_or_ip_gateways() {
         let r = result(json!({
             "cniVersion": "1.0.0",

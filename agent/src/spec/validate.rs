@@ -33,11 +33,28 @@ pub fn is_namespace(s: &str) -> bool {
 /// A name the kernel accepts for a network interface (`dev_valid_name`): 1 to 15 bytes,
 /// not "." or "..", no '/', ':' or white space.
 pub fn is_kernel_ifname(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() < 16
-        && s != "."
-        && s != ".."
-        && s.bytes().all(|c| c != b'/' && c != b':' && c != 0 && !c.is_ascii_whitespace())
+    kernel_ifname_problem(s).is_none()
+}
+
+/// Why the kernel refuses `name` as an interface name (`dev_valid_name`), or `None` when it
+/// accepts it. White space is the kernel's `isspace` (lib/ctype.c) applied to each byte: the
+/// ASCII `\t \n \v \f \r` and space, and also 0xA0, so that a UTF-8 character containing that
+/// byte (such as 'à', C3 A0) is refused too.
+pub fn kernel_ifname_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".into());
+    }
+    if name.len() > 15 {
+        return Some(format!("it is {} bytes long, the kernel's limit is 15", name.len()));
+    }
+    if name == "." || name == ".." {
+        return Some(format!("{name:?} is a path component"));
+    }
+    let refused = |c: char| {
+        let mut buf = [0; 4];
+        c.encode_utf8(&mut buf).bytes().any(|b| matches!(b, b'/' | b':' | 0 | b'\t'..=b'\r' | b' ' | 0xA0))
+    };
+    name.chars().find(|&c| refused(c)).map(|c| format!("it contains {c:?}"))
 }
 
 /// A 6-byte Ethernet or 20-byte IP-over-InfiniBand hardware address (spec 4.1.2.1.4), as
@@ -103,6 +120,22 @@ mod tests {
         for bad in ["", ".", "..", "a/b", "a:b", "a b", "a\tb", "0123456789abcdef"] {
             assert!(!is_kernel_ifname(bad), "{bad}");
         }
+    }
+
+    /// The kernel's `isspace` is ASCII white space including the vertical tab, and byte 0xA0
+    /// (checked against the running kernel: `ip link add name $'a\xc3\xa0' type veth` is
+    /// EINVAL, `$'a\xc3\xa9'` is created).
+    #[test]
+    fn kernel_white_space_is_lib_ctype_s() {
+        for bad in ["a\u{b}b", "a\u{c}b", "a\rb", "a\nb", "aà", "a\u{a0}", "\u{2a0}"] {
+            assert!(!is_kernel_ifname(bad), "{bad:?}");
+            assert!(kernel_ifname_problem(bad).is_some_and(|p| p.starts_with("it contains")), "{bad:?}");
+        }
+        for ok in ["aé", "a\u{85}", "é\u{1f}", "net\u{7f}", "ñ"] {
+            assert!(is_kernel_ifname(ok), "{ok:?}");
+        }
+        assert_eq!(kernel_ifname_problem("aà").as_deref(), Some("it contains 'à'"));
+        assert_eq!(kernel_ifname_problem("a\u{b}b").as_deref(), Some("it contains '\\u{b}'"));
     }
 
     #[test]
