@@ -115,10 +115,7 @@ pub struct PodNetworkCaches {
 
 impl PodNetworkCaches {
     /// Starts the three watches; returns the caches and their tasks.
-    pub fn start(
-        client: Client,
-        settings: Settings,
-    ) -> (PodNetworkCaches, Vec<WatchTask>) {
+    pub fn start(client: Client, settings: Settings) -> (PodNetworkCaches, Vec<WatchTask>) {
         let (pn_tx, pn_rx) = tokio::sync::watch::channel(false);
         let (pna_tx, pna_rx) = tokio::sync::watch::channel(false);
         let (params_tx, params_rx) = tokio::sync::watch::channel(false);
