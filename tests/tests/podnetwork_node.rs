@@ -81,8 +81,9 @@ impl KepWorld {
         self.w.start_agent();
         let deadline = Instant::now() + Duration::from_secs(20);
         let log = || plain(&self.w.agent_log());
-        while !(log().contains("podnetworks: initial state complete")
-            && log().contains("attachmentparameters: initial state complete")
+        while !(log().contains("PodNetworks: initial state complete")
+            && log().contains("PodNetworkAttachments: initial state complete")
+            && log().contains("AttachmentParameters: initial state complete")
             && log().contains("port mappings reconciled"))
         {
             assert!(Instant::now() < deadline, "the agent never got ready:\n{}", self.w.agent_log());

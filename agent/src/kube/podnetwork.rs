@@ -35,16 +35,18 @@ where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + DeserializeOwned + Send + Sync + 'static,
 {
     /// The cache and the task that fills it (run it on the runtime; it never returns).
-    /// `what` names the watch in logs and metrics.
+    /// `what` names the watch in logs and metrics, `cached` the objects in the cache-size
+    /// metric.
     pub fn start(
         client: Client,
         what: &'static str,
+        cached: &'static str,
         settings: Settings,
         synced: tokio::sync::watch::Sender<bool>,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (store, writer) = reflector::store::<K>();
         let api: Api<K> = Api::all(client);
-        let sink = OptionalStore { what, writer, reader: store.clone() };
+        let sink = OptionalStore { cached, writer, reader: store.clone() };
         let task = super::watch::run_into(
             what,
             watcher::Config::default(),
@@ -74,7 +76,7 @@ where
 
 /// A reflector store whose kind may not be served (its CRD not installed).
 struct OptionalStore<K: Resource<DynamicType = ()> + Clone + 'static> {
-    what: &'static str,
+    cached: &'static str,
     writer: reflector::store::Writer<K>,
     reader: Store<K>,
 }
@@ -84,7 +86,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Sink<K> for OptionalStore<
         let event = event.modify(trim);
         self.writer.apply_watcher_event(&event);
         let n = self.reader.len();
-        metrics().set_cached(self.what, n);
+        metrics().set_cached(self.cached, n);
         n
     }
 
@@ -119,11 +121,17 @@ impl PodNetworkCaches {
         let (pn_tx, pn_rx) = tokio::sync::watch::channel(false);
         let (pna_tx, pna_rx) = tokio::sync::watch::channel(false);
         let (params_tx, params_rx) = tokio::sync::watch::channel(false);
-        let (pod_networks, pn_task) = ObjectCache::start(client.clone(), "podnetworks", settings, pn_tx);
-        let (attachments, pna_task) =
-            ObjectCache::start(client.clone(), "podnetworkattachments", settings, pna_tx);
+        let (pod_networks, pn_task) =
+            ObjectCache::start(client.clone(), "PodNetworks", "podnetworks", settings, pn_tx);
+        let (attachments, pna_task) = ObjectCache::start(
+            client.clone(),
+            "PodNetworkAttachments",
+            "podnetworkattachments",
+            settings,
+            pna_tx,
+        );
         let (parameters, params_task) =
-            ObjectCache::start(client, "attachmentparameters", settings, params_tx);
+            ObjectCache::start(client, "AttachmentParameters", "attachmentparameters", settings, params_tx);
         let caches = PodNetworkCaches {
             pod_networks,
             attachments,
