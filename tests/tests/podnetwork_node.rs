@@ -690,3 +690,28 @@ fn kernel_every_static_rule_is_refused_clearly_and_leaves_nothing() {
     t.add("fine", &json!([{"name": "default"}, {"name": "blue"}])).expect_ok();
     t.del_all_and_expect_nothing_left(&[]);
 }
+
+/// A cluster without the PodNetwork CRDs (NPWG only): the API server answers 404 for the three
+/// kinds. The catalog is ready all the same (their caches are empty and current), a lookup says
+/// the object does not exist, and the agent says once why there are none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_crds_the_catalog_is_ready_and_has_no_pod_networks() {
+    use plexus_agent::catalog::Catalog;
+    use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
+
+    let api =
+        TestApiServer::start_with(ServerOptions { rbac: Some(rbac::deploy_rules()), ..Default::default() });
+    for resource in ["podnetworks", "podnetworkattachments", "attachmentparameters"] {
+        for verb in ["list", "watch", "get"] {
+            api.fail_next(verb, resource, 404, 1000);
+        }
+    }
+    let client = build_client(&ClientSource::Kubeconfig(api.kubeconfig())).await.expect("client");
+    let catalog = KubeCatalog::start(client, KubeCatalogConfig::new(NODE));
+    assert!(catalog.wait_synced(Duration::from_secs(20)).await, "not ready without the CRDs");
+    assert!(catalog.pod_network("blue").await.expect("a 404 is no object").is_none());
+    assert!(catalog.pod_network_attachment(NS, "blue-web").await.expect("no object").is_none());
+    assert!(catalog.attachment_parameters(NS, "web").await.expect("no object").is_none());
+    let listed = api.requests().iter().filter(|r| r.resource == "podnetworks" && r.verb != "get").count();
+    assert!(listed >= 1, "the PodNetworks were asked for");
+}
