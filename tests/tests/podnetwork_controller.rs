@@ -236,6 +236,33 @@ async fn conditions_become(
     })
 }
 
+/// Waits until the message of the object's condition `type_` contains `needle`.
+async fn message_becomes(what: &str, get: impl Fn() -> Option<Value>, type_: &str, needle: &str) -> String {
+    let mut last = String::new();
+    let found = within(|| {
+        last = condition(&get()?, type_)?["message"].as_str()?.to_owned();
+        last.contains(needle).then(|| last.clone())
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("{what}: want a {type_} message with {needle:?}, last seen {last:?}"))
+}
+
+/// Deletes through the API as a user would (not the controller: RBAC is lifted meanwhile),
+/// so finalizers are honoured.
+async fn delete_as_user(server: &TestApiServer, namespace: Option<&str>, name: &str, attachment: bool) {
+    let client = build_client(&ClientSource::Kubeconfig(server.kubeconfig())).await.expect("client");
+    server.set_rbac(None);
+    let deleted = match (attachment, namespace) {
+        (true, Some(ns)) => Api::<PodNetworkAttachment>::namespaced(client, ns)
+            .delete(name, &DeleteParams::default())
+            .await
+            .map(drop),
+        _ => Api::<PodNetwork>::all(client).delete(name, &DeleteParams::default()).await.map(drop),
+    };
+    server.set_rbac(Some(controller_rules()));
+    deleted.unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+}
+
 /// Changes a stored object as a user's update would (the server bumps its resourceVersion).
 fn update(server: &TestApiServer, resource: &str, ns: &str, name: &str, change: impl FnOnce(&mut Value)) {
     let mut obj = server.get(resource, ns, name).unwrap_or_else(|| panic!("{resource} {ns}/{name} exists"));
@@ -296,15 +323,9 @@ async fn pod_network_conditions_follow_enabled_and_the_nad_through_every_reason(
 
     // A NAD without spec.config: valid (each node's file), said in the message.
     server.apply(nad("ns1", "green-nad", None));
-    let on_disk = conditions_become(
-        "NAD without config",
-        green,
-        pair("True", "Ready"),
-        pair("True", "ParametersValid"),
-    )
-    .await;
-    let message = condition(&on_disk, "ParamsReady").unwrap()["message"].as_str().unwrap().to_owned();
-    assert!(message.contains("green-nad.conflist"), "{message}");
+    conditions_become("NAD without config", green, pair("True", "Ready"), pair("True", "ParametersValid"))
+        .await;
+    message_becomes("NAD without config", green, "ParamsReady", "green-nad.conflist").await;
 
     // Disabled wins over the parameters; the NAD deleted: ParamsReady False, Ready still disabled.
     update(&server, POD_NETWORKS, "", "green", |o| o["spec"]["enabled"] = json!(false));
@@ -347,10 +368,8 @@ async fn attachment_conditions_follow_their_parameters_and_their_pod_network() {
     server.apply(pod_network_attachment("ns1", "blue-1", json!({"podNetworkName": "blue"})));
     conditions_become("network missing", pna, pair("False", "PodNetworkNotReady"), None).await;
     server.apply(pod_network("blue", json!({"enabled": false})));
-    let not_ready =
-        conditions_become("network disabled", pna, pair("False", "PodNetworkNotReady"), None).await;
-    let message = condition(&not_ready, "Ready").unwrap()["message"].as_str().unwrap().to_owned();
-    assert!(message.contains("AdministrativelyDisabled"), "{message}");
+    conditions_become("network disabled", pna, pair("False", "PodNetworkNotReady"), None).await;
+    message_becomes("network disabled", pna, "Ready", "AdministrativelyDisabled").await;
     update(&server, POD_NETWORKS, "", "blue", |o| o["spec"]["enabled"] = json!(true));
     conditions_become("network Ready", pna, pair("True", "Ready"), None).await;
 
@@ -432,7 +451,6 @@ fn holds(obj: &Option<Value>) -> bool {
 async fn the_in_use_finalizer_is_held_while_a_running_pod_or_an_attachment_references_the_object() {
     let server = server();
     let c = start(&server, "c1", false).await;
-    let client = build_client(&ClientSource::Kubeconfig(server.kubeconfig())).await.unwrap();
     server.apply(pod_network("blue", json!({})));
     server.apply(pod_network("red", json!({})));
     server.apply(pod_network_attachment("ns1", "red-1", json!({"podNetworkName": "red"})));
@@ -451,10 +469,7 @@ async fn the_in_use_finalizer_is_held_while_a_running_pod_or_an_attachment_refer
     eventually("red-1 held", || holds(&get_pna(&server, "ns1", "red-1")).then_some(())).await;
 
     // Deleting blue while in use: it stays, with a deletionTimestamp.
-    Api::<PodNetwork>::all(client.clone())
-        .delete("blue", &DeleteParams::default())
-        .await
-        .expect("delete blue");
+    delete_as_user(&server, None, "blue", false).await;
     let deleting = get_pn(&server, "blue").expect("blue is kept while in use");
     assert!(deleting["metadata"]["deletionTimestamp"].is_string());
 
@@ -470,10 +485,7 @@ async fn the_in_use_finalizer_is_held_while_a_running_pod_or_an_attachment_refer
     eventually("red-1 released again", || (!holds(&get_pna(&server, "ns1", "red-1"))).then_some(())).await;
 
     // The attachment deleted: red is released and can go.
-    Api::<PodNetworkAttachment>::namespaced(client.clone(), "ns1")
-        .delete("red-1", &DeleteParams::default())
-        .await
-        .expect("delete red-1");
+    delete_as_user(&server, Some("ns1"), "red-1", true).await;
     eventually("red-1 gone", || get_pna(&server, "ns1", "red-1").is_none().then_some(())).await;
     eventually("red released", || (!holds(&get_pn(&server, "red"))).then_some(())).await;
     c.stop().await;
@@ -483,7 +495,6 @@ async fn the_in_use_finalizer_is_held_while_a_running_pod_or_an_attachment_refer
 async fn the_default_pod_network_is_created_and_recreated_unless_the_operator_manages_it() {
     let server = server();
     let c = start(&server, "c1", true).await;
-    let client = build_client(&ClientSource::Kubeconfig(server.kubeconfig())).await.unwrap();
     let created = eventually("default created", || get_pn(&server, "default")).await;
     assert_eq!(created["spec"], json!({"enabled": true}), "the KEP's exact object");
     let ready =
@@ -493,10 +504,7 @@ async fn the_default_pod_network_is_created_and_recreated_unless_the_operator_ma
     server.apply(pod_in_phase("ns1", "p", r#"[{"name":"default"}]"#, "Running"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!holds(&get_pn(&server, "default")));
-    Api::<PodNetwork>::all(client.clone())
-        .delete("default", &DeleteParams::default())
-        .await
-        .expect("delete default");
+    delete_as_user(&server, None, "default", false).await;
     let again = eventually("default recreated", || {
         get_pn(&server, "default").filter(|o| o["metadata"]["uid"] != uid)
     })
@@ -544,17 +552,6 @@ fn holder(server: &TestApiServer) -> Option<String> {
     server.get(LEASES, LEASE_NS, LEASE_NAME)?["spec"]["holderIdentity"].as_str().map(str::to_owned)
 }
 
-/// Writes of the KEP objects (status, finalizers, creation) by the server's log, per path.
-fn writes_since(server: &TestApiServer, since: Instant) -> usize {
-    server
-        .requests()
-        .into_iter()
-        .filter(|r| {
-            r.at >= since && r.resource != LEASES && matches!(r.verb.as_str(), "patch" | "create" | "update")
-        })
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_stops() {
     let server = server();
@@ -575,6 +572,8 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_stops() 
     server.apply(pod_network("blue", json!({})));
     conditions_become("blue Ready", || get_pn(&server, "blue"), pair("True", "Ready"), None).await;
     assert!(!standby.is_leading());
+    assert!(leading.writes() >= 2, "the leader created default and wrote blue's conditions");
+    assert_eq!(standby.writes(), 0, "the standby wrote nothing");
 
     // The leader stops (releasing the Lease): the other takes over and acts.
     let transitions = lease["spec"]["leaseTransitions"].as_i64().unwrap_or(0);
@@ -584,7 +583,6 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_stops() 
     assert_ne!(new_holder, leader);
     let lease = server.get(LEASES, LEASE_NS, LEASE_NAME).unwrap();
     assert_eq!(lease["spec"]["leaseTransitions"].as_i64(), Some(transitions + 1));
-    let since = Instant::now();
     update(&server, POD_NETWORKS, "", "blue", |o| o["spec"]["enabled"] = json!(false));
     conditions_become(
         "the new leader acts",
@@ -593,7 +591,7 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_stops() 
         None,
     )
     .await;
-    assert!(writes_since(&server, since) >= 1);
+    assert!(standby.writes() >= 1, "the new leader wrote");
     standby.stop().await;
 }
 
@@ -655,6 +653,16 @@ fn urldecode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The text of `/metrics` at `addr` (empty when it does not answer).
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else { return String::new() };
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text
+}
+
 fn rss_kib(pid: u32) -> u64 {
     let status =
         std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the controller's /proc status");
@@ -673,10 +681,14 @@ fn rss_kib(pid: u32) -> u64 {
 async fn memory_for_10000_pods() {
     let server = TestApiServer::start();
     server.apply(pod_network("blue", json!({})));
+    let metrics_addr = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        free.local_addr().unwrap().to_string()
+    };
     let mut child = std::process::Command::new(plexus_tests::world::bin("plexus-agent"))
         .args(["controller", "--kubeconfig"])
         .arg(server.kubeconfig())
-        .args(["--identity", "measure", "--lease-namespace", LEASE_NS, "--metrics-addr", "off"])
+        .args(["--identity", "measure", "--lease-namespace", LEASE_NS, "--metrics-addr", &metrics_addr])
         .env("RUST_LOG", "warn")
         .spawn()
         .expect("starting plexus-agent controller");
@@ -699,9 +711,13 @@ async fn memory_for_10000_pods() {
         p["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = json!("2026-11-24T10:00:00Z");
         server.apply(p);
     }
+    // Every pod is in the controller's view (its own gauge says so).
+    let kept = format!("plexus_catalog_cached_objects{{kind=\"pods_referencing_networks\"}} {PODS_N}");
+    eventually("the controller holds every pod", || scrape(&metrics_addr).contains(&kept).then_some(()))
+        .await;
     eventually("blue held", || holds(&get_pn(&server, "blue")).then_some(())).await;
-    // Let the watch drain and the allocator settle.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Let the allocator settle.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let after = rss_kib(pid);
     let _ = child.kill();
     let _ = child.wait();

@@ -19,6 +19,7 @@ pub mod plan;
 pub mod reconcile;
 pub mod view;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -110,6 +111,8 @@ pub struct Controller {
     stop: watch::Sender<bool>,
     watches: Vec<JoinHandle<()>>,
     main: Option<JoinHandle<()>>,
+    /// Writes attempted (made, refused by a conflict, or failed).
+    writes: Arc<AtomicUsize>,
 }
 
 fn lock(view: &Mutex<View>) -> std::sync::MutexGuard<'_, View> {
@@ -197,13 +200,14 @@ impl Controller {
         let elector = Elector::new(client.clone(), config.lease.clone());
         let election = tokio::spawn(elector.run(leading_tx, stop_rx.clone()));
         let writer = reconcile::Writer::new(client);
+        let writes = Arc::new(AtomicUsize::new(0));
         let reconciler = tokio::spawn(reconcile_loop(
             view.clone(),
             synced.clone(),
             leading.clone(),
             stop_rx,
             wake,
-            writer,
+            (writer, writes.clone()),
             config.clone(),
         ));
         let main = tokio::spawn(async move {
@@ -211,7 +215,7 @@ impl Controller {
             // The election releases the Lease after the reconciler stopped writing.
             let _ = election.await;
         });
-        Controller { view, synced, leading, stop, watches, main: Some(main) }
+        Controller { view, synced, leading, stop, watches, main: Some(main), writes }
     }
 
     /// Whether every cache holds the API server's current state.
@@ -222,6 +226,11 @@ impl Controller {
     /// Whether this replica holds the Lease.
     pub fn is_leading(&self) -> bool {
         *self.leading.borrow()
+    }
+
+    /// How many writes of the KEP objects this replica attempted (the Lease's aside).
+    pub fn writes(&self) -> usize {
+        self.writes.load(Ordering::Relaxed)
     }
 
     /// The pods the view keeps (those that reference networks).
@@ -273,7 +282,7 @@ async fn reconcile_loop(
     mut leading: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
     wake: Arc<Notify>,
-    writer: reconcile::Writer,
+    (writer, writes): (reconcile::Writer, Arc<AtomicUsize>),
     config: ControllerConfig,
 ) {
     let mut waiting_logged = false;
@@ -304,6 +313,7 @@ async fn reconcile_loop(
         if actions.is_empty() || !*leading.borrow() || *stop.borrow() {
             continue;
         }
+        writes.fetch_add(actions.len(), Ordering::Relaxed);
         let outcome = writer.apply(&actions).await;
         tracing::debug!(?outcome, "reconciled");
     }
