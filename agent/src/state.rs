@@ -27,9 +27,13 @@ pub struct AttachmentRecord {
     /// The raw result of the ADD (the delegate's own version), the prevResult of DEL/CHECK.
     #[serde(default)]
     pub result: Option<Value>,
-    /// Gateways when this attachment holds the pod's default route (spec 4.1.2.1.9).
+    /// Gateways when this attachment holds the pod's default route (spec 4.1.2.1.9, or a
+    /// PodNetwork entry's `isDefaultGW`, filled from the attachment's result).
     #[serde(default)]
     pub default_route: Option<Vec<IpAddr>>,
+    /// The PodNetwork this attachment is of, when the pod asked for PodNetworks (KEP-3698).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_network: Option<String>,
 }
 
 /// The pod a container belongs to, as CNI_ARGS named it.
@@ -39,6 +43,23 @@ pub struct PodRef {
     pub name: String,
     #[serde(default)]
     pub uid: Option<String>,
+}
+
+/// Which of the pod's annotations its attachments came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FrontEnd {
+    /// The NPWG selection annotation (`k8s.v1.cni.cncf.io/networks`), or none.
+    #[default]
+    Npwg,
+    /// The KEP-3698 PodNetwork list (`plexus.dev/pod-networks`).
+    PodNetworks,
+}
+
+impl FrontEnd {
+    fn is_npwg(&self) -> bool {
+        *self == FrontEnd::Npwg
+    }
 }
 
 /// Everything plexus did for one runtime attachment (container ID, CNI_IFNAME).
@@ -59,6 +80,10 @@ pub struct ContainerRecord {
     /// agent died during the ADD). See `engine::UNCONFIRMED_DEL_ATTEMPTS`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unconfirmed_del_failures: u32,
+    /// The front-end that planned the attachments (records written before PodNetworks
+    /// existed are NPWG's).
+    #[serde(default, skip_serializing_if = "FrontEnd::is_npwg")]
+    pub front_end: FrontEnd,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -305,6 +330,7 @@ mod tests {
             cni_args: String::new(),
             pod: Some(PodRef { namespace: "ns".into(), name: "p".into(), uid: None }),
             unconfirmed_del_failures: 0,
+            front_end: FrontEnd::Npwg,
             attachments: vec![AttachmentRecord {
                 network: "n".into(),
                 is_default: true,
@@ -312,6 +338,7 @@ mod tests {
                 delegate: DelegateConfig { list, runtime_config: Default::default() },
                 result: Some(serde_json::json!({"cniVersion":"1.0.0"})),
                 default_route: None,
+                pod_network: None,
             }],
             complete: true,
         }
@@ -331,6 +358,44 @@ mod tests {
         assert_eq!(store.load("c1", "eth0").await.unwrap(), None);
         let leftovers: Vec<_> = std::fs::read_dir(store.dir()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary files stay behind");
+    }
+
+    /// A record as written before PodNetworks existed (no `front_end`, no `pod_network`).
+    const OLD_RECORD: &str = r#"{
+      "container_id": "c0", "ifname": "eth0", "netns": "/var/run/netns/x", "cni_args": "",
+      "pod": {"namespace": "ns", "name": "p", "uid": null},
+      "attachments": [{"network": "n", "is_default": true, "ifname": "eth0",
+        "delegate": {"list": {"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "bridge"}]}},
+        "result": {"cniVersion": "1.0.0"}, "default_route": null}],
+      "complete": true
+    }"#;
+
+    #[tokio::test]
+    async fn records_written_before_pod_networks_still_load_as_npwg_ones() {
+        let d = tempfile::tempdir().unwrap();
+        let store = StateStore::new(d.path());
+        std::fs::create_dir_all(store.dir()).unwrap();
+        std::fs::write(store.dir().join("c0@eth0.json"), OLD_RECORD).unwrap();
+        let loaded = store.load("c0", "eth0").await.unwrap().expect("the old record loads");
+        assert_eq!(loaded.front_end, FrontEnd::Npwg);
+        assert_eq!(loaded.attachments[0].pod_network, None);
+        assert_eq!(loaded.attachments[0].delegate.list.name, "n");
+    }
+
+    #[tokio::test]
+    async fn the_pod_network_fields_round_trip_and_npwg_records_do_not_grow() {
+        let d = tempfile::tempdir().unwrap();
+        let store = StateStore::new(d.path());
+        let mut kep = record("c1");
+        kep.front_end = FrontEnd::PodNetworks;
+        kep.attachments[0].pod_network = Some("default".into());
+        store.save(&kep).await.unwrap();
+        assert_eq!(store.load("c1", "eth0").await.unwrap(), Some(kep));
+        let text = std::fs::read_to_string(store.dir().join("c1@eth0.json")).unwrap();
+        assert!(text.contains("\"pod-networks\"") && text.contains("\"pod_network\": \"default\""), "{text}");
+        store.save(&record("c2")).await.unwrap();
+        let text = std::fs::read_to_string(store.dir().join("c2@eth0.json")).unwrap();
+        assert!(!text.contains("front_end") && !text.contains("pod_network"), "{text}");
     }
 
     #[test]

@@ -1051,8 +1051,17 @@ fn kernel_an_api_server_outage_is_logged_once_and_reported_by_readiness() {
         .into_iter()
         .filter(|l| l.contains(" WARN plexus_agent::kube") || l.contains(" WARN kube"))
         .collect();
-    // The policy objects' watch (the agent's, in Kubernetes mode) is one of the watches.
-    for what in ["NetworkAttachmentDefinitions", "pods", "NetworkAttachmentPolicies"] {
+    // The policy objects' watch (the agent's, in Kubernetes mode) is one of the watches, and
+    // so are the PodNetwork kinds'.
+    const WATCHES: [&str; 6] = [
+        "NetworkAttachmentDefinitions",
+        "pods",
+        "NetworkAttachmentPolicies",
+        "PodNetworks",
+        "PodNetworkAttachments",
+        "AttachmentParameters",
+    ];
+    for what in WATCHES {
         let n = warns.iter().filter(|l| l.contains(&format!("{what}: "))).count();
         assert_eq!(n, 1, "{what}: {n} WARN lines for one outage:\n{outage}");
         assert!(
@@ -1061,7 +1070,7 @@ fn kernel_an_api_server_outage_is_logged_once_and_reported_by_readiness() {
             "{what}: no INFO that the cache is current again:\n{outage}"
         );
     }
-    assert_eq!(warns.len(), 3, "{outage}");
+    assert_eq!(warns.len(), WATCHES.len(), "{outage}");
     assert_readable(warns[0].split_once(": ").map_or("", |(_, m)| m));
     let metrics = http_get(&addr, "/metrics").unwrap();
     for line in [

@@ -15,6 +15,8 @@ use crate::util::{is_root, output, root};
 const BASE: &str = "/run/plexus-demo";
 const NODE: &str = "pxdemo-node";
 const PODS: &[&str] = &["pod-a", "pod-b", "pod-c"];
+/// Pods that ask for PodNetworks (KEP-3698) rather than NADs.
+const KEP_PODS: &[&str] = &["pod-d", "pod-e"];
 
 /// Everything the demo created; dropping it removes all of it, also after a failure.
 struct Demo {
@@ -44,7 +46,10 @@ pub fn run() -> anyhow::Result<()> {
         bail!("the demo creates network namespaces: run it as root");
     }
     let examples = root().join("deploy/examples");
-    let bin = root().join("target/debug");
+    // Where cargo put the binaries it just built: CARGO_TARGET_DIR when set, as cargo does.
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    let bin = target.join("debug");
     let mut demo = Demo {
         base: PathBuf::from(BASE),
         agent: None,
@@ -141,9 +146,10 @@ pub fn run() -> anyhow::Result<()> {
 
     port_mapping(&mut demo, &bin)?;
     bandwidth(&mut demo, &bin)?;
+    pod_networks(&mut demo, &bin)?;
 
     step("DEL", "teardown in reverse order; nothing stays behind");
-    for pod in PODS {
+    for pod in PODS.iter().chain(KEP_PODS) {
         shim(&bin, &demo.base, "DEL", pod, &format!("pxdemo-{pod}"))?;
         let left: Vec<String> =
             output(Command::new("ip").args(["-n", &format!("pxdemo-{pod}"), "-br", "link"]))?
@@ -427,6 +433,58 @@ fn bandwidth(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         );
     }
     println!("  plexus-agent bandwidth list (the pinned BPF maps, with the programs' counters):");
+    for line in bandwidth_list(bin, &demo.base)?.lines() {
+        println!("    {line}");
+    }
+    Ok(())
+}
+
+/// pod-d asks for the PodNetwork blue-pn, pod-e for the PodNetworkAttachment web-slow (the
+/// PodNetwork web-pn with a 20 Mbit/s bandwidth parameter): the same engine attaches them,
+/// and the agent reports the KEP's status next to network-status.
+fn pod_networks(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
+    step(
+        "PodNetworks",
+        "pod-d asks for the PodNetwork blue-pn, pod-e for the PodNetworkAttachment web-slow (KEP-3698, plexus.dev/pod-networks)",
+    );
+    for pod in KEP_PODS {
+        let ns = format!("pxdemo-{pod}");
+        add_netns(demo, &ns)?;
+        shim(bin, &demo.base, "ADD", pod, &ns)?;
+        let status = std::fs::read_to_string(
+            demo.base.join(format!("state/pods/default/{pod}.pod-networks-status.json")),
+        )
+        .with_context(|| format!("the KEP status of {pod}"))?;
+        println!("  {pod}: the KEP status (the plexus.dev/pod-networks-status annotation):");
+        for line in status.lines() {
+            println!("    {line}");
+        }
+    }
+    let pod_a = network_ip(demo, "pod-a", "default/blue")?;
+    let ping = Command::new("ip")
+        .args(["netns", "exec", "pxdemo-pod-d", "ping", "-c", "3", "-i", "0.2", "-W", "2", &pod_a])
+        .output()
+        .context("running ping")?;
+    let text = String::from_utf8_lossy(&ping.stdout);
+    let summary = text.lines().find(|l| l.contains("packets transmitted")).unwrap_or("no reply");
+    println!("  pod-d (PodNetwork blue-pn) -> pod-a {pod_a} (NAD blue, the same network): {summary}");
+    if !ping.status.success() {
+        bail!("pod-d could not reach pod-a at {pod_a}; agent log: {}", demo.base.join("agent.log").display());
+    }
+    let addr = network_ip(demo, "pod-e", "default/web")?;
+    let server = Command::new("ip")
+        .args(["netns", "exec", "pxdemo-pod-e", "iperf3", "-s", "-p", "5201"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 in pod-e")?;
+    demo.children.push(Proc(server));
+    let measured = iperf_rate("pxdemo-client", &addr, false)?;
+    println!(
+        "  client -> pod-e {addr}: {:.1} Mbit/s measured for the 20 Mbit/s of its AttachmentParameters",
+        measured / 1e6
+    );
+    println!("  plexus-agent bandwidth list:");
     for line in bandwidth_list(bin, &demo.base)?.lines() {
         println!("    {line}");
     }

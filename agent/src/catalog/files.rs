@@ -1,5 +1,7 @@
 //! The local-files catalog of standalone mode: NAD and pod manifests in directories, the
-//! network-status and events written next to the agent's state.
+//! status annotations and events written next to the agent's state. The network
+//! directories (`--nad-dir`) hold the KEP-3698 objects too: PodNetwork,
+//! PodNetworkAttachment and AttachmentParameters manifests.
 //!
 //! Editing a manifest takes effect without a restart, as it would on a cluster: each lookup
 //! takes in the files changed since the last one ([`ManifestIndex`]), and reads no file when
@@ -12,17 +14,20 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::index::{Lookup, ManifestIndex};
-use super::{names, Catalog, CatalogError, PodInfo};
+use super::{names, standalone, Catalog, CatalogError, PodInfo, StatusReport};
+use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 use crate::state::atomic_write;
 
 #[derive(Debug, Clone)]
 pub struct FileCatalog {
-    /// NetworkAttachmentDefinition manifests.
+    /// NetworkAttachmentDefinition, PodNetwork, PodNetworkAttachment and
+    /// AttachmentParameters manifests.
     nads: Arc<ManifestIndex>,
     /// Pod manifests.
     pods: Arc<ManifestIndex>,
-    /// Where `<namespace>/<pod>.network-status.json` and `.events` are written.
+    /// Where `<namespace>/<pod>.network-status.json`, `.pod-networks-status.json` and
+    /// `.events` are written.
     report_dir: PathBuf,
 }
 
@@ -58,6 +63,49 @@ impl FileCatalog {
     }
 }
 
+/// A network object no readable file holds does not exist: the engine says so (a permanent
+/// error, or a network not ready yet); the files that could not be read were reported when
+/// they were indexed.
+fn absent_when_unreadable<T>(found: Result<Option<T>, CatalogError>) -> Result<Option<T>, CatalogError> {
+    match found {
+        Err(CatalogError::NotFoundWithUnreadable { .. }) => Ok(None),
+        found => found,
+    }
+}
+
+/// The PodNetwork `name` with the conditions the controller would give it ([`standalone`]).
+fn pod_network_ready(index: &ManifestIndex, name: &str) -> Lookup<PodNetwork> {
+    match index.pod_network(name) {
+        Lookup::Found(pn) => {
+            let check = standalone::pod_network_params(&pn, |r| found(index.nad(&r.namespace, &r.name)));
+            Lookup::Found(standalone::pod_network_with_conditions(pn, &check))
+        }
+        other => other,
+    }
+}
+
+/// The PodNetworkAttachment `namespace/name` with the conditions the controller would give
+/// it ([`standalone`]).
+fn attachment_ready(index: &ManifestIndex, namespace: &str, name: &str) -> Lookup<PodNetworkAttachment> {
+    match index.attachment(namespace, name) {
+        Lookup::Found(pna) => {
+            let pod_network = found(pod_network_ready(index, &pna.spec.pod_network_name));
+            let check =
+                standalone::attachment_params(&pna, |r| found(index.parameters(&r.namespace, &r.name)));
+            Lookup::Found(standalone::attachment_with_conditions(pna, pod_network.as_ref(), &check))
+        }
+        other => other,
+    }
+}
+
+/// An object that a usable manifest holds.
+fn found<T>(lookup: Lookup<T>) -> Option<T> {
+    match lookup {
+        Lookup::Found(v) => Some(v),
+        Lookup::Broken(_) | Lookup::Missing { .. } => None,
+    }
+}
+
 /// Runs a blocking lookup of the index.
 async fn look_up<T: Send + 'static>(
     index: &Arc<ManifestIndex>,
@@ -86,15 +134,8 @@ impl Catalog for FileCatalog {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<NetworkAttachmentDefinition>, CatalogError>> {
         let (ns, n) = (namespace.to_owned(), name.to_owned());
-        async move {
-            match look_up(&self.nads, move |index| index.nad(&ns, &n)).await {
-                // The engine says the network does not exist (a permanent error); the files
-                // that could not be read were reported when they were indexed.
-                Err(CatalogError::NotFoundWithUnreadable { .. }) => Ok(None),
-                found => found,
-            }
-        }
-        .boxed()
+        async move { absent_when_unreadable(look_up(&self.nads, move |index| index.nad(&ns, &n)).await) }
+            .boxed()
     }
 
     fn pod<'a>(
@@ -106,19 +147,56 @@ impl Catalog for FileCatalog {
         async move { look_up(&self.pods, move |index| index.pod(&ns, &n)).await }.boxed()
     }
 
-    fn publish_network_status<'a>(
+    fn pod_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<PodNetwork>, CatalogError>> {
+        let n = name.to_owned();
+        async move { absent_when_unreadable(look_up(&self.nads, move |index| pod_network_ready(index, &n)).await) }
+            .boxed()
+    }
+
+    fn pod_network_attachment<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodNetworkAttachment>, CatalogError>> {
+        let (ns, n) = (namespace.to_owned(), name.to_owned());
+        async move {
+            absent_when_unreadable(look_up(&self.nads, move |index| attachment_ready(index, &ns, &n)).await)
+        }
+        .boxed()
+    }
+
+    fn attachment_parameters<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<AttachmentParameters>, CatalogError>> {
+        let (ns, n) = (namespace.to_owned(), name.to_owned());
+        async move { absent_when_unreadable(look_up(&self.nads, move |index| index.parameters(&ns, &n)).await) }
+            .boxed()
+    }
+
+    fn publish_status<'a>(
         &'a self,
         pod: &'a PodInfo,
-        annotation_value: &'a str,
+        report: StatusReport,
     ) -> BoxFuture<'a, Result<(), CatalogError>> {
-        let path = self.report_path(pod, "network-status.json");
-        let body = annotation_value.as_bytes().to_vec();
+        let files = [
+            (NETWORK_STATUS_SUFFIX, Some(report.network_status)),
+            (POD_NETWORKS_STATUS_SUFFIX, report.pod_networks_status),
+        ];
+        let writes: Vec<_> = files
+            .into_iter()
+            .filter_map(|(suffix, value)| Some((self.report_path(pod, suffix), value?.into_bytes())))
+            .collect();
         async move {
-            let path = path?;
-            tokio::task::spawn_blocking(move || atomic_write(&path, &body).map_err(|e| (path, e)))
-                .await
-                .map_err(|e| CatalogError::unavailable("network-status file", e))?
-                .map_err(|(path, e)| CatalogError::unavailable(path.display().to_string(), e))
+            for (path, body) in writes {
+                let path = path?;
+                tokio::task::spawn_blocking(move || atomic_write(&path, &body).map_err(|e| (path, e)))
+                    .await
+                    .map_err(|e| CatalogError::unavailable("status file", e))?
+                    .map_err(|(path, e)| CatalogError::unavailable(path.display().to_string(), e))?;
+            }
+            Ok(())
         }
         .boxed()
     }
@@ -139,7 +217,7 @@ impl Catalog for FileCatalog {
     }
 
     fn record_event<'a>(&'a self, pod: &'a PodInfo, reason: &'a str, message: &'a str) -> BoxFuture<'a, ()> {
-        let path = self.report_path(pod, "events");
+        let path = self.report_path(pod, EVENTS_SUFFIX);
         let line = format!("Warning\t{reason}\t{message}\n");
         async move {
             let path = match path {
@@ -182,8 +260,12 @@ fn collect_reports(dir: &Path, pods: &ManifestIndex, live: &[(String, String)]) 
     removed
 }
 
+const EVENTS_SUFFIX: &str = "events";
+const NETWORK_STATUS_SUFFIX: &str = "network-status.json";
+const POD_NETWORKS_STATUS_SUFFIX: &str = "pod-networks-status.json";
+
 /// What follows a pod's name in its report files.
-const REPORT_SUFFIXES: [&str; 2] = [".network-status.json", ".events"];
+const REPORT_SUFFIXES: [&str; 3] = [".pod-networks-status.json", ".network-status.json", ".events"];
 
 fn read_names(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -227,6 +309,62 @@ mod tests {
         let dir = d.path().join("reports/ns1");
         assert_eq!(std::fs::read_to_string(dir.join("p.network-status.json")).unwrap(), "[]");
         assert!(std::fs::read_to_string(dir.join("p.events")).unwrap().contains("InvalidAnnotation\tbad"));
+        assert!(!dir.join("p.pod-networks-status.json").exists(), "no PodNetworks, no KEP status");
+        let report = StatusReport { network_status: "[1]".into(), pod_networks_status: Some("[2]".into()) };
+        cat.publish_status(&pod, report).await.unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("p.network-status.json")).unwrap(), "[1]");
+        assert_eq!(std::fs::read_to_string(dir.join("p.pod-networks-status.json")).unwrap(), "[2]");
+    }
+
+    #[tokio::test]
+    async fn pod_networks_in_the_network_directories_get_the_controllers_conditions() {
+        let d = tempfile::tempdir().unwrap();
+        let nets = d.path().join("nads");
+        std::fs::create_dir_all(&nets).unwrap();
+        std::fs::write(
+            nets.join("blue.yaml"),
+            r#"
+kind: NetworkAttachmentDefinition
+metadata: {name: blue, namespace: nets}
+spec: {config: '{"cniVersion":"1.0.0","type":"bridge"}'}
+---
+kind: PodNetwork
+metadata: {name: blue}
+spec:
+  parametersRefs: [{group: k8s.cni.cncf.io, kind: NetworkAttachmentDefinition, name: blue, namespace: nets}]
+---
+kind: PodNetwork
+metadata: {name: red}
+spec:
+  parametersRefs: [{group: k8s.cni.cncf.io, kind: NetworkAttachmentDefinition, name: red, namespace: nets}]
+---
+kind: PodNetworkAttachment
+metadata: {name: blue-fast, namespace: t}
+spec:
+  podNetworkName: blue
+  parametersRefs: [{group: plexus.dev, kind: AttachmentParameters, name: fast}]
+---
+kind: AttachmentParameters
+metadata: {name: fast, namespace: t}
+spec: {bandwidth: {egressRate: 1000000}}
+---
+kind: PodNetworkAttachment
+metadata: {name: red-any, namespace: t}
+spec: {podNetworkName: red}
+"#,
+        )
+        .unwrap();
+        let cat = FileCatalog::new(vec![nets], Vec::new(), d.path().join("reports"));
+        assert!(cat.pod_network("blue").await.unwrap().unwrap().is_ready());
+        let red = cat.pod_network("red").await.unwrap().unwrap();
+        assert!(!red.is_ready(), "its NAD does not exist");
+        assert!(cat.pod_network("green").await.unwrap().is_none());
+        let pna = cat.pod_network_attachment("t", "blue-fast").await.unwrap().unwrap();
+        assert!(pna.is_ready(), "{:?}", pna.status);
+        assert!(!cat.pod_network_attachment("t", "red-any").await.unwrap().unwrap().is_ready());
+        assert!(cat.pod_network_attachment("u", "blue-fast").await.unwrap().is_none());
+        let params = cat.attachment_parameters("t", "fast").await.unwrap().unwrap();
+        assert_eq!(params.spec["bandwidth"]["egressRate"], 1000000);
     }
 
     #[tokio::test]

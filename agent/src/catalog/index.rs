@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use super::manifest::{parse_objects, Objects};
 use super::watch::DirWatch;
 use super::PodInfo;
+use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 
 /// A manifest file that cannot be used, and why.
@@ -60,6 +61,10 @@ struct State {
     files: Vec<(PathBuf, FileEntry)>,
     pods: HashMap<Key, Slot<PodInfo>>,
     nads: HashMap<Key, Slot<NetworkAttachmentDefinition>>,
+    /// Keyed with an empty namespace (cluster-scoped).
+    pod_networks: HashMap<Key, Slot<PodNetwork>>,
+    attachments: HashMap<Key, Slot<PodNetworkAttachment>>,
+    parameters: HashMap<Key, Slot<AttachmentParameters>>,
     /// Broken files whose objects could not be made out.
     unidentified: Vec<Arc<Broken>>,
     /// The last error of each unreadable directory, to warn once per change.
@@ -146,6 +151,21 @@ impl ManifestIndex {
     /// The NAD `namespace/name`, as [`ManifestIndex::pod`].
     pub fn nad(&self, namespace: &str, name: &str) -> Lookup<NetworkAttachmentDefinition> {
         self.lookup(namespace, name, |s| &s.nads)
+    }
+
+    /// The PodNetwork `name` (cluster-scoped), as [`ManifestIndex::pod`].
+    pub fn pod_network(&self, name: &str) -> Lookup<PodNetwork> {
+        self.lookup("", name, |s| &s.pod_networks)
+    }
+
+    /// The PodNetworkAttachment `namespace/name`, as [`ManifestIndex::pod`].
+    pub fn attachment(&self, namespace: &str, name: &str) -> Lookup<PodNetworkAttachment> {
+        self.lookup(namespace, name, |s| &s.attachments)
+    }
+
+    /// The AttachmentParameters `namespace/name`, as [`ManifestIndex::pod`].
+    pub fn parameters(&self, namespace: &str, name: &str) -> Lookup<AttachmentParameters> {
+        self.lookup(namespace, name, |s| &s.parameters)
     }
 
     fn lookup<T: Clone>(
@@ -289,34 +309,42 @@ fn broken_entry(path: &Path, stamp: Option<Stamp>, reason: String, claims: Objec
 fn rebuild(state: &mut State) {
     state.pods.clear();
     state.nads.clear();
+    state.pod_networks.clear();
+    state.attachments.clear();
+    state.parameters.clear();
     state.unidentified.clear();
     for (_, entry) in &state.files {
-        match &entry.content {
-            Content::Parsed(o) => {
-                for p in &o.pods {
-                    state.pods.entry(key(&p.namespace, &p.name)).or_insert_with(|| Slot::Found(p.clone()));
-                }
-                for n in &o.nads {
-                    state.nads.entry(key(&n.namespace, &n.name)).or_insert_with(|| Slot::Found(n.clone()));
-                }
-            }
+        let (objects, broken) = match &entry.content {
+            Content::Parsed(o) => (o, None),
             Content::Broken { broken, claims } => {
-                if claims.pods.is_empty() && claims.nads.is_empty() {
+                if claims.is_empty() {
                     state.unidentified.push(broken.clone());
                 }
-                for p in &claims.pods {
-                    state
-                        .pods
-                        .entry(key(&p.namespace, &p.name))
-                        .or_insert_with(|| Slot::Broken(broken.clone()));
-                }
-                for n in &claims.nads {
-                    state
-                        .nads
-                        .entry(key(&n.namespace, &n.name))
-                        .or_insert_with(|| Slot::Broken(broken.clone()));
-                }
+                (claims, Some(broken))
             }
+        };
+        // The first file holding an object wins; a broken file's claim answers its reason.
+        fn index<T: Clone>(map: &mut HashMap<Key, Slot<T>>, k: Key, v: &T, broken: Option<&Arc<Broken>>) {
+            map.entry(k).or_insert_with(|| match broken {
+                Some(b) => Slot::Broken(b.clone()),
+                None => Slot::Found(v.clone()),
+            });
+        }
+        for p in &objects.pods {
+            index(&mut state.pods, key(&p.namespace, &p.name), p, broken);
+        }
+        for n in &objects.nads {
+            index(&mut state.nads, key(&n.namespace, &n.name), n, broken);
+        }
+        for pn in &objects.pod_networks {
+            index(&mut state.pod_networks, key("", pn.name()), pn, broken);
+        }
+        for a in &objects.attachments {
+            index(&mut state.attachments, key(a.namespace(), a.name()), a, broken);
+        }
+        for p in &objects.parameters {
+            let (ns, name) = (p.metadata.namespace.as_deref(), p.metadata.name.as_deref());
+            index(&mut state.parameters, key(ns.unwrap_or_default(), name.unwrap_or_default()), p, broken);
         }
     }
 }

@@ -6,6 +6,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{names, PodInfo};
+use crate::podnetwork::model::{
+    AttachmentParameters, PodNetwork, PodNetworkAttachment, ATTACHMENT_KIND, PARAMETERS_KIND,
+    POD_NETWORK_KIND,
+};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +21,24 @@ pub struct ManifestError(String);
 pub struct Objects {
     pub nads: Vec<NetworkAttachmentDefinition>,
     pub pods: Vec<PodInfo>,
+    /// Cluster-scoped: their `metadata.namespace` is cleared.
+    pub pod_networks: Vec<PodNetwork>,
+    pub attachments: Vec<PodNetworkAttachment>,
+    pub parameters: Vec<AttachmentParameters>,
 }
+
+impl Objects {
+    pub fn is_empty(&self) -> bool {
+        self.nads.is_empty()
+            && self.pods.is_empty()
+            && self.pod_networks.is_empty()
+            && self.attachments.is_empty()
+            && self.parameters.is_empty()
+    }
+}
+
+const KINDS: [&str; 5] =
+    ["NetworkAttachmentDefinition", "Pod", POD_NETWORK_KIND, ATTACHMENT_KIND, PARAMETERS_KIND];
 
 #[derive(Deserialize)]
 struct Meta {
@@ -60,10 +81,11 @@ fn collect(i: usize, doc: Value, out: &mut Objects) -> Result<(), ManifestError>
                 }
                 return Ok(());
             }
-            if kind != "NetworkAttachmentDefinition" && kind != "Pod" {
+            if !KINDS.contains(&kind.as_str()) {
                 return Ok(());
             }
-            let meta: Meta = serde_json::from_value(obj.remove("metadata").unwrap_or(Value::Null))
+            let metadata = obj.get("metadata").cloned().unwrap_or(Value::Null);
+            let meta: Meta = serde_json::from_value(metadata)
                 .map_err(|e| ManifestError(format!("document {i}: {kind} metadata: {e}")))?;
             let name = meta.name.filter(|n| !n.is_empty()).ok_or_else(|| {
                 ManifestError(format!("document {i}: {kind} has no metadata.name; every object needs one"))
@@ -73,6 +95,9 @@ fn collect(i: usize, doc: Value, out: &mut Objects) -> Result<(), ManifestError>
             names::check_object_name(&format!("{kind} metadata.name"), &name)
                 .and_then(|()| names::check_namespace(&format!("{kind} metadata.namespace"), &namespace))
                 .map_err(|e| ManifestError(format!("document {i}: {e}")))?;
+            if let Some(result) = pod_network_object(&kind, Value::Object(obj.clone()), &namespace, out) {
+                return result.map_err(|e| ManifestError(format!("document {i}: {kind} {name}: {e}")));
+            }
             if kind == "Pod" {
                 out.pods.push(PodInfo { namespace, name, uid: meta.uid, annotations: meta.annotations });
             } else {
@@ -92,6 +117,31 @@ fn collect(i: usize, doc: Value, out: &mut Objects) -> Result<(), ManifestError>
         }
         _ => Err(ManifestError(format!("document {i} is not an object"))),
     }
+}
+
+/// Decodes a KEP-3698 object into `out`; `None` for the other kinds.
+fn pod_network_object(
+    kind: &str,
+    obj: Value,
+    namespace: &str,
+    out: &mut Objects,
+) -> Option<Result<(), serde_json::Error>> {
+    let decoded = match kind {
+        POD_NETWORK_KIND => serde_json::from_value(obj).map(|mut pn: PodNetwork| {
+            pn.metadata.namespace = None;
+            out.pod_networks.push(pn);
+        }),
+        ATTACHMENT_KIND => serde_json::from_value(obj).map(|mut pna: PodNetworkAttachment| {
+            pna.metadata.namespace = Some(namespace.to_owned());
+            out.attachments.push(pna);
+        }),
+        PARAMETERS_KIND => serde_json::from_value(obj).map(|mut p: AttachmentParameters| {
+            p.metadata.namespace = Some(namespace.to_owned());
+            out.parameters.push(p);
+        }),
+        _ => return None,
+    };
+    Some(decoded)
 }
 
 #[cfg(test)]
@@ -133,6 +183,48 @@ items:
         assert_eq!(o.pods[0].annotations["k8s.v1.cni.cncf.io/networks"], "net-a");
         let json = r#"{"kind":"Pod","metadata":{"name":"p","uid":"u1"}}"#;
         assert_eq!(parse_objects(json).unwrap().pods[0].uid.as_deref(), Some("u1"));
+    }
+
+    #[test]
+    fn pod_networks_their_attachments_and_parameters() {
+        let yaml = r#"
+apiVersion: plexus.dev/v1alpha1
+kind: PodNetwork
+metadata: {name: blue, namespace: ignored}
+spec:
+  parametersRefs: [{group: k8s.cni.cncf.io, kind: NetworkAttachmentDefinition, name: blue, namespace: nets}]
+---
+apiVersion: plexus.dev/v1alpha1
+kind: PodNetworkAttachment
+metadata: {name: blue-fast}
+spec:
+  podNetworkName: blue
+  parametersRefs: [{group: plexus.dev, kind: AttachmentParameters, name: fast}]
+---
+apiVersion: plexus.dev/v1alpha1
+kind: AttachmentParameters
+metadata: {name: fast, namespace: tenant}
+spec: {bandwidth: {egressRate: 1000000}}
+"#;
+        let o = parse_objects(yaml).unwrap();
+        assert_eq!(o.pod_networks[0].name(), "blue");
+        assert_eq!(o.pod_networks[0].metadata.namespace, None, "cluster-scoped");
+        assert_eq!(o.pod_networks[0].spec.parameters_refs[0].namespace.as_deref(), Some("nets"));
+        assert_eq!(
+            (o.attachments[0].namespace(), o.attachments[0].spec.pod_network_name.as_str()),
+            ("default", "blue")
+        );
+        assert_eq!(o.parameters[0].metadata.namespace.as_deref(), Some("tenant"));
+        assert_eq!(o.parameters[0].spec["bandwidth"]["egressRate"], 1000000);
+        let err =
+            parse_objects("kind: PodNetworkAttachment\nmetadata: {name: x}\nspec: {podNetworkName: 7}\n")
+                .unwrap_err()
+                .to_string();
+        assert!(err.starts_with("document 0: PodNetworkAttachment x: "), "{err}");
+        assert!(parse_objects("kind: PodNetwork\nmetadata: {name: Blue}\n")
+            .unwrap_err()
+            .to_string()
+            .contains("DNS-1123"));
     }
 
     #[test]

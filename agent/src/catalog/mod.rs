@@ -1,12 +1,14 @@
-//! Where networks and pods come from: NetworkAttachmentDefinitions, pod annotations and the
-//! on-disk CNI config directories. One interface, several sources: local files
-//! ([`files`]) or the API server ([`crate::kube`]); the engine cannot tell them apart.
+//! Where networks and pods come from: NetworkAttachmentDefinitions, PodNetworks and their
+//! attachments and parameters (KEP-3698), pod annotations and the on-disk CNI config
+//! directories. One interface, several sources: local files ([`files`]) or the API server
+//! ([`crate::kube`]); the engine cannot tell them apart.
 
 use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 
 use crate::cni::{CniCode, ErrorCode};
+use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 
 pub mod confdir;
@@ -14,6 +16,7 @@ pub mod files;
 pub mod index;
 pub mod manifest;
 pub mod names;
+pub mod standalone;
 pub mod watch;
 
 /// The pod fields plexus reads.
@@ -69,7 +72,18 @@ impl CniCode for CatalogError {
     }
 }
 
-/// A source of NADs and pods, and the sink for what plexus reports on pods.
+/// What plexus reports on a pod after its ADD: published together (one patch on
+/// Kubernetes), so a reader never sees one without the other.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusReport {
+    /// The NPWG network-status annotation value (`k8s.v1.cni.cncf.io/network-status`).
+    pub network_status: String,
+    /// The KEP status annotation value (`plexus.dev/pod-networks-status`), when the pod asked
+    /// for PodNetworks.
+    pub pod_networks_status: Option<String>,
+}
+
+/// A source of NADs, PodNetworks and pods, and the sink for what plexus reports on pods.
 pub trait Catalog: Send + Sync {
     /// The NAD `namespace/name`, or `None` when no such object exists.
     fn nad<'a>(
@@ -85,13 +99,42 @@ pub trait Catalog: Send + Sync {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<PodInfo>, CatalogError>>;
 
-    /// Publishes the network-status annotation value on the pod. Best effort: the caller
-    /// logs a failure and never fails an ADD that succeeded because of it.
+    /// The PodNetwork `name` (cluster-scoped), or `None` when no such object exists.
+    fn pod_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<PodNetwork>, CatalogError>>;
+
+    /// The PodNetworkAttachment `namespace/name`, or `None` when no such object exists.
+    fn pod_network_attachment<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodNetworkAttachment>, CatalogError>>;
+
+    /// The AttachmentParameters `namespace/name`, or `None` when no such object exists.
+    fn attachment_parameters<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<AttachmentParameters>, CatalogError>>;
+
+    /// Publishes the status annotations on the pod, all at once. Best effort: the caller logs
+    /// a failure and never fails an ADD that succeeded because of it.
+    fn publish_status<'a>(
+        &'a self,
+        pod: &'a PodInfo,
+        report: StatusReport,
+    ) -> BoxFuture<'a, Result<(), CatalogError>>;
+
+    /// Publishes the network-status annotation value alone (a pod without PodNetworks).
     fn publish_network_status<'a>(
         &'a self,
         pod: &'a PodInfo,
         annotation_value: &'a str,
-    ) -> BoxFuture<'a, Result<(), CatalogError>>;
+    ) -> BoxFuture<'a, Result<(), CatalogError>> {
+        self.publish_status(
+            pod,
+            StatusReport { network_status: annotation_value.to_owned(), pod_networks_status: None },
+        )
+    }
 
     /// Records an event on the pod (a warning the user should see next to the pod).
     fn record_event<'a>(&'a self, pod: &'a PodInfo, reason: &'a str, message: &'a str) -> BoxFuture<'a, ()>;

@@ -1,5 +1,6 @@
-//! A `default-route` selection (spec 4.1.2.1.9): which attachment holds the pod's default
-//! route, setting and checking it in the pod, and what it changes in what plexus reports.
+//! A `default-route` selection (spec 4.1.2.1.9), or a PodNetwork entry's `isDefaultGW`:
+//! which attachment holds the pod's default route, setting and checking it in the pod, and
+//! what it changes in what plexus reports.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -58,6 +59,41 @@ pub fn without_taken_defaults(result: &CniResult, taken: Families) -> CniResult 
     let mut out = result.clone();
     out.routes.retain(|r| r.dst.prefix_len() != 0 || !taken.contains_v4(r.dst.addr().is_ipv4()));
     out
+}
+
+/// The gateways an `isDefaultGW` attachment takes the pod's default routes through: per
+/// address family, the gateway of its result's default route, else the gateway of its first
+/// address of that family. The IPv4 one first.
+pub fn result_gateways(result: &CniResult) -> Vec<IpAddr> {
+    let defaults = crate::spec::status::default_gateways(result);
+    [true, false]
+        .into_iter()
+        .filter_map(|v4| {
+            defaults
+                .iter()
+                .copied()
+                .find(|g| g.is_ipv4() == v4)
+                .or_else(|| result.ips.iter().filter_map(|ip| ip.gateway).find(|g| g.is_ipv4() == v4))
+        })
+        .collect()
+}
+
+/// Makes the attachment (just added, its result recorded) the holder of the pod's default
+/// routes, through its result's gateways. Without a gateway there is nothing to route
+/// through: the ADD fails (and is undone), saying what to give the network.
+pub fn take_from_result(attachment: &mut AttachmentRecord) -> Result<(), CniError> {
+    let gateways = super::parsed_result(attachment).map(|r| result_gateways(&r)).unwrap_or_default();
+    if gateways.is_empty() {
+        let network = attachment.pod_network.clone().unwrap_or_else(|| attachment.network.clone());
+        return Err(CniError::invalid_config(format!(
+            "PodNetwork {network:?} (interface {}) is to hold the pod's default route (isDefaultGW), but its CNI \
+             result has no gateway; give the network's IPAM a gateway (or a default route), or drop isDefaultGW",
+            attachment.ifname
+        ))
+        .with_details(network));
+    }
+    attachment.default_route = Some(gateways);
+    Ok(())
 }
 
 pub async fn apply(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
@@ -119,6 +155,24 @@ mod tests {
         assert_eq!(Families::taken_by(&ips(&["fd01::1"])), Families { v4: false, v6: true });
         assert_eq!(Families::taken_by(&ips(&["10.0.0.1", "fd01::1"])), Families { v4: true, v6: true });
         assert_eq!(Families::taken_by(&[]), Families { v4: true, v6: true });
+    }
+
+    #[test]
+    fn is_default_gw_takes_the_default_routes_gateways_else_the_addresses() {
+        assert_eq!(result_gateways(&dual_stack()), ips(&["10.88.0.1", "fd00::1"]));
+        let addresses_only = CniResult::parse(
+            &json!({"cniVersion": "1.0.0", "ips": [
+                {"address": "fd01::5/64", "gateway": "fd01::1"},
+                {"address": "10.10.2.5/24", "gateway": "10.10.2.1"},
+                {"address": "10.10.3.5/24", "gateway": "10.10.3.1"}]}),
+            "1.0.0",
+        )
+        .unwrap();
+        assert_eq!(result_gateways(&addresses_only), ips(&["10.10.2.1", "fd01::1"]));
+        let none =
+            CniResult::parse(&json!({"cniVersion": "1.0.0", "ips": [{"address": "10.10.2.5/24"}]}), "1.0.0")
+                .unwrap();
+        assert!(result_gateways(&none).is_empty());
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 mod default_route;
 mod error;
+mod front_end;
 pub mod locks;
+mod pod_networks_status;
 pub mod pod_uid;
 pub mod request;
 
@@ -17,20 +19,16 @@ use serde_json::{json, Value};
 use tracing::Instrument;
 
 use crate::catalog::confdir::{self, DefaultNetworkMissing};
-use crate::catalog::{Catalog, CatalogError, PodInfo};
+use crate::catalog::{Catalog, CatalogError, PodInfo, StatusReport};
 use crate::cni::result::CniResult;
 use crate::cni::AttachmentKey;
 use crate::cni::Command;
 use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
 use crate::delegate::{DelegateError, Delegator, InvocationEnv};
 use crate::policy::PolicyHandle;
-use crate::spec::delegate_conf::{default_delegate, secondary_delegate, DelegateConfig};
-use crate::spec::plan::plan_attachments;
-use crate::spec::resolve::resolve_network_config;
-use crate::spec::selection::{parse_selection, NetworkSelection};
+use crate::spec::delegate_conf::{default_delegate, DelegateConfig};
 use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
-use crate::spec::NETWORKS_ANNOTATION;
-use crate::state::{AttachmentRecord, ContainerRecord, PodRef, StateError, StateStore};
+use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, PodRef, StateError, StateStore};
 use error::{DetachError, DetachFailure};
 use locks::ContainerLocks;
 use request::{request_version, CniEnv, PlexusConf};
@@ -157,7 +155,7 @@ impl Engine {
             tracing::info!("ADD repeated without DEL: removing the previous attachments first");
             self.teardown(previous, env).await?;
         }
-        let (pod, mut record) = self.prepare_add(env, conf).await?;
+        let (pod, mut record, default_gw) = self.prepare_add(env, conf).await?;
         self.state.save(&record).await?;
 
         for i in 0..record.attachments.len() {
@@ -172,7 +170,14 @@ impl Engine {
                 started.elapsed(),
             );
             match added {
-                Ok(result) => record.attachments[i].result = result,
+                Ok(result) => {
+                    record.attachments[i].result = result;
+                    if default_gw == Some(i) {
+                        if let Err(err) = default_route::take_from_result(&mut record.attachments[i]) {
+                            return Err(self.rollback(record, env, err).await);
+                        }
+                    }
+                }
                 Err(e) => {
                     let err = attachment_error(&attachment.network, &e);
                     if let Some(pod) = &pod {
@@ -199,18 +204,18 @@ impl Engine {
         if let Err(e) = self.state.save(&record).await {
             return Err(self.rollback(record, env, e.into()).await);
         }
-        let statuses = network_statuses(&record);
-        self.publish_status(pod.as_ref(), &statuses).await;
+        self.publish_status(pod.as_ref(), &record).await;
         default_result(&record, &conf.cni_version)
     }
 
     /// Everything that can be refused before anything is attached: a refusal here leaves
-    /// nothing behind by construction.
+    /// nothing behind by construction. With the record, the index of the attachment whose
+    /// result's gateways become the pod's default routes (`isDefaultGW`).
     async fn prepare_add(
         &self,
         env: &CniEnv,
         conf: &PlexusConf,
-    ) -> Result<(Option<PodInfo>, ContainerRecord), CniError> {
+    ) -> Result<(Option<PodInfo>, ContainerRecord, Option<usize>), CniError> {
         let pod = self.lookup_pod(env).await?;
         let default_dir = self.config.default_network_dir.clone();
         let (_, default_list) = blocking(move || confdir::default_network(&default_dir))
@@ -223,12 +228,17 @@ impl Engine {
             delegate: default_delegate(default_list, &conf.runtime_config),
             result: None,
             default_route: None,
+            pod_network: None,
         };
+        let secondaries = match &pod {
+            Some(pod) => self.secondaries(pod, &env.ifname).await?,
+            None => front_end::Secondaries::default(),
+        };
+        let default = AttachmentRecord { pod_network: secondaries.default_pod_network, ..default };
         let mut attachments = vec![default];
-        if let Some(pod) = &pod {
-            let selections = self.selections(pod).await?;
-            attachments.extend(self.secondary_attachments(pod, &env.ifname, &selections).await?);
-        }
+        attachments.extend(secondaries.attachments);
+        // Index in the record: the default network comes first.
+        let default_gw = secondaries.default_gw.map(|i| i + 1);
         let record = ContainerRecord {
             container_id: env.container_id.clone(),
             ifname: env.ifname.clone(),
@@ -242,8 +252,9 @@ impl Engine {
             attachments,
             complete: false,
             unconfirmed_del_failures: 0,
+            front_end: secondaries.front_end,
         };
-        Ok((pod, record))
+        Ok((pod, record, default_gw))
     }
 
     async fn lookup_pod(&self, env: &CniEnv) -> Result<Option<PodInfo>, CniError> {
@@ -267,85 +278,6 @@ impl Engine {
             }
             Err(e) => Err(CniError::from_error(&e)),
         }
-    }
-
-    /// The pod's selections. An invalid annotation is ignored as the spec requires, but
-    /// loudly: a warning and a pod event with the reason (or a failure in strict mode).
-    async fn selections(&self, pod: &PodInfo) -> Result<Vec<NetworkSelection>, CniError> {
-        let Some(text) = pod.annotations.get(NETWORKS_ANNOTATION) else { return Ok(Vec::new()) };
-        match parse_selection(text) {
-            Ok(s) => Ok(s),
-            Err(e) if self.config.strict_annotations => Err(CniError::from_error(&e)
-                .with_details(format!("pod {}/{} (strict annotations)", pod.namespace, pod.name))),
-            Err(e) => {
-                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name),
-                    "ignoring the pod's networks annotation, attaching the default network only: {e}");
-                self.catalog.record_event(pod, "InvalidNetworksAnnotation", &format!("ignored: {e}")).await;
-                Ok(Vec::new())
-            }
-        }
-    }
-
-    async fn secondary_attachments(
-        &self,
-        pod: &PodInfo,
-        default_ifname: &str,
-        selections: &[NetworkSelection],
-    ) -> Result<Vec<AttachmentRecord>, CniError> {
-        if selections.is_empty() {
-            return Ok(Vec::new());
-        }
-        // A refusal is also told on the pod, where its owner looks.
-        let refuse = |err: CniError| async move {
-            self.catalog.record_event(pod, "NetworkRefused", &err.msg).await;
-            err.with_details(format!("pod {}/{}", pod.namespace, pod.name))
-        };
-        let planned = match plan_attachments(
-            &pod.namespace,
-            default_ifname,
-            selections,
-            &self.config.allowed_namespaces,
-        ) {
-            Ok(p) => p,
-            Err(e) => return Err(refuse(CniError::from_error(&e)).await),
-        };
-        let dirs = self.config.network_conf_dirs.clone();
-        let on_disk = blocking(move || confdir::on_disk_configs(&dirs)).await?;
-        let mut out = Vec::with_capacity(planned.len());
-        for p in planned {
-            let network = p.status_name();
-            let nad = match self.catalog.nad(&p.namespace, &p.name).await {
-                Ok(Some(nad)) => nad,
-                Ok(None) => {
-                    return Err(refuse(CniError::invalid_config(format!(
-                        "network {network} does not exist: no NetworkAttachmentDefinition {network}; create it or \
-                         fix the pod's {NETWORKS_ANNOTATION} annotation"
-                    )))
-                    .await)
-                }
-                Err(e) => return Err(CniError::from_error(&e)),
-            };
-            let (list, _origin) = match resolve_network_config(&nad, &on_disk) {
-                Ok(r) => r,
-                Err(e) => return Err(refuse(CniError::from_error(&e)).await),
-            };
-            let delegate = match secondary_delegate(&network, list, &p.selection) {
-                Ok(d) => d,
-                Err(e) => return Err(refuse(CniError::from_error(&e)).await),
-            };
-            if let Err(e) = self.policy.check(&p.namespace, &network, &delegate.list.to_value()) {
-                return Err(refuse(CniError::from_error(&e)).await);
-            }
-            out.push(AttachmentRecord {
-                network,
-                is_default: false,
-                ifname: p.ifname,
-                delegate,
-                result: None,
-                default_route: p.selection.default_route.clone(),
-            });
-        }
-        Ok(out)
     }
 
     /// Undoes a failed ADD: every attachment that may have been attempted, newest first.
@@ -550,12 +482,20 @@ impl Engine {
         Some(DelegateConfig { list: found.1, runtime_config: Default::default() })
     }
 
-    async fn publish_status(&self, pod: Option<&PodInfo>, statuses: &[NetworkStatus]) {
-        let value = annotation_value(statuses);
-        tracing::info!(network_status = %serde_json::to_string(statuses).unwrap_or_default(), "attached");
+    /// Publishes what a completed ADD made: network-status, and the KEP status when the pod
+    /// asked for PodNetworks, together.
+    async fn publish_status(&self, pod: Option<&PodInfo>, record: &ContainerRecord) {
+        let statuses = network_statuses(record);
+        tracing::info!(network_status = %serde_json::to_string(&statuses).unwrap_or_default(), "attached");
+        let pod_networks_status = (record.front_end == FrontEnd::PodNetworks)
+            .then(|| pod_networks_status::annotation(record, &statuses));
+        if let Some(kep) = &pod_networks_status {
+            tracing::info!(pod_networks_status = %kep, "PodNetworks attached");
+        }
         if let Some(pod) = pod {
-            if let Err(e) = self.catalog.publish_network_status(pod, &value).await {
-                tracing::warn!("publishing network-status: {e}");
+            let report = StatusReport { network_status: annotation_value(&statuses), pod_networks_status };
+            if let Err(e) = self.catalog.publish_status(pod, report).await {
+                tracing::warn!("publishing the status annotations: {e}");
             }
         }
     }
@@ -693,6 +633,7 @@ mod tests {
             delegate: DelegateConfig { list, runtime_config: Default::default() },
             result: Some(result),
             default_route: default_route.map(|g| g.iter().map(|s| s.parse().unwrap()).collect()),
+            pod_network: None,
         }
     }
 
@@ -730,6 +671,7 @@ mod tests {
             attachments: vec![default, secondary],
             complete: true,
             unconfirmed_del_failures: 0,
+            front_end: FrontEnd::Npwg,
         }
     }
 

@@ -14,12 +14,14 @@ use tokio::task::JoinHandle;
 
 use super::events::EventSink;
 use super::nad::{NadCache, NetworkAttachmentDefinition};
+use super::podnetwork::PodNetworkCaches;
 use super::pods::{pod_info, PodCache};
 use super::status_patch::{PatchPolicy, StatusPublisher};
 use super::watch::{Settings, WatchBackoff};
 use super::KubeError;
-use crate::catalog::{Catalog, CatalogError, PodInfo};
+use crate::catalog::{Catalog, CatalogError, PodInfo, StatusReport};
 use crate::metrics::metrics;
+use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::spec::resolve;
 
 /// What the operator decides about the Kubernetes catalog.
@@ -48,11 +50,13 @@ impl KubeCatalogConfig {
     }
 }
 
-/// NADs and this node's pods from the API server. Its tasks stop when it is dropped.
+/// NADs, PodNetworks (with their attachments and parameters) and this node's pods from the
+/// API server. Its tasks stop when it is dropped.
 pub struct KubeCatalog {
     client: Client,
     config: KubeCatalogConfig,
     nads: NadCache,
+    pod_networks: PodNetworkCaches,
     pods: std::sync::Arc<PodCache>,
     status: StatusPublisher,
     events: EventSink,
@@ -72,24 +76,49 @@ impl KubeCatalog {
         let (pods, pod_task) = PodCache::start(client.clone(), &config.node_name, settings, pods_tx);
         let (events, event_task) = EventSink::start(client.clone(), &config.node_name);
         let status = StatusPublisher::new(client.clone(), config.status.clone(), events.clone());
-        let tasks = vec![tokio::spawn(nad_task), tokio::spawn(pod_task), tokio::spawn(event_task)];
-        tracing::info!(node = %config.node_name, "Kubernetes catalog: watching NetworkAttachmentDefinitions and this node's pods");
-        KubeCatalog { client, config, nads, pods, status, events, nads_synced, pods_synced, tasks }
+        let (pod_networks, pn_tasks) = PodNetworkCaches::start(client.clone(), settings);
+        let mut tasks = vec![tokio::spawn(nad_task), tokio::spawn(pod_task), tokio::spawn(event_task)];
+        tasks.extend(pn_tasks.into_iter().map(tokio::spawn));
+        tracing::info!(
+            node = %config.node_name,
+            "Kubernetes catalog: watching NetworkAttachmentDefinitions, PodNetworks (with their attachments and \
+             parameters) and this node's pods"
+        );
+        KubeCatalog {
+            client,
+            config,
+            nads,
+            pod_networks,
+            pods,
+            status,
+            events,
+            nads_synced,
+            pods_synced,
+            tasks,
+        }
     }
 
-    /// True while both caches hold the server's current state: false until their initial
-    /// lists are complete, and again while one relists or cannot reach the API server.
+    /// True while every cache holds the server's current state: false until their initial
+    /// lists are complete, and again while one relists or cannot reach the API server. A
+    /// kind whose CRD is not installed is current with no objects.
     pub fn is_synced(&self) -> bool {
-        *self.nads_synced.borrow() && *self.pods_synced.borrow()
+        *self.nads_synced.borrow() && *self.pods_synced.borrow() && self.pod_networks.is_synced()
     }
 
     /// Waits until [`Self::is_synced`], at most `timeout`; returns whether it is.
     pub async fn wait_synced(&self, timeout: Duration) -> bool {
-        let mut nads = self.nads_synced.clone();
-        let mut pods = self.pods_synced.clone();
+        let mut watches = vec![self.nads_synced.clone(), self.pods_synced.clone()];
+        watches.extend(self.pod_networks.synced.iter().cloned());
         // An error means the watcher ended before its cache synced: it never will.
-        let both = async { nads.wait_for(|s| *s).await.is_ok() && pods.wait_for(|s| *s).await.is_ok() };
-        matches!(tokio::time::timeout(timeout, both).await, Ok(true))
+        let all = async {
+            for w in &mut watches {
+                if w.wait_for(|s| *s).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        matches!(tokio::time::timeout(timeout, all).await, Ok(true))
     }
 
     pub fn cached_pods(&self) -> usize {
@@ -170,12 +199,59 @@ impl Catalog for KubeCatalog {
         .boxed()
     }
 
-    fn publish_network_status<'a>(
+    fn pod_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<PodNetwork>, CatalogError>> {
+        async move {
+            if let Some(pn) = self.pod_networks.pod_networks.get("", name) {
+                metrics().lookup("podnetwork", "cache");
+                return Ok(Some(pn));
+            }
+            metrics().lookup("podnetwork", "api");
+            let api: Api<PodNetwork> = Api::all(self.client.clone());
+            self.get(format!("PodNetwork {name}"), api.get_opt(name)).await
+        }
+        .boxed()
+    }
+
+    fn pod_network_attachment<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodNetworkAttachment>, CatalogError>> {
+        async move {
+            if let Some(pna) = self.pod_networks.attachments.get(namespace, name) {
+                metrics().lookup("podnetworkattachment", "cache");
+                return Ok(Some(pna));
+            }
+            metrics().lookup("podnetworkattachment", "api");
+            let api: Api<PodNetworkAttachment> = Api::namespaced(self.client.clone(), namespace);
+            self.get(format!("PodNetworkAttachment {namespace}/{name}"), api.get_opt(name)).await
+        }
+        .boxed()
+    }
+
+    fn attachment_parameters<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<AttachmentParameters>, CatalogError>> {
+        async move {
+            if let Some(p) = self.pod_networks.parameters.get(namespace, name) {
+                metrics().lookup("attachmentparameters", "cache");
+                return Ok(Some(p));
+            }
+            metrics().lookup("attachmentparameters", "api");
+            let api: Api<AttachmentParameters> = Api::namespaced(self.client.clone(), namespace);
+            self.get(format!("AttachmentParameters {namespace}/{name}"), api.get_opt(name)).await
+        }
+        .boxed()
+    }
+
+    fn publish_status<'a>(
         &'a self,
         pod: &'a PodInfo,
-        annotation_value: &'a str,
+        report: StatusReport,
     ) -> BoxFuture<'a, Result<(), CatalogError>> {
-        let queued = self.status.publish(pod, annotation_value);
+        let queued = self.status.publish(pod, &report);
         async move { queued }.boxed()
     }
 

@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod client;
 pub mod events;
 pub mod nad;
+pub mod podnetwork;
 pub mod pods;
 pub mod policy;
 pub mod resource;
@@ -57,6 +58,22 @@ pub const API_ACCESS: &[ApiAccess] = &[
     ApiAccess { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"] },
     // The network attachment policy objects (plexus's own group), listed and watched.
     ApiAccess { group: crate::policy::model::GROUP, resource: policy::PLURAL, verbs: &["list", "watch"] },
+    // The KEP-3698 objects a pod asks for: reflectors list and watch, a cache miss GETs.
+    ApiAccess {
+        group: crate::podnetwork::model::GROUP,
+        resource: crate::podnetwork::model::POD_NETWORK_PLURAL,
+        verbs: &["get", "list", "watch"],
+    },
+    ApiAccess {
+        group: crate::podnetwork::model::GROUP,
+        resource: crate::podnetwork::model::ATTACHMENT_PLURAL,
+        verbs: &["get", "list", "watch"],
+    },
+    ApiAccess {
+        group: crate::podnetwork::model::GROUP,
+        resource: crate::podnetwork::model::PARAMETERS_PLURAL,
+        verbs: &["get", "list", "watch"],
+    },
 ];
 
 /// Errors of the Kubernetes catalog, with what was being done.

@@ -19,13 +19,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::catalog::PodInfo;
 use crate::engine::pod_uid::MIRROR_POD_ANNOTATION;
 use crate::metrics::metrics;
+use crate::podnetwork::model::POD_NETWORKS_ANNOTATION;
 use crate::spec::NETWORK_STATUS_ANNOTATION;
 
 /// Annotations plexus reads start with one of these. The network-status plexus writes is
 /// left out: it is the largest, and plexus never reads it back.
 const KEPT_ANNOTATION_PREFIXES: &[&str] = &["k8s.v1.cni.cncf.io/", "v1.multus-cni.io/"];
-/// Other annotations plexus reads: a static pod's mirror, exempt from the UID check.
-const KEPT_ANNOTATIONS: &[&str] = &[MIRROR_POD_ANNOTATION];
+/// Other annotations plexus reads: a static pod's mirror, exempt from the UID check, and the
+/// pod's PodNetwork list (KEP-3698; its status, which plexus writes, is left out).
+const KEPT_ANNOTATIONS: &[&str] = &[MIRROR_POD_ANNOTATION, POD_NETWORKS_ANNOTATION];
 
 /// The pod as plexus caches it, or `None` for an object without a name.
 pub fn pod_info(meta: &ObjectMeta) -> Option<PodInfo> {
@@ -168,7 +170,9 @@ mod tests {
                 "v1.multus-cni.io/default-network": "x",
                 "kubectl.kubernetes.io/last-applied-configuration": "{...}",
                 "kubernetes.io/config.mirror": "5e1f",
-                "kubernetes.io/config.source": "file"
+                "kubernetes.io/config.source": "file",
+                "plexus.dev/pod-networks": "[{\"name\":\"blue\"}]",
+                "plexus.dev/pod-networks-status": "[...]"
             }),
         );
         let info = pod_info(&p.metadata).unwrap();
@@ -178,6 +182,7 @@ mod tests {
             [
                 "k8s.v1.cni.cncf.io/networks",
                 "kubernetes.io/config.mirror",
+                "plexus.dev/pod-networks",
                 "v1.multus-cni.io/default-network"
             ]
         );

@@ -1,5 +1,6 @@
-//! network-status (NPWG spec 5) onto the pod: a JSON merge patch of the one annotation,
-//! after the ADD answered.
+//! network-status (NPWG spec 5), and the KEP-3698 status of a pod that asked for
+//! PodNetworks, onto the pod: one JSON merge patch of the annotations, after the ADD
+//! answered.
 //!
 //! Publishing never fails or delays an ADD. Each publish becomes a background task that
 //! retries with backoff on conflicts, throttling, server errors and network errors, within a
@@ -21,8 +22,9 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::events::EventSink;
-use crate::catalog::{CatalogError, PodInfo};
+use crate::catalog::{CatalogError, PodInfo, StatusReport};
 use crate::metrics::metrics;
+use crate::podnetwork::model::POD_NETWORKS_STATUS_ANNOTATION;
 use crate::spec::NETWORK_STATUS_ANNOTATION;
 
 /// Reason of the pod event when network-status could not be published.
@@ -57,9 +59,14 @@ impl Default for PatchPolicy {
     }
 }
 
-/// The merge patch that sets the annotation and touches nothing else.
-pub fn patch_body(annotation_value: &str) -> serde_json::Value {
-    json!({"metadata": {"annotations": {NETWORK_STATUS_ANNOTATION: annotation_value}}})
+/// The merge patch that sets the annotations and touches nothing else.
+pub fn patch_body(report: &StatusReport) -> serde_json::Value {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(NETWORK_STATUS_ANNOTATION.into(), report.network_status.clone().into());
+    if let Some(kep) = &report.pod_networks_status {
+        annotations.insert(POD_NETWORKS_STATUS_ANNOTATION.into(), kep.clone().into());
+    }
+    json!({"metadata": {"annotations": annotations}})
 }
 
 /// What one attempt came to.
@@ -134,8 +141,8 @@ impl StatusPublisher {
         self.shared.pending.load(Ordering::SeqCst)
     }
 
-    /// Starts publishing `value` on the pod and returns at once.
-    pub fn publish(&self, pod: &PodInfo, value: &str) -> Result<(), CatalogError> {
+    /// Starts publishing `report` on the pod and returns at once.
+    pub fn publish(&self, pod: &PodInfo, report: &StatusReport) -> Result<(), CatalogError> {
         let shared = &self.shared;
         if shared.pending.fetch_add(1, Ordering::SeqCst) >= shared.policy.max_pending {
             shared.pending.fetch_sub(1, Ordering::SeqCst);
@@ -156,7 +163,7 @@ impl StatusPublisher {
         };
         let shared = self.shared.clone();
         let pod = pod.clone();
-        let body = patch_body(value);
+        let body = patch_body(report);
         tokio::spawn(async move {
             {
                 let _turn = serial.lock().await;
@@ -264,10 +271,17 @@ mod tests {
     }
 
     #[test]
-    fn the_patch_sets_only_the_annotation() {
+    fn the_patch_sets_only_the_annotations() {
+        let npwg = StatusReport { network_status: "[]".into(), pod_networks_status: None };
         assert_eq!(
-            patch_body("[]"),
+            patch_body(&npwg),
             json!({"metadata": {"annotations": {"k8s.v1.cni.cncf.io/network-status": "[]"}}})
+        );
+        let both = StatusReport { pod_networks_status: Some("[1]".into()), ..npwg };
+        assert_eq!(
+            patch_body(&both),
+            json!({"metadata": {"annotations": {
+                "k8s.v1.cni.cncf.io/network-status": "[]", "plexus.dev/pod-networks-status": "[1]"}}})
         );
     }
 }
