@@ -56,14 +56,16 @@ struct KepWorld {
 
 impl KepWorld {
     fn new() -> KepWorld {
+        KepWorld::authorized_by(rbac::deploy_rules())
+    }
+
+    /// A world whose API server authorizes with `rules` (the agent's, or more).
+    fn authorized_by(rules: Vec<rbac::Rule>) -> KepWorld {
         let mut w = World::new();
         let pins = w.pin_on_own_bpffs();
         std::fs::write(w.path("pm.py"), SCRIPT).expect("writing the traffic script");
         no_dad(&w.node);
-        let api = TestApiServer::start_with(ServerOptions {
-            rbac: Some(rbac::deploy_rules()),
-            ..Default::default()
-        });
+        let api = TestApiServer::start_with(ServerOptions { rbac: Some(rules), ..Default::default() });
         forward_into(&w.node, &api.url());
         w.agent_args.extend([
             "--catalog".into(),
@@ -714,4 +716,134 @@ async fn without_the_crds_the_catalog_is_ready_and_has_no_pod_networks() {
     assert!(catalog.attachment_parameters(NS, "web").await.expect("no object").is_none());
     let listed = api.requests().iter().filter(|r| r.resource == "podnetworks" && r.verb != "get").count();
     assert!(listed >= 1, "the PodNetworks were asked for");
+}
+
+/// The rules of the controller's ClusterRole and Role (`deploy/controller.yaml`).
+fn controller_rules() -> Vec<rbac::Rule> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/controller.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/controller.yaml");
+    let mut rules = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc).expect("controller.yaml is YAML");
+        if v["kind"] == "ClusterRole" || v["kind"] == "Role" {
+            rules.extend(rbac::rules_of(&v));
+        }
+    }
+    rules
+}
+
+/// The Ready condition's (status, reason) of the PodNetwork `name`, once it has one.
+fn ready_of(api: &TestApiServer, name: &str) -> Option<(String, String)> {
+    let pn = api.get(POD_NETWORKS, "", name)?;
+    let c = pn["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?.clone();
+    Some((c["status"].as_str()?.to_owned(), c["reason"].as_str()?.to_owned()))
+}
+
+fn wait_ready_of(t: &KepWorld, name: &str, want: (&str, &str)) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ready_of(&t.api, name) != Some((want.0.to_owned(), want.1.to_owned())) {
+        assert!(
+            Instant::now() < deadline,
+            "PodNetwork {name} never became Ready={}/{}: {:?}",
+            want.0,
+            want.1,
+            t.api.get(POD_NETWORKS, "", name)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The KEP's life cycle with both halves of plexus running: the real controller decides
+/// Ready, the real agent obeys it. Disabling a network stops new pods (code 11 and an event,
+/// the pod stays Pending) and leaves running ones alone (CHECK passes, traffic flows, the InUse
+/// finalizer stays); enabling it again lets the waiting pod attach.
+#[test]
+fn kernel_a_disabled_network_blocks_new_pods_but_not_running_ones() {
+    let mut rules = rbac::deploy_rules();
+    rules.extend(controller_rules());
+    let mut t = KepWorld::authorized_by(rules);
+    t.api.apply(nad("nets", "blue", Some(&bridge_config(&t.w, "blue"))));
+    // No conditions written by the test: the controller decides them.
+    t.api.apply(json!({
+        "apiVersion": "plexus.dev/v1alpha1", "kind": "PodNetwork",
+        "metadata": {"name": "blue"},
+        "spec": {"enabled": true, "parametersRefs": [{"group": "k8s.cni.cncf.io",
+                 "kind": "NetworkAttachmentDefinition", "name": "blue", "namespace": "nets"}]},
+    }));
+    let controller = Command::new(bin("plexus-agent"))
+        .args(["controller", "--identity", "node-test", "--lease-namespace", "kube-system"])
+        .args(["--metrics-addr", "off", "--resync", "2", "--kubeconfig"])
+        .arg(t.api.kubeconfig())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Proc)
+        .expect("starting plexus-agent controller");
+    wait_ready_of(&t, "blue", ("True", "Ready"));
+    t.start();
+
+    t.add("running", &json!([{"name": "blue"}])).expect_ok();
+    let addr = addresses(t.netns("running"), "net1");
+    let v4 = addr.iter().find(|a| !a.contains(':')).expect("an IPv4 address on net1").clone();
+    let in_use = |t: &KepWorld| {
+        t.api.get(POD_NETWORKS, "", "blue").is_some_and(|pn| {
+            pn["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "plexus.dev/in-use"))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !in_use(&t) {
+        assert!(Instant::now() < deadline, "the controller never marked blue in use");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The operator disables the network.
+    let mut pn = t.api.get(POD_NETWORKS, "", "blue").expect("blue");
+    pn["spec"]["enabled"] = json!(false);
+    t.api.apply(pn);
+    wait_ready_of(&t, "blue", ("False", "AdministrativelyDisabled"));
+
+    // A new pod waits: code 11, an event naming the reason, nothing attached (the node holds
+    // what it held before: the running pod's attachments).
+    let before = t.w.leftovers(&[t.netns("running")]);
+    let out = t.add("new", &json!([{"name": "blue"}]));
+    assert_eq!(out.code(), Some(11), "try again later: {}", out.msg());
+    assert!(out.msg().contains("AdministrativelyDisabled"), "{}", out.msg());
+    let note = t.wait_event("new", "PodNetworkNotReady");
+    assert!(note.contains("AdministrativelyDisabled"), "{note}");
+    assert_eq!(
+        t.w.leftovers(&[t.netns("running"), t.netns("new")]),
+        before,
+        "the refused ADD left something"
+    );
+    assert!(!t.w.state_files().iter().any(|f| f.contains("c-new")), "{:?}", t.w.state_files());
+
+    // The running pod keeps its attachment: CHECK passes, it still reaches the bridge's
+    // gateway, and the network stays in use.
+    let check = t.w.cni("CHECK", &cid("running"), t.netns("running"), (NS, "running"));
+    assert!(check.ok(), "CHECK of the running pod: {} {}", check.stdout, check.stderr);
+    assert_eq!(addresses(t.netns("running"), "net1").iter().find(|a| !a.contains(':')), Some(&v4));
+    let (ok, out) = t.netns("running").exec(&["ping", "-c1", "-W2", "10.77.0.1"]);
+    assert!(ok, "the running pod reaches its network's gateway: {out}");
+    assert!(in_use(&t), "a disabled network in use keeps its finalizer");
+
+    // Enabled again: the runtime's retry of the waiting pod attaches it.
+    let mut pn = t.api.get(POD_NETWORKS, "", "blue").expect("blue");
+    pn["spec"]["enabled"] = json!(true);
+    t.api.apply(pn);
+    wait_ready_of(&t, "blue", ("True", "Ready"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = t.add_existing("new");
+        if out.ok() {
+            break;
+        }
+        assert_eq!(out.code(), Some(11), "{}", out.msg());
+        assert!(Instant::now() < deadline, "still refused once enabled: {}", out.msg());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(t.netns("new").has_link("net1"));
+    t.del_all_and_expect_nothing_left(&[]);
+    drop(controller);
 }
