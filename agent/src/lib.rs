@@ -1,4 +1,5 @@
-//! plexus agent: attaches pods to secondary networks per the NPWG multi-network spec v1.1.
+//! plexus agent: attaches pods to secondary networks per the NPWG multi-network spec v1.1 and
+//! KEP-3698's PodNetworks ([`podnetwork`]; their controller: [`controller`]), through one engine.
 //!
 //! The path of one request reads top to bottom:
 //! [`server`] (Unix socket) → [`engine`] (order, locking, undo) → [`spec`] (pure: selection,
