@@ -9,6 +9,7 @@
 
 pub mod recorder;
 pub mod test_apiserver;
+pub mod traffic;
 pub mod world;
 
 pub use plexus_testkit::{ip, status_of, unique, Bpffs, Netns, Proc};

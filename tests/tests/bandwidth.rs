@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use plexus_agent::dataplane::bandwidth::shaper::PIN_SUBDIR as BANDWIDTH_PIN_SUBDIR;
 use plexus_agent::dataplane::bandwidth::table::Table;
 use plexus_agent::dataplane::pin::PinDir;
+use plexus_tests::traffic::cid;
 use plexus_tests::world::bin;
 use plexus_tests::{Netns, Proc, World};
 use serde_json::{json, Value};
@@ -123,10 +124,6 @@ impl BwWorld {
     fn shaper_pins(&self) -> PathBuf {
         self.pins.join(BANDWIDTH_PIN_SUBDIR)
     }
-}
-
-fn cid(pod: &str) -> String {
-    format!("c-{pod}")
 }
 
 /// Goodput in bit/s measured by the receiver: client namespace `from` to `server` (or the

@@ -19,6 +19,7 @@ use plexus_tests::test_apiserver::{
     nad, pod, rbac, ServerOptions, TestApiServer, ATTACHMENT_PARAMETERS, EVENTS, PODS, POD_NETWORKS,
     POD_NETWORK_ATTACHMENTS,
 };
+use plexus_tests::traffic::{cid, no_dad, plain, tx_off};
 use plexus_tests::world::bin;
 use plexus_tests::{CniOutput, Netns, Proc, World};
 use serde_json::{json, Value};
@@ -335,39 +336,6 @@ fn forward_into(ns: &Netns, url: &str) {
 fn relay(mut from: TcpStream, mut to: TcpStream) {
     let _ = std::io::copy(&mut from, &mut to);
     let _ = to.shutdown(std::net::Shutdown::Write);
-}
-
-fn cid(pod: &str) -> String {
-    format!("c-{pod}")
-}
-
-fn no_dad(ns: &Netns) {
-    let (ok, out) =
-        ns.exec(&["sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"]);
-    assert!(ok, "sysctl: {out}");
-}
-
-fn tx_off(ns: &Netns, ifname: &str) {
-    let (ok, out) = ns.exec(&["ethtool", "-K", ifname, "tx", "off"]);
-    assert!(ok, "ethtool -K {ifname} tx off in {}: {out}", ns.name);
-}
-
-/// The log without its ANSI colours.
-fn plain(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for e in chars.by_ref() {
-                if e == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A bridge network `kpbr0` (10.77.0.0/24 and fd00:77::/64, the bridge the gateway: 10.77.0.1

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use plexus_agent::dataplane::pin::PinDir;
 use plexus_agent::dataplane::portmap::store::Store;
 use plexus_agent::dataplane::portmap::table::Tables;
+use plexus_tests::traffic::{cid, no_dad, plain, tx_off};
 use plexus_tests::world::bin;
 use plexus_tests::{Netns, Proc, World};
 use serde_json::{json, Value};
@@ -269,39 +270,6 @@ impl PmWorld {
             .output()
             .is_ok_and(|o| o.status.success())
     }
-}
-
-/// The log without its ANSI colours.
-fn plain(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for e in chars.by_ref() {
-                if e == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn cid(pod: &str) -> String {
-    format!("c-{pod}")
-}
-
-fn no_dad(ns: &Netns) {
-    let (ok, out) =
-        ns.exec(&["sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"]);
-    assert!(ok, "sysctl: {out}");
-}
-
-fn tx_off(ns: &Netns, ifname: &str) {
-    let (ok, out) = ns.exec(&["ethtool", "-K", ifname, "tx", "off"]);
-    assert!(ok, "ethtool -K {ifname} tx off in {}: {out}", ns.name);
 }
 
 /// `[host]:port` for the script's output, which prints bare addresses.
