@@ -1,7 +1,9 @@
 //! The small pieces the traffic tests set up the same way: the container IDs they give pods,
 //! namespaces without IPv6 duplicate address detection (addresses usable at once), interfaces
 //! without TX checksum offload (packets leave with complete checksums), and the agent's log
-//! without its colours.
+//! without its colours; the system python the traffic scripts run with.
+
+use std::path::Path;
 
 use plexus_testkit::Netns;
 
@@ -39,4 +41,13 @@ pub fn plain(log: &str) -> String {
         }
     }
     out
+}
+
+/// The system python (Debian's, when there), which runs the traffic scripts.
+pub fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
 }

@@ -19,7 +19,7 @@ use plexus_tests::test_apiserver::{
     nad, pod, rbac, ServerOptions, TestApiServer, ATTACHMENT_PARAMETERS, EVENTS, PODS, POD_NETWORKS,
     POD_NETWORK_ATTACHMENTS,
 };
-use plexus_tests::traffic::{cid, no_dad, plain, tx_off};
+use plexus_tests::traffic::{cid, no_dad, plain, python, tx_off};
 use plexus_tests::world::bin;
 use plexus_tests::{CniOutput, Netns, Proc, World};
 use serde_json::{json, Value};
@@ -34,14 +34,6 @@ const MBIT: u64 = 1_000_000;
 
 /// Servers and clients of the port mapping tests, reused.
 const SCRIPT: &str = include_str!("portmap/pm.py");
-
-fn python() -> &'static str {
-    if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    }
-}
 
 /// Fields drop in order: servers and namespaces first, then the world (its agent), then the
 /// API server.

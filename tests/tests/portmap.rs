@@ -25,14 +25,14 @@ mod pmtu;
 mod semantics;
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plexus_agent::dataplane::pin::PinDir;
 use plexus_agent::dataplane::portmap::store::Store;
 use plexus_agent::dataplane::portmap::table::Tables;
-use plexus_tests::traffic::{cid, no_dad, plain, tx_off};
+use plexus_tests::traffic::{cid, no_dad, plain, python, tx_off};
 use plexus_tests::world::bin;
 use plexus_tests::{Netns, Proc, World};
 use serde_json::{json, Value};
@@ -41,14 +41,6 @@ const NS: &str = "default";
 
 /// Servers and clients: one small script (portmap/pm.py), run with the system python.
 const SCRIPT: &str = include_str!("portmap/pm.py");
-
-fn python() -> &'static str {
-    if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    }
-}
 
 /// A world whose agent pins on its own bpffs (unmounted by the world, after its agent).
 struct PmWorld {
