@@ -1,11 +1,15 @@
 //! The small pieces the traffic tests set up the same way: the container IDs they give pods,
 //! namespaces without IPv6 duplicate address detection (addresses usable at once), interfaces
 //! without TX checksum offload (packets leave with complete checksums), and the agent's log
-//! without its colours; the system python the traffic scripts run with.
+//! without its colours; the system python the traffic scripts run with, client namespaces,
+//! the scripts' servers and clients.
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use plexus_testkit::Netns;
+use plexus_testkit::{Netns, Proc};
 
 /// The container ID the tests give the pod `pod`.
 pub fn cid(pod: &str) -> String {
@@ -50,4 +54,59 @@ pub fn python() -> &'static str {
     } else {
         "python3"
     }
+}
+
+/// A client namespace (named after `prefix`) whose `eth0` is the peer of `node_end`, created
+/// in `node` and up, with `addrs` on `eth0` (no DAD) and TX checksum offload off.
+pub fn client_namespace(node: &Netns, prefix: &str, node_end: &str, addrs: &[&str]) -> Netns {
+    let ns = Netns::new(prefix);
+    no_dad(&ns);
+    node.ip(&["link", "add", node_end, "type", "veth", "peer", "name", "eth0", "netns", &ns.name]);
+    node.ip(&["link", "set", node_end, "up"]);
+    ns.ip(&["link", "set", "eth0", "up"]);
+    for a in addrs {
+        ns.ip(&["addr", "add", a, "dev", "eth0", "nodad"]);
+    }
+    tx_off(&ns, "eth0");
+    ns
+}
+
+/// Starts the traffic script `script` in `ns` as a server (`args`: its mode and arguments)
+/// and waits until it says it is listening.
+pub fn start_server(ns: &Netns, script: &Path, args: &[&str]) -> Proc {
+    let child = ns
+        .command(python())
+        .arg(script)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting a server");
+    let mut server = Proc(child);
+    let mut ready = String::new();
+    let stdout = server.0.stdout.take().expect("server stdout");
+    BufReader::new(stdout).read_line(&mut ready).expect("server readiness");
+    assert_eq!(ready.trim(), "ready", "server {args:?} in {}", ns.name);
+    server
+}
+
+/// Runs the traffic script `script` in the namespace named `ns` until it succeeds (servers and
+/// neighbours may need a moment), for up to 10 s: its output words, or its last error.
+pub fn run_until_ok(ns: &str, script: &Path, args: &[&str]) -> Result<Vec<String>, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, python()])
+            .arg(script)
+            .args(args)
+            .output()
+            .expect("running the traffic script");
+        if out.status.success() {
+            return Ok(String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect());
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(last)
 }

@@ -9,7 +9,6 @@
 //! agent reach it with the server's own kubeconfig. No controller runs here: the tests write
 //! the objects' Ready conditions themselves, as the controller would.
 
-use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,7 +18,7 @@ use plexus_tests::test_apiserver::{
     nad, pod, rbac, ServerOptions, TestApiServer, ATTACHMENT_PARAMETERS, EVENTS, PODS, POD_NETWORKS,
     POD_NETWORK_ATTACHMENTS,
 };
-use plexus_tests::traffic::{cid, no_dad, plain, python, tx_off};
+use plexus_tests::traffic::{cid, client_namespace, no_dad, plain, run_until_ok, start_server, tx_off};
 use plexus_tests::world::bin;
 use plexus_tests::{CniOutput, Netns, Proc, World};
 use serde_json::{json, Value};
@@ -179,34 +178,14 @@ impl KepWorld {
 
     /// A server of the traffic script in the pod, answering on `port` with the pod's name.
     fn serve(&mut self, name: &str, port: u16) {
-        let child = self
-            .netns(name)
-            .command(python())
-            .arg(self.script())
-            .args(["serve", name, &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting a server");
-        let mut server = Proc(child);
-        let mut ready = String::new();
-        let stdout = server.0.stdout.take().expect("server stdout");
-        BufReader::new(stdout).read_line(&mut ready).expect("server readiness");
-        assert_eq!(ready.trim(), "ready", "server in {name}");
+        let server =
+            start_server(self.netns(name), Path::new(&self.script()), &["serve", name, &port.to_string()]);
         self.servers.push(server);
     }
 
     /// A client namespace whose `eth0` is the peer of `node_end` (created in the node).
     fn client(&mut self, node_end: &str, addrs: &[&str]) -> String {
-        let ns = Netns::new("kpcl");
-        no_dad(&ns);
-        self.w.node.ip(&["link", "add", node_end, "type", "veth", "peer", "name", "eth0", "netns", &ns.name]);
-        self.w.node.ip(&["link", "set", node_end, "up"]);
-        ns.ip(&["link", "set", "eth0", "up"]);
-        for a in addrs {
-            ns.ip(&["addr", "add", a, "dev", "eth0", "nodad"]);
-        }
-        tx_off(&ns, "eth0");
+        let ns = client_namespace(&self.w.node, "kpcl", node_end, addrs);
         let name = ns.name.clone();
         self.clients.push(ns);
         name
@@ -215,23 +194,14 @@ impl KepWorld {
     /// TCP from the client namespace `from` to `host:port` until the pod answers (servers and
     /// neighbours may need a moment); returns the words the pod's server said.
     fn tcp(&self, from: &str, host: &str, port: u16) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut last = String::new();
-        while Instant::now() < deadline {
-            let out = Command::new("ip")
-                .args(["netns", "exec", from, python(), &self.script(), "tcp", host, &port.to_string(), "hi"])
-                .output()
-                .expect("running the traffic script");
-            if out.status.success() {
-                return String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect();
-            }
-            last = String::from_utf8_lossy(&out.stderr).into_owned();
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!(
-            "TCP to {host}:{port} from {from} never succeeded: {last}\nagent log:\n{}",
-            self.w.agent_log()
-        );
+        run_until_ok(from, Path::new(&self.script()), &["tcp", host, &port.to_string(), "hi"]).unwrap_or_else(
+            |last| {
+                panic!(
+                    "TCP to {host}:{port} from {from} never succeeded: {last}\nagent log:\n{}",
+                    self.w.agent_log()
+                )
+            },
+        )
     }
 
     /// `plexus-agent <tool> list --json` (tool: portmap or bandwidth).

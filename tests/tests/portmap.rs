@@ -25,14 +25,16 @@ mod pmtu;
 mod semantics;
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plexus_agent::dataplane::pin::PinDir;
 use plexus_agent::dataplane::portmap::store::Store;
 use plexus_agent::dataplane::portmap::table::Tables;
-use plexus_tests::traffic::{cid, no_dad, plain, python, tx_off};
+use plexus_tests::traffic::{
+    cid, client_namespace, no_dad, plain, python, run_until_ok, start_server, tx_off,
+};
 use plexus_tests::world::bin;
 use plexus_tests::{Netns, Proc, World};
 use serde_json::{json, Value};
@@ -129,20 +131,7 @@ impl PmWorld {
     /// Starts a server of the traffic script in `ns` (`args`: its mode and arguments) and waits
     /// until it is listening.
     fn start(&self, ns: &Netns, args: &[&str]) -> Proc {
-        let child = ns
-            .command(python())
-            .arg(self.script())
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting a server");
-        let mut server = Proc(child);
-        let mut ready = String::new();
-        let stdout = server.0.stdout.take().expect("server stdout");
-        BufReader::new(stdout).read_line(&mut ready).expect("server readiness");
-        assert_eq!(ready.trim(), "ready", "server {args:?} in {}", ns.name);
-        server
+        start_server(ns, Path::new(&self.script()), args)
     }
 
     /// The IPv4 and IPv6 address (without prefix) of the pod's interface on the mapped
@@ -217,41 +206,20 @@ impl PmWorld {
 
     /// A client namespace whose `eth0` is the peer of `node_end` (created in the node).
     fn client(&mut self, node_end: &str, addrs: &[&str]) -> usize {
-        let ns = Netns::new("pmcl");
-        no_dad(&ns);
-        self.w.node.ip(&["link", "add", node_end, "type", "veth", "peer", "name", "eth0", "netns", &ns.name]);
-        self.w.node.ip(&["link", "set", node_end, "up"]);
-        ns.ip(&["link", "set", "eth0", "up"]);
-        for a in addrs {
-            ns.ip(&["addr", "add", a, "dev", "eth0", "nodad"]);
-        }
-        tx_off(&ns, "eth0");
-        self.clients.push(ns);
+        self.clients.push(client_namespace(&self.w.node, "pmcl", node_end, addrs));
         self.clients.len() - 1
     }
 
     /// Runs the traffic script in `ns` until it succeeds (servers and neighbours may need a
     /// moment), returning its output words.
     fn run(&self, ns: &str, args: &[&str]) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut last = String::new();
-        while Instant::now() < deadline {
-            let out = Command::new("ip")
-                .args(["netns", "exec", ns, python(), &self.script()])
-                .args(args)
-                .output()
-                .expect("running the traffic script");
-            if out.status.success() {
-                return String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect();
-            }
-            last = String::from_utf8_lossy(&out.stderr).into_owned();
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!(
-            "{args:?} from {ns} never succeeded: {last}\nmappings:\n{}\nagent log:\n{}",
-            self.list_text(),
-            self.w.agent_log()
-        );
+        run_until_ok(ns, Path::new(&self.script()), args).unwrap_or_else(|last| {
+            panic!(
+                "{args:?} from {ns} never succeeded: {last}\nmappings:\n{}\nagent log:\n{}",
+                self.list_text(),
+                self.w.agent_log()
+            )
+        })
     }
 
     /// Runs it once; true when it succeeded.
