@@ -615,7 +615,8 @@ mod tests {
     use super::*;
     use crate::cni::config::NetworkConfigList;
 
-    fn attachment(
+    /// A bridge attachment with `result`, the default network's when on `eth0`.
+    pub(super) fn attachment(
         network: &str,
         ifname: &str,
         result: Value,

@@ -42,25 +42,14 @@ fn default_route_families(gateways: &[String]) -> (bool, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cni::config::NetworkConfigList;
-    use crate::spec::delegate_conf::DelegateConfig;
     use crate::state::{AttachmentRecord, FrontEnd};
     use serde_json::{json, Value};
 
+    /// The engine's test attachment, asked for as the PodNetwork `pod_network`.
     fn attachment(pod_network: &str, network: &str, ifname: &str, result: Value) -> AttachmentRecord {
-        let list = NetworkConfigList::parse(
-            &json!({"cniVersion": "1.0.0", "name": network, "type": "bridge"}).to_string(),
-            None,
-        )
-        .unwrap();
         AttachmentRecord {
-            network: network.into(),
-            is_default: ifname == "eth0",
-            ifname: ifname.into(),
-            delegate: DelegateConfig { list, runtime_config: Default::default() },
-            result: Some(result),
-            default_route: None,
             pod_network: Some(pod_network.into()),
+            ..crate::engine::tests::attachment(network, ifname, result, None)
         }
     }
 
