@@ -16,6 +16,7 @@ use futures::FutureExt;
 use super::index::{Lookup, ManifestIndex};
 use super::{names, standalone, Catalog, CatalogError, PodInfo, StatusReport};
 use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
+use crate::podnetwork::params_ready;
 use crate::spec::resolve::NetworkAttachmentDefinition;
 use crate::state::atomic_write;
 
@@ -77,7 +78,7 @@ fn absent_when_unreadable<T>(found: Result<Option<T>, CatalogError>) -> Result<O
 fn pod_network_ready(index: &ManifestIndex, name: &str) -> Lookup<PodNetwork> {
     match index.pod_network(name) {
         Lookup::Found(pn) => {
-            let check = standalone::pod_network_params(&pn, |r| found(index.nad(&r.namespace, &r.name)));
+            let check = params_ready::pod_network(&pn, |r| found(index.nad(&r.namespace, &r.name)));
             Lookup::Found(standalone::pod_network_with_conditions(pn, &check))
         }
         other => other,
@@ -90,8 +91,9 @@ fn attachment_ready(index: &ManifestIndex, namespace: &str, name: &str) -> Looku
     match index.attachment(namespace, name) {
         Lookup::Found(pna) => {
             let pod_network = found(pod_network_ready(index, &pna.spec.pod_network_name));
-            let check =
-                standalone::attachment_params(&pna, |r| found(index.parameters(&r.namespace, &r.name)));
+            let check = params_ready::attachment(&pna, pod_network.as_ref(), |r| {
+                found(index.parameters(&r.namespace, &r.name))
+            });
             Lookup::Found(standalone::attachment_with_conditions(pna, pod_network.as_ref(), &check))
         }
         other => other,

@@ -1,6 +1,7 @@
 //! The conditions of PodNetworks and PodNetworkAttachments in standalone mode. No controller
 //! runs without a cluster, so the local-files catalog decides them when it reads the
-//! manifests, with the controller's own rules ([`crate::podnetwork::conditions`]): a manifest
+//! manifests, with the controller's own rules ([`crate::podnetwork::conditions`], and
+//! [`crate::podnetwork::params_ready`] for ParamsReady): a manifest
 //! is Ready exactly when the controller would make it so. A `status` written in a manifest
 //! is not read.
 //!
@@ -8,87 +9,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::cni::config::NetworkConfigList;
 use crate::podnetwork::conditions::{self, ParamsCheck, PodNetworkState};
-use crate::podnetwork::model::{AttachmentParameters, ConditionsStatus, PodNetwork, PodNetworkAttachment};
-use crate::podnetwork::params::{
-    attachment_parameters_ref, pod_network_config, selection_from_parameters, NadRef, ParamsRef,
-};
-use crate::spec::resolve::NetworkAttachmentDefinition;
-
-/// What the parameters of a PodNetwork are: its NetworkAttachmentDefinition (found by `nad`)
-/// exists and its `spec.config`, when it has one, is valid CNI. A NAD without `spec.config`
-/// is resolved on the node at ADD time (spec 3.4.1 rules 2, 3), which says what is missing.
-pub fn pod_network_params(
-    pn: &PodNetwork,
-    nad: impl FnOnce(&NadRef) -> Option<NetworkAttachmentDefinition>,
-) -> ParamsCheck {
-    if pn.spec.parameters_refs.is_empty() {
-        return ParamsCheck::NoParameters;
-    }
-    let nad_ref = match pod_network_config(pn) {
-        Ok(Some(r)) => r,
-        Ok(None) => return ParamsCheck::NoParameters,
-        Err(e) => return ParamsCheck::Invalid { reason: e.reason(), message: e.to_string() },
-    };
-    let reference = format!("{}/{}", nad_ref.namespace, nad_ref.name);
-    let Some(found) = nad(&nad_ref) else {
-        return ParamsCheck::Invalid {
-            reason: conditions::PARAMETERS_NOT_FOUND,
-            message: format!("NetworkAttachmentDefinition {reference} does not exist"),
-        };
-    };
-    match found.config.as_deref().filter(|c| !c.trim().is_empty()) {
-        None => ParamsCheck::Valid {
-            message: format!(
-                "NetworkAttachmentDefinition {reference} (no spec.config: the on-disk config named {:?})",
-                nad_ref.name
-            ),
-        },
-        Some(config) => match NetworkConfigList::parse(config, Some(&nad_ref.name)) {
-            Ok(_) => ParamsCheck::Valid { message: format!("NetworkAttachmentDefinition {reference}") },
-            Err(e) => ParamsCheck::Invalid {
-                reason: conditions::INVALID_PARAMETERS,
-                message: format!(
-                    "NetworkAttachmentDefinition {reference}: spec.config is not valid CNI: {e}"
-                ),
-            },
-        },
-    }
-}
-
-/// What the parameters of a PodNetworkAttachment are: its AttachmentParameters (found by
-/// `params`) exist and their keys are valid as the NPWG selection's are.
-pub fn attachment_params(
-    pna: &PodNetworkAttachment,
-    params: impl FnOnce(&ParamsRef) -> Option<AttachmentParameters>,
-) -> ParamsCheck {
-    if pna.spec.parameters_refs.is_empty() {
-        return ParamsCheck::NoParameters;
-    }
-    let params_ref = match attachment_parameters_ref(pna) {
-        Ok(Some(r)) => r,
-        Ok(None) => return ParamsCheck::NoParameters,
-        Err(e) => return ParamsCheck::Invalid { reason: e.reason(), message: e.to_string() },
-    };
-    let reference = format!("{}/{}", params_ref.namespace, params_ref.name);
-    let Some(found) = params(&params_ref) else {
-        return ParamsCheck::Invalid {
-            reason: conditions::PARAMETERS_NOT_FOUND,
-            message: format!("AttachmentParameters {reference} do not exist"),
-        };
-    };
-    // Only the keys are checked: which NAD they apply to does not matter here.
-    let any_network =
-        NadRef { namespace: params_ref.namespace.clone(), name: pna.spec.pod_network_name.clone() };
-    match selection_from_parameters(&any_network, Some(&found), None) {
-        Ok(_) => ParamsCheck::Valid { message: format!("AttachmentParameters {reference}") },
-        Err(e) => ParamsCheck::Invalid {
-            reason: e.reason(),
-            message: format!("AttachmentParameters {reference}: {e}"),
-        },
-    }
-}
+use crate::podnetwork::model::{ConditionsStatus, PodNetwork, PodNetworkAttachment};
 
 /// The PodNetwork with the conditions the controller would give it.
 pub fn pod_network_with_conditions(mut pn: PodNetwork, params: &ParamsCheck) -> PodNetwork {
@@ -135,6 +57,9 @@ mod tests {
     use crate::podnetwork::model::conditions::{
         ADMINISTRATIVELY_DISABLED, PARAMS_NOT_READY, POD_NETWORK_NOT_READY,
     };
+    use crate::podnetwork::model::AttachmentParameters;
+    use crate::podnetwork::params_ready;
+    use crate::spec::resolve::NetworkAttachmentDefinition;
     use serde_json::json;
 
     fn pn(spec: serde_json::Value) -> PodNetwork {
@@ -167,13 +92,15 @@ mod tests {
     #[test]
     fn a_pod_network_is_ready_with_a_valid_nad_or_none() {
         let bare = pn(json!({}));
-        let check = pod_network_params(&bare, |_| panic!("no NAD is looked up"));
+        let check = params_ready::pod_network(&bare, |_| -> Option<NetworkAttachmentDefinition> {
+            panic!("no NAD is looked up")
+        });
         assert_eq!(check, ParamsCheck::NoParameters);
         assert_eq!(ready(&pod_network_with_conditions(bare, &check)), ("True".into(), "Ready".into()));
 
         let with_nad = pn(nad_ref_spec());
         let valid = r#"{"cniVersion":"1.0.0","type":"bridge"}"#;
-        let check = pod_network_params(&with_nad, |r| {
+        let check = params_ready::pod_network(&with_nad, |r| {
             assert_eq!((r.namespace.as_str(), r.name.as_str()), ("nets", "blue"));
             Some(nad(Some(valid)))
         });
@@ -186,10 +113,10 @@ mod tests {
     #[test]
     fn a_missing_or_invalid_nad_or_a_disabled_network_is_not_ready() {
         let with_nad = pn(nad_ref_spec());
-        let missing = pod_network_params(&with_nad, |_| None);
+        let missing = params_ready::pod_network(&with_nad, |_| None::<NetworkAttachmentDefinition>);
         assert!(matches!(missing, ParamsCheck::Invalid { reason: conditions::PARAMETERS_NOT_FOUND, .. }));
         assert_eq!(ready(&pod_network_with_conditions(with_nad.clone(), &missing)).1, PARAMS_NOT_READY);
-        let invalid = pod_network_params(&with_nad, |_| Some(nad(Some("{not json"))));
+        let invalid = params_ready::pod_network(&with_nad, |_| Some(nad(Some("{not json"))));
         assert!(matches!(invalid, ParamsCheck::Invalid { reason: conditions::INVALID_PARAMETERS, .. }));
 
         let mut disabled = pn(json!({"enabled": false}));
@@ -204,7 +131,9 @@ mod tests {
     fn an_attachment_follows_its_network_and_its_parameters() {
         let good = pod_network_with_conditions(pn(json!({})), &ParamsCheck::NoParameters);
         let plain = pna(json!({"podNetworkName": "blue"}));
-        let check = attachment_params(&plain, |_| panic!("no parameters are looked up"));
+        let check = params_ready::attachment(&plain, None, |_| -> Option<AttachmentParameters> {
+            panic!("no parameters are looked up")
+        });
         assert!(attachment_with_conditions(plain.clone(), Some(&good), &check).is_ready());
         let orphan = attachment_with_conditions(plain.clone(), None, &check);
         assert!(!orphan.is_ready());
@@ -217,13 +146,13 @@ mod tests {
             "metadata": {"name": "fast", "namespace": "t"}, "spec": {"bandwidth": {"egressRate": 1000000}}
         }))
         .unwrap();
-        let check = attachment_params(&with_params, |r| {
+        let check = params_ready::attachment(&with_params, Some(&good), |r| {
             assert_eq!((r.namespace.as_str(), r.name.as_str()), ("t", "fast"));
             Some(params.clone())
         });
         assert!(matches!(check, ParamsCheck::Valid { .. }), "{check:?}");
         assert!(attachment_with_conditions(with_params.clone(), Some(&good), &check).is_ready());
-        let missing = attachment_params(&with_params, |_| None);
+        let missing = params_ready::attachment(&with_params, Some(&good), |_| None::<AttachmentParameters>);
         assert!(!attachment_with_conditions(with_params, Some(&good), &missing).is_ready());
     }
 }

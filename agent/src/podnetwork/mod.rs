@@ -6,5 +6,6 @@
 pub mod conditions;
 pub mod model;
 pub mod params;
+pub mod params_ready;
 pub mod request;
 pub mod status;
