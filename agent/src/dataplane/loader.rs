@@ -52,6 +52,14 @@ pub struct Object {
 }
 
 impl Object {
+    /// Whether every map of the object is pinned in `pins`. An agent loading the object pins
+    /// its maps one at a time (and a shared map may come first, from the other object), so a
+    /// reader that finds only some of them is looking at a load under way, or at one that a
+    /// kill interrupted and the next start completes.
+    pub fn pinned_in(&self, pins: &PinDir) -> bool {
+        self.maps.iter().all(|m| pins.map(m).exists())
+    }
+
     /// The TC program of a hook.
     fn program(&self, hook: Hook) -> &'static str {
         match hook {
@@ -542,5 +550,21 @@ mod tests {
         assert_eq!(parse_tc_link_name("cg_pm_connect4"), None);
         assert_eq!(parse_tc_link_name("tc_x_in"), None);
         assert_eq!(parse_tc_link_name("tc_3_in_new"), None);
+    }
+
+    #[test]
+    fn an_object_is_pinned_only_when_every_map_is() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let pins = PinDir::open(dir.path());
+        let object = &crate::dataplane::bandwidth::shaper::OBJECT;
+        assert!(!object.pinned_in(&pins), "nothing pinned");
+        std::fs::create_dir_all(pins.maps()).expect("the maps directory");
+        let (last, first) = object.maps.split_last().expect("the object has maps");
+        for map in first {
+            std::fs::write(pins.map(map), b"").expect("a stand-in pin");
+        }
+        assert!(!object.pinned_in(&pins), "{last} is not pinned yet");
+        std::fs::write(pins.map(last), b"").expect("a stand-in pin");
+        assert!(object.pinned_in(&pins));
     }
 }

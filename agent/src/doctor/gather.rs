@@ -11,8 +11,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use plexus_ebpf_common::shape::{ShapeKey, HOOK_INGRESS, MAP_LIMITS};
-use plexus_ebpf_common::MAP_FORWARD;
+use plexus_ebpf_common::shape::{ShapeKey, HOOK_INGRESS};
 use serde_json::Value;
 
 use super::find::{
@@ -20,8 +19,9 @@ use super::find::{
     Snapshot, TempFileView, VfView,
 };
 use super::DoctorError;
-use crate::dataplane::bandwidth::{shaper::PIN_SUBDIR, store::Store as BandwidthStore, table::Table};
+use crate::dataplane::bandwidth::{self, shaper::PIN_SUBDIR, store::Store as BandwidthStore, table::Table};
 use crate::dataplane::pin::PinDir;
+use crate::dataplane::portmap;
 use crate::dataplane::portmap::entries::{map_endpoint_text, protocol_text};
 use crate::dataplane::portmap::flows::counts_by_host;
 use crate::dataplane::portmap::store::Store as PortmapStore;
@@ -48,14 +48,17 @@ pub struct Sources {
 }
 
 impl Sources {
+    /// The port mapping object's pins, when all its maps are pinned.
     pub fn portmap_pins(&self) -> Option<PinDir> {
         let pins = PinDir::open(&self.pin_dir);
-        pins.map(MAP_FORWARD).exists().then_some(pins)
+        portmap::mapper::OBJECT.pinned_in(&pins).then_some(pins)
     }
 
+    /// The shaping object's pins, when all its maps are pinned (the port mapping object
+    /// creates the shared limits map when it loads first).
     pub fn bandwidth_pins(&self) -> Option<PinDir> {
         let pins = PinDir::open(&self.pin_dir.join(PIN_SUBDIR));
-        pins.map(MAP_LIMITS).exists().then_some(pins)
+        bandwidth::shaper::OBJECT.pinned_in(&pins).then_some(pins)
     }
 }
 
