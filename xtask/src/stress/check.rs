@@ -21,7 +21,11 @@ pub fn leftovers(lab: &Lab, tree: &Tree, agent: &Agent, bins: &Bins) -> anyhow::
     let mut out = Vec::new();
     out.extend(lab.node_veths().into_iter().map(|l| format!("link {l} in the node")));
     for dir in [tree.ipam(), tree.slow_ipam()] {
-        out.extend(host_local_allocations(&dir).into_iter().map(|a| format!("IPAM allocation {a}")));
+        // With its owner: an empty file is an address nobody's DEL can release.
+        out.extend(host_local_allocations(&dir).into_iter().map(|a| {
+            let owner = std::fs::read_to_string(dir.join(&a)).unwrap_or_default();
+            format!("IPAM allocation {a} (owner {owner:?})")
+        }));
     }
     out.extend(state_files(&tree.state()).into_iter().map(|f| format!("state file {f}")));
     let pins = tree.root.join("bpffs");

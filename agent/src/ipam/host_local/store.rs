@@ -10,6 +10,13 @@
 //!   go-filemutex). flock belongs to the open file description, so it also orders plexus's own
 //!   concurrent operations, each of which opens the file anew.
 //!
+//! One difference, invisible to a reader: the reference creates `<ip>` and then writes its
+//! owner, so a process killed between the two leaves an empty file, an address that no DEL
+//! releases because nobody owns it. plexus writes the owner to `.reserving` first and links it
+//! to `<ip>` (link(2) fails on an existing name, as the exclusive create does): the address's
+//! file appears with its owner or not at all. A `.reserving` left by a kill is removed by the
+//! next holder of the lock.
+//!
 //! Everything here blocks: callers run it in `spawn_blocking`.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -27,6 +34,8 @@ use crate::ipam::addr::{go_string, parse_ip};
 
 const LAST_IP_PREFIX: &str = "last_reserved_ip.";
 const LOCK_FILE: &str = "lock";
+/// Where an address's file is written before it is linked to its name; only ever under the lock.
+const RESERVING_FILE: &str = ".reserving";
 
 /// Why the store could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +95,13 @@ impl DiskStore {
         let mut pause = Duration::from_millis(1);
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => return Ok(DiskStore { dir: dir.to_owned(), _lock: lock }),
+                Ok(lock) => {
+                    let store = DiskStore { dir: dir.to_owned(), _lock: lock };
+                    // Written only under the lock: one found now was left by a process killed
+                    // while reserving, after (or before) the link that made its address.
+                    store.remove_reserving().map_err(StoreError::io(&store.path(RESERVING_FILE)))?;
+                    return Ok(store);
+                }
                 Err((f, Errno::EWOULDBLOCK)) | Err((f, Errno::EINTR)) => file = f,
                 Err((_, e)) => return Err(StoreError::io(&path)(io::Error::from(e))),
             }
@@ -100,6 +115,37 @@ impl DiskStore {
 
     fn path(&self, file: &str) -> PathBuf {
         self.dir.join(file)
+    }
+
+    fn remove_reserving(&self) -> io::Result<()> {
+        match fs::remove_file(self.path(RESERVING_FILE)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// `<ip>` holding `record`, or `false` when the address's file exists: written whole
+    /// under [`RESERVING_FILE`], then linked to its name.
+    fn create_with_owner(&self, name: &str, record: &str) -> io::Result<bool> {
+        let reserving = self.path(RESERVING_FILE);
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&reserving)
+            .and_then(|mut f| f.write_all(record.as_bytes()))?;
+        let linked = fs::hard_link(&reserving, self.path(name));
+        // The write's or the link's error is the one to report; the next holder of the lock
+        // removes a `.reserving` this fails to.
+        if let Err(e) = self.remove_reserving() {
+            tracing::warn!(file = %reserving.display(), "host-local: removing the reservation's temporary file: {e}");
+        }
+        match linked {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -128,23 +174,9 @@ impl Store for DiskStore {
     }
 
     fn reserve(&mut self, ip: IpAddr, record: &str, range_set: usize) -> io::Result<bool> {
-        let path = self.path(&go_string(ip));
-        let mut file =
-            match OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(&path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
-                Err(e) => return Err(e),
-            };
-        if let Err(e) = file.write_all(record.as_bytes()) {
-            drop(file);
-            // The write's error is the one to report; a file left behind keeps its address
-            // taken until someone removes it, which the warning says.
-            if let Err(r) = fs::remove_file(&path) {
-                tracing::warn!(file = %path.display(), "host-local: removing a partly written file: {r}");
-            }
-            return Err(e);
+        if !self.create_with_owner(&go_string(ip), record)? {
+            return Ok(false);
         }
-        drop(file);
         OpenOptions::new()
             .write(true)
             .create(true)
@@ -201,6 +233,32 @@ mod tests {
         s.release("10.1.0.2").unwrap();
         s.release("10.1.0.2").unwrap();
         assert!(!dir.join("10.1.0.2").exists());
+    }
+
+    #[test]
+    fn an_address_file_appears_with_its_owner_and_a_killed_reservation_is_cleared_by_the_next_lock() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("net");
+        let files = || {
+            let mut names: Vec<String> =
+                fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            names.sort();
+            names
+        };
+        {
+            let mut s = DiskStore::open(&dir, soon()).unwrap();
+            assert!(s.reserve("10.1.0.2".parse().unwrap(), "c1\r\neth0", 0).unwrap());
+            // Taken: refused, and the owner's file is left as it was.
+            assert!(!s.reserve("10.1.0.2".parse().unwrap(), "c2\r\neth0", 0).unwrap());
+            assert_eq!(fs::read(dir.join("10.1.0.2")).unwrap(), b"c1\r\neth0");
+            assert_eq!(files(), ["10.1.0.2", "last_reserved_ip.0", "lock"]);
+        }
+        // A process killed while reserving, before or after the link: its temporary file stays
+        // (the address file, if linked, is whole and owned, so its DEL releases it).
+        fs::write(dir.join(RESERVING_FILE), "c3\r\neth0").unwrap();
+        let s = DiskStore::open_existing(&dir, soon()).unwrap().unwrap();
+        assert_eq!(files(), ["10.1.0.2", "last_reserved_ip.0", "lock"]);
+        assert_eq!(s.allocations().unwrap().len(), 1);
     }
 
     #[test]
