@@ -6,8 +6,9 @@
 //!   node, which it needs to un-NAT replies bridged straight to a client on the same bridge;
 //! - baseline: no NAT at all: the client talks to the pod's own address over the bridge.
 //!
-//! Per repeat and side, one pod is attached (add_latency), then iperf3 (tcp_throughput and,
-//! from the cgroup's CPU time, cpu_per_gbit), request/response on one connection
+//! Per repeat and side (each repeat starting with the next side: see [`rotated`]), one pod is
+//! attached (add_latency), then iperf3 (tcp_throughput and, from the cgroup's CPU time,
+//! cpu_per_gbit), request/response on one connection
 //! (rr_latency_p50/p99) and connect-request-response-close (crr_rate) run against it, and it
 //! is deleted. Then a second pod, mapping the echo server and a UDP port, is attached for
 //! crr_rate_100k_flows and deleted. (A second pod keeps the first pod's ADD what it was: with a
@@ -545,7 +546,10 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
 
     let before = load();
     for r in 1..=b.set.repeat {
-        for c in &contenders {
+        // Each repeat starts with the next side, so that no side always runs first, or always
+        // right after the same other side (what a side leaves behind, and the machine's drift
+        // over a run, fall on every side alike).
+        for c in rotated(&contenders, r as usize - 1) {
             let side = &c.side;
             check_interrupt()?;
             let name = format!("pm{r}-{}", side.name());
@@ -591,9 +595,26 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `items` starting at `start` (modulo their number), wrapping around.
+fn rotated<T>(items: &[T], start: usize) -> impl Iterator<Item = &T> {
+    let n = items.len().max(1);
+    items.iter().cycle().skip(start % n).take(items.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_repeat_starts_with_the_next_side() {
+        let sides = ["plexus", "reference", "baseline"];
+        let order = |r| rotated(&sides, r).copied().collect::<Vec<_>>();
+        assert_eq!(order(0), ["plexus", "reference", "baseline"]);
+        assert_eq!(order(1), ["reference", "baseline", "plexus"]);
+        assert_eq!(order(2), ["baseline", "plexus", "reference"]);
+        assert_eq!(order(3), order(0));
+        assert_eq!(rotated(&[] as &[u8], 5).count(), 0);
+    }
 
     #[test]
     fn step_is_the_difference_of_one_observation() {
