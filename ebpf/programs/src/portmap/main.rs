@@ -17,6 +17,7 @@ mod shared;
 
 mod flows;
 mod fragments;
+mod headers;
 mod icmp;
 mod maps;
 mod sock;

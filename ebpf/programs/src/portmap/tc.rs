@@ -37,6 +37,7 @@ use plexus_ebpf_common::{
 
 use crate::flows::{track_reply, track_request, Request};
 use crate::fragments;
+use crate::headers::Headers;
 use crate::icmp::is_error;
 use crate::maps::{
     count, flow_count, forward, ingress_limited, now, settings, Direction, FlowEvent, PM_TAILS,
@@ -108,21 +109,22 @@ const FRAG_HLEN: usize = 8;
 
 #[inline(always)]
 fn parse(ctx: &TcContext) -> Option<Kind> {
-    let ethertype = u16::from_be(ctx.load::<u16>(12).ok()?);
+    let h = Headers::new(ctx);
+    let ethertype = u16::from_be(h.read::<u16>(12)?);
     // (offset of the L4 header, its length, protocol, addresses, the fragment's identification
     // when this is the first fragment of several, whether a later fragment).
     let (v6, l4, l4_len, proto, src, dst, frag_id, later) = if ethertype == ETH_P_IP {
-        let vihl: u8 = ctx.load(ETH_HLEN).ok()?;
+        let vihl: u8 = h.read(ETH_HLEN)?;
         let ihl = usize::from(vihl & 0x0f) * 4;
         if vihl >> 4 != 4 || ihl < 20 {
             return None;
         }
-        let frag = u16::from_be(ctx.load::<u16>(ETH_HLEN + 6).ok()?);
-        let id = u32::from(ctx.load::<u16>(ETH_HLEN + 4).ok()?);
-        let total = u32::from(u16::from_be(ctx.load::<u16>(ETH_HLEN + 2).ok()?));
-        let proto: u8 = ctx.load(ETH_HLEN + 9).ok()?;
-        let src: u32 = ctx.load(ETH_HLEN + 12).ok()?;
-        let dst: u32 = ctx.load(ETH_HLEN + 16).ok()?;
+        let frag = u16::from_be(h.read::<u16>(ETH_HLEN + 6)?);
+        let id = u32::from(h.read::<u16>(ETH_HLEN + 4)?);
+        let total = u32::from(u16::from_be(h.read::<u16>(ETH_HLEN + 2)?));
+        let proto: u8 = h.read(ETH_HLEN + 9)?;
+        let src: u32 = h.read(ETH_HLEN + 12)?;
+        let dst: u32 = h.read(ETH_HLEN + 16)?;
         let (first, later) = (frag & 0x2000 != 0 && frag & 0x1fff == 0, frag & 0x1fff != 0);
         let frag_id = if first { Some(id) } else { None };
         let (src, dst) = (v4_mapped(src), v4_mapped(dst));
@@ -130,15 +132,15 @@ fn parse(ctx: &TcContext) -> Option<Kind> {
     } else if ethertype == ETH_P_IPV6 {
         // Extension headers other than a fragment header are not followed: the L4 header must
         // come first.
-        let payload = u32::from(u16::from_be(ctx.load::<u16>(ETH_HLEN + 4).ok()?));
-        let next: u8 = ctx.load(ETH_HLEN + 6).ok()?;
-        let src: Addr = ctx.load(ETH_HLEN + 8).ok()?;
-        let dst: Addr = ctx.load(ETH_HLEN + 24).ok()?;
+        let payload = u32::from(u16::from_be(h.read::<u16>(ETH_HLEN + 4)?));
+        let next: u8 = h.read(ETH_HLEN + 6)?;
+        let src: Addr = h.read(ETH_HLEN + 8)?;
+        let dst: Addr = h.read(ETH_HLEN + 24)?;
         if next == IPPROTO_FRAGMENT {
             let fh = ETH_HLEN + IPV6_HLEN;
-            let proto: u8 = ctx.load(fh).ok()?;
-            let off_flags = u16::from_be(ctx.load::<u16>(fh + 2).ok()?);
-            let id: u32 = ctx.load(fh + 4).ok()?;
+            let proto: u8 = h.read(fh)?;
+            let off_flags = u16::from_be(h.read::<u16>(fh + 2)?);
+            let id: u32 = h.read(fh + 4)?;
             let (offset, more) = (off_flags & 0xfff8, off_flags & 1 != 0);
             let frag_id = if offset == 0 && more { Some(id) } else { None };
             let l4 = fh + FRAG_HLEN;
@@ -153,7 +155,7 @@ fn parse(ctx: &TcContext) -> Option<Kind> {
         if later {
             return Some(Kind::Other);
         }
-        let kind: u8 = ctx.load(l4).ok()?;
+        let kind: u8 = h.read(l4)?;
         return Some(if is_error(v6, kind) { Kind::IcmpError } else { Kind::Other });
     }
     // SCTP fragments itself (chunks): IP fragments of it are left alone, as the CRC fixup needs
@@ -164,9 +166,9 @@ fn parse(ctx: &TcContext) -> Option<Kind> {
     if later {
         return Some(Kind::LaterFragment);
     }
-    let sport: u16 = ctx.load(l4).ok()?;
-    let dport: u16 = ctx.load(l4 + 2).ok()?;
-    let tcp_flags: u8 = if proto == PROTO_TCP { ctx.load(l4 + 13).ok()? } else { 0 };
+    let sport: u16 = h.read(l4)?;
+    let dport: u16 = h.read(l4 + 2)?;
+    let tcp_flags: u8 = if proto == PROTO_TCP { h.read(l4 + 13)? } else { 0 };
     let (fragment, frag_id) = (frag_id.is_some(), frag_id.unwrap_or(0));
     Some(Kind::Transport(Packet {
         v6,
