@@ -248,9 +248,15 @@ impl Tables {
         self.reap_counted(now_ns, timeouts).map(|r| r.removed)
     }
 
-    /// [`Tables::reap`], also counting the flows left (one walk of the table for both).
+    /// [`Tables::reap`], also counting the flows left.
+    ///
+    /// A flow may be refreshed after it was read (a new packet, or the forward path overwrote
+    /// it with a new flow): the table is read a second time and only flows expired in both
+    /// reads are removed, so only a packet in the short time between the second read and the
+    /// removal can lose its flow, as it would if it came just after the pass. A second batch
+    /// read costs far less than a lookup (a system call) per expired flow.
     pub fn reap_counted(&mut self, now_ns: u64, timeouts: &Timeouts) -> Result<Reaped, TableError> {
-        let mut expired = BTreeSet::new();
+        let mut expired = HashSet::new();
         let mut seen = 0usize;
         self.walk_flows(|k, f| {
             seen += 1;
@@ -258,14 +264,14 @@ impl Tables {
                 expired.insert(k);
             }
         });
-        // A flow may have been refreshed since it was read (a new packet, or the forward path
-        // overwrote it with a new flow): read again just before removing, so only a packet in
-        // the last microseconds can lose its flow, as it would if it came just after the pass.
-        let still: Vec<FlowKey> = expired
-            .iter()
-            .filter(|k| self.flows.get(k, 0).is_ok_and(|f| timeouts.expired(&f, now_ns)))
-            .copied()
-            .collect();
+        let mut still = Vec::new();
+        if !expired.is_empty() {
+            self.walk_flows(|k, f| {
+                if timeouts.expired(&f, now_ns) && expired.contains(&k) {
+                    still.push(k);
+                }
+            });
+        }
         let removed = self.remove_flows(&still)?;
         self.count_removed(removed)?;
         Ok(Reaped { removed, live: seen.saturating_sub(expired.len()) })
