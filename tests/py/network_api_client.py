@@ -11,7 +11,7 @@ tested is the wire that file describes, as any other grpcio client would speak i
     network_api_client.py --proto ... --socket ... ips SANDBOX_ID
 
 `set` reads a NetworkConfig in the proto's JSON mapping on stdin. Every verb prints its
-response as the proto's JSON (field names as in the proto, fields at their default values
+response in the proto's JSON mapping (lowerCamelCase names, fields at their default values
 included). An RPC error prints {"code": "<gRPC status name>", "details": "..."} and exits 3;
 a usage or input error exits 2.
 """
@@ -52,11 +52,11 @@ def to_json(message):
 
     try:
         as_dict = json_format.MessageToDict(
-            message, including_default_value_fields=True, preserving_proto_field_name=True
+            message, including_default_value_fields=True
         )
     except TypeError:  # protobuf >= 5 renamed the option
         as_dict = json_format.MessageToDict(
-            message, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
+            message, always_print_fields_with_no_presence=True
         )
     return json.dumps(as_dict, sort_keys=True)
 
