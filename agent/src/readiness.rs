@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use crate::catalog::confdir;
+use crate::spec::sandbox_networks;
 use crate::state::atomic_write;
 
 #[derive(Debug, Clone)]
@@ -22,7 +23,8 @@ pub struct Readiness {
 impl Readiness {
     /// The config plexus would write now, or None while the default network is missing. It
     /// declares the capabilities the default network declares, so kubelet's runtimeConfig
-    /// reaches it (and only it, spec 7.5).
+    /// reaches it (and only it, spec 7.5), and `podSandboxNetworks`, the runtime's list of the
+    /// sandbox's networks (the CRI network API proposal).
     pub fn desired_config(&self) -> Option<Value> {
         let (_, default) = confdir::default_network(&self.default_network_dir).ok()?;
         let mut caps = Map::new();
@@ -35,10 +37,10 @@ impl Readiness {
                 }
             }
         }
-        let mut plugin = json!({"type": confdir::PLEXUS_TYPE, "socket": self.socket});
-        if !caps.is_empty() {
-            plugin["capabilities"] = Value::Object(caps);
-        }
+        // A runtime implementing the CRI network API passes the sandbox's networks (see
+        // `spec::sandbox_networks`).
+        caps.insert(sandbox_networks::RUNTIME_CONFIG_KEY.to_owned(), Value::Bool(true));
+        let plugin = json!({"type": confdir::PLEXUS_TYPE, "socket": self.socket, "capabilities": caps});
         Some(json!({"cniVersion": self.cni_version, "name": "plexus", "plugins": [plugin]}))
     }
 
@@ -105,7 +107,10 @@ mod tests {
         assert!(r.sync().unwrap());
         let written: Value = serde_json::from_slice(&std::fs::read(&r.runtime_conf_path).unwrap()).unwrap();
         assert_eq!(written["plugins"][0]["type"], "plexus");
-        assert_eq!(written["plugins"][0]["capabilities"], json!({"portMappings": true}));
+        assert_eq!(
+            written["plugins"][0]["capabilities"],
+            json!({"portMappings": true, "podSandboxNetworks": true})
+        );
         assert!(r.sync().unwrap(), "its own config in the same directory is not the default network");
     }
 }
