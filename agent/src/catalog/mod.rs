@@ -11,6 +11,7 @@ use crate::cni::{CniCode, ErrorCode};
 use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 
+pub mod api_networks;
 pub mod confdir;
 pub mod files;
 pub mod index;
