@@ -153,6 +153,23 @@ impl ManifestIndex {
         self.lookup(namespace, name, |s| &s.nads)
     }
 
+    /// Every NAD a usable manifest holds, by namespace then name, after taking in the files
+    /// changed since the last lookup. Blocking, as [`ManifestIndex::pod`].
+    pub fn nads(&self) -> Vec<NetworkAttachmentDefinition> {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.refresh(&mut state);
+        let mut found: Vec<NetworkAttachmentDefinition> = state
+            .nads
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Found(nad) => Some(nad.clone()),
+                Slot::Broken(_) => None,
+            })
+            .collect();
+        found.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        found
+    }
+
     /// The PodNetwork `name` (cluster-scoped), as [`ManifestIndex::pod`].
     pub fn pod_network(&self, name: &str) -> Lookup<PodNetwork> {
         self.lookup("", name, |s| &s.pod_networks)
