@@ -21,7 +21,7 @@ use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
 use plexus_agent::options::{
     AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, ControllerOptions,
-    DoctorOptions, FlowsOptions, ListOptions, PortmapCommand,
+    DoctorOptions, FlowsOptions, ListOptions, NetworkCommand, PortmapCommand,
 };
 use plexus_agent::policy::{self, PolicyHandle};
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
@@ -50,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         CliCommand::Bandwidth(BandwidthCommand::Set(o)) => bandwidth_set(&o),
         CliCommand::Doctor(o) => std::process::exit(runtime.block_on(doctor(&o))),
         CliCommand::Controller(o) => runtime.block_on(controller(o)),
+        CliCommand::Network(c) => std::process::exit(runtime.block_on(network(&c))),
         CliCommand::InstallShim(o) => {
             match plexus_agent::install::install_shim(&o.from, &o.to, &o.name)? {
                 Installed::Written(path) => {
@@ -60,6 +61,20 @@ fn main() -> anyhow::Result<()> {
                 }
             }
             Ok(())
+        }
+    }
+}
+
+/// `plexus-agent network ...`: prints the answer, or the error on stderr; the exit code.
+async fn network(command: &NetworkCommand) -> i32 {
+    match plexus_agent::netapi::client::run(command).await {
+        Ok(out) => {
+            print!("{out}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
         }
     }
 }

@@ -9,6 +9,7 @@
 //! [`crate::catalog::api_networks`]). [`status`] measures each listed network's
 //! `NetworkStatus`.
 
+pub mod client;
 pub mod config;
 pub mod generation;
 pub mod model;
