@@ -1,6 +1,6 @@
 //! The agent's command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -372,6 +372,13 @@ pub struct AgentOptions {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub socket_read_timeout_secs: u64,
 
+    /// Unix socket of the CRI network API (docs/network-api.md: set, remove and list
+    /// networks over gRPC), mode 0600. An empty value turns the API off; with it on, plexus
+    /// is ready without an on-disk default network.
+    #[arg(long, env = "PLEXUS_NETWORK_API_SOCKET", default_value = crate::netapi::DEFAULT_SOCKET,
+          value_parser = path_or_off)]
+    pub network_api_socket: PathBuf,
+
     /// Durable state (attachment records).
     #[arg(long, env = "PLEXUS_STATE_DIR", default_value = "/var/lib/plexus")]
     pub state_dir: PathBuf,
@@ -483,6 +490,11 @@ pub struct AgentOptions {
     pub metrics_addr: String,
 }
 
+/// A path, where an empty value (turning the feature off) is accepted too.
+fn path_or_off(value: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(value))
+}
+
 impl AgentOptions {
     /// `--metrics-addr`, `None` when switched off.
     pub fn metrics_socket_addr(&self) -> Result<Option<std::net::SocketAddr>, MetricsAddrError> {
@@ -491,6 +503,11 @@ impl AgentOptions {
 
     pub fn delegate_timeout(&self) -> Duration {
         Duration::from_secs(self.delegate_timeout_secs)
+    }
+
+    /// The network API's socket, or `None` when the API is off.
+    pub fn network_api_socket(&self) -> Option<&Path> {
+        Some(self.network_api_socket.as_path()).filter(|p| !p.as_os_str().is_empty())
     }
 
     /// How the socket serves: who may connect, how long a request may take to arrive.
@@ -675,6 +692,14 @@ mod tests {
             let err = run(&args).unwrap_err().to_string();
             assert!(err.contains(needle) && err.contains(args[0]), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn the_network_api_is_on_by_default_and_an_empty_socket_turns_it_off() {
+        assert_eq!(run(&[]).unwrap().network_api_socket(), Some(Path::new("/run/plexus/network.sock")));
+        let o = run(&["--network-api-socket", "/tmp/n.sock"]).unwrap();
+        assert_eq!(o.network_api_socket(), Some(Path::new("/tmp/n.sock")));
+        assert_eq!(run(&["--network-api-socket", ""]).unwrap().network_api_socket(), None);
     }
 
     #[test]

@@ -119,6 +119,11 @@ impl World {
         self.path("plexus.sock")
     }
 
+    /// The agent's CRI network API socket (docs/network-api.md).
+    pub fn network_api_socket(&self) -> PathBuf {
+        self.path("network.sock")
+    }
+
     /// A veth pair in the node namespace, both ends up, to serve as a macvlan master (the kernel
     /// here has no dummy links). Not named `veth*`, so the leftover check does not take it for
     /// a pod's veth.
@@ -192,6 +197,8 @@ impl World {
         cmd.arg("run")
             .arg("--socket")
             .arg(self.socket())
+            .arg("--network-api-socket")
+            .arg(self.network_api_socket())
             .arg("--state-dir")
             .arg(self.path("state"))
             .arg("--cni-bin-dir")
