@@ -222,9 +222,12 @@ impl World {
         let child = cmd.spawn().expect("starting plexus-agent");
         self.agent = Some(Agent(Proc(child)));
         let deadline = Instant::now() + Duration::from_secs(15);
-        while UnixStream::connect(self.socket()).is_err() {
-            assert!(Instant::now() < deadline, "agent did not start; log:\n{}", self.agent_log());
-            std::thread::sleep(Duration::from_millis(20));
+        // Both sockets: the CNI one and the network API's.
+        for socket in [self.socket(), self.network_api_socket()] {
+            while UnixStream::connect(&socket).is_err() {
+                assert!(Instant::now() < deadline, "agent did not start; log:\n{}", self.agent_log());
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
 
