@@ -4,10 +4,10 @@
 //! operator's client, `plexus-agent network`. The node tests then attach pods to networks set
 //! through the API, with the real shim, agent and reference plugins.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-
-use std::io::Write;
+use std::time::{Duration, Instant};
 
 use plexus_tests::traffic::python;
 use plexus_tests::world::bin;
@@ -414,14 +414,41 @@ fn kernel_the_on_disk_default_network_is_listed_as_fallback_and_can_be_neither_s
     }
 }
 
+/// The proposal's backwards compatibility: an empty list, and a ready agent (it writes its CNI
+/// config for the runtime), whose pods get networks only by naming them.
 #[test]
-fn kernel_a_node_without_networks_lists_none() {
+fn kernel_a_node_without_networks_lists_none_and_is_ready() {
     for client in CLIENTS {
         let mut w = World::new();
         std::fs::remove_file(w.path("default").join("10-cluster.conflist"))
             .expect("removing the default network");
         w.start_agent();
         assert_eq!(list(&w, client), Vec::<Value>::new(), "{client:?}");
+
+        let conf = w.path("runtime").join("00-plexus.conflist");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !conf.exists() {
+            assert!(Instant::now() < deadline, "{client:?}: no CNI config written; log:\n{}", w.agent_log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let written: Value =
+            serde_json::from_str(&std::fs::read_to_string(&conf).expect("the CNI config")).expect("its JSON");
+        assert_eq!(written["plugins"][0]["capabilities"]["podSandboxNetworks"], true, "{written:#}");
+
+        // A pod that names no network has none to get; one that names an API network gets it.
+        w.write_pod(NS, "p", None);
+        let pod = Netns::new("pxpod");
+        let out = w.add("c1", &pod, (NS, "p"));
+        assert!(!out.ok(), "{client:?}: an ADD without any network succeeded: {}", out.stdout);
+        assert!(out.msg().contains("default network"), "{client:?}: {}", out.stdout);
+        w.assert_nothing_left(&[&pod]);
+
+        set(&w, client, &bridge_network(&w, "blue", "br-blue", "10.10.1.0/24", 1)).ok();
+        let networks = json!([{"interfaceName": "eth0", "networkName": "blue"}]);
+        sandbox_cni(&w, "ADD", "c2", &pod, "p", &networks).expect_ok();
+        assert!(only_address(&pod, "eth0").starts_with("10.10.1."), "{client:?}");
+        sandbox_cni(&w, "DEL", "c2", &pod, "p", &networks).expect_ok();
+        w.assert_nothing_left(&[&pod]);
     }
 }
 
