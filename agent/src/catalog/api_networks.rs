@@ -158,4 +158,22 @@ mod tests {
         let back = catalog.nad("default", "blue").await.unwrap().unwrap();
         assert!(back.config.unwrap().contains("ipvlan"), "removed: the NAD again");
     }
+
+    #[tokio::test]
+    async fn an_unreadable_store_is_a_catalog_that_cannot_answer_now() {
+        use crate::cni::CniCode;
+        let d = tempfile::tempdir().unwrap();
+        let store = Arc::new(NetworkStore::new(d.path()));
+        std::fs::create_dir_all(d.path().join("networks/default")).unwrap();
+        std::fs::write(d.path().join("networks/default/blue.json"), "{").unwrap();
+        let inner: Arc<dyn Catalog> =
+            Arc::new(FileCatalog::new(Vec::new(), Vec::new(), d.path().join("reports")));
+        let e = ApiNetworks::new(store, inner).nad("default", "blue").await.unwrap_err();
+        assert_eq!(e.cni_code(), crate::cni::ErrorCode::TryAgainLater);
+        let text = e.to_string();
+        assert!(
+            text.contains("network default/blue of the network API") && text.contains("blue.json"),
+            "{text}"
+        );
+    }
 }

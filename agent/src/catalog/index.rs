@@ -496,6 +496,29 @@ mod tests {
     }
 
     #[test]
+    fn every_usable_nad_is_listed_sorted_and_changes_are_seen() {
+        let d = tempfile::tempdir().unwrap();
+        let nad = |ns: &str, name: &str| {
+            format!("kind: NetworkAttachmentDefinition\nmetadata: {{name: {name}, namespace: {ns}}}\n")
+        };
+        std::fs::write(d.path().join("a.yaml"), nad("zz", "blue")).unwrap();
+        std::fs::write(d.path().join("b.yaml"), format!("{}---\n{}", nad("aa", "red"), nad("aa", "blue")))
+            .unwrap();
+        std::fs::write(d.path().join("c.yaml"), nad("zz", "blue").replace("kind", "\u{0}kind")).unwrap();
+        let mut broken = nad("aa", "green").into_bytes();
+        broken.extend_from_slice(b"# \xff\n");
+        std::fs::write(d.path().join("d.yaml"), broken).unwrap();
+        std::fs::write(d.path().join("p.yaml"), pod("aa", "pod")).unwrap();
+        let index = ManifestIndex::new(vec![d.path().to_owned()]);
+        let names = |index: &ManifestIndex| -> Vec<String> {
+            index.nads().into_iter().map(|n| format!("{}/{}", n.namespace, n.name)).collect()
+        };
+        assert_eq!(names(&index), ["aa/blue", "aa/red", "zz/blue"], "no pods, no broken file's NAD");
+        std::fs::remove_file(d.path().join("a.yaml")).unwrap();
+        assert_eq!(names(&index), ["aa/blue", "aa/red"]);
+    }
+
+    #[test]
     fn missing_and_unreadable_directories_hold_nothing() {
         let d = tempfile::tempdir().unwrap();
         let later = d.path().join("later");
