@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use plexus_tests::{status_of, CniOutput, Netns, World};
+use plexus_tests::{status_of, CniOutput, Netns, Recorder, World};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
@@ -195,6 +195,54 @@ fn kernel_a_named_network_takes_the_default_networks_place_without_any_default_n
     assert!(del(&w, "c1", &pod, POD, &runtime_config).ok(), "{}", w.agent_log());
     assert!(w.del("c2", &plain, (NS, "plain")).ok());
     w.assert_nothing_left(&[&pod, &plain]);
+}
+
+/// A bridge network whose chain ends in a recorder declaring `portMappings`, so the test
+/// sees the runtimeConfig each network's plugins get.
+fn recorded_bridge(w: &World, name: &str, subnet: &str) -> String {
+    let mut config: Value = serde_json::from_str(&w.bridge_config(name, &format!("br-{name}"), subnet, true))
+        .expect("bridge JSON");
+    let recorder = Recorder::plugin_with(name, json!({"capabilities": {"portMappings": true}}));
+    config["plugins"].as_array_mut().expect("plugins").push(recorder);
+    config.to_string()
+}
+
+#[test]
+fn kernel_kubelets_runtime_config_reaches_the_first_network_and_parameters_their_own() {
+    let rec = Recorder::new();
+    let mut w = World::new();
+    w.agent_args.push(rec.agent_arg());
+    w.write_nad(NS, "blue", Some(&recorded_bridge(&w, "blue", "10.10.1.0/24")));
+    w.write_nad(NS, "red", Some(&recorded_bridge(&w, "red", "10.10.2.0/24")));
+    w.write_pod(NS, POD, None);
+    w.start_agent();
+    let pod = Netns::new("pxsb");
+    let kubelets = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
+    let runtime_config = json!({
+        "portMappings": kubelets,
+        "podSandboxNetworks": [
+            {"interfaceName": "eth0", "networkName": "blue"},
+            {"interfaceName": "net1", "networkName": "red",
+             "parameters": {"portMappings": "[{\"hostPort\": 9090, \"containerPort\": 90}]"}},
+        ],
+    });
+
+    add(&w, "c1", &pod, POD, &runtime_config).expect_ok();
+
+    let added = |tag: &str| {
+        let adds: Vec<_> = rec.calls_of(tag).into_iter().filter(|c| c.command == "ADD").collect();
+        assert_eq!(adds.len(), 1, "{tag}: {adds:?}");
+        adds[0].config["runtimeConfig"].clone()
+    };
+    // The list itself is plexus's: no plugin ever sees it.
+    assert_eq!(added("blue"), json!({"portMappings": kubelets}));
+    assert_eq!(
+        added("red"),
+        json!({"portMappings": [{"hostPort": 9090, "containerPort": 90, "protocol": "tcp"}]})
+    );
+
+    assert!(del(&w, "c1", &pod, POD, &runtime_config).ok(), "{}", w.agent_log());
+    w.assert_nothing_left(&[&pod]);
 }
 
 #[test]
