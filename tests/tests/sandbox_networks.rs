@@ -272,7 +272,9 @@ fn kernel_refused_lists_fail_with_code_7_saying_what_to_fix_and_leave_nothing() 
         ),
         (
             listing(json!([fallback, {"interfaceName": "eth0", "networkName": "blue"}])),
-            vec!["interface \"eth0\"", "already used"],
+            vec![
+                "interface \"eth0\" requested for network default/blue is already used by network _fallback",
+            ],
         ),
         (
             listing(json!([fallback, {"networkName": "missing"}])),
