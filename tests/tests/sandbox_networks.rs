@@ -110,6 +110,8 @@ fn kernel_fallback_and_a_bridge_nad_are_exactly_the_pods_interfaces() {
     assert_eq!((&second["name"], &second["default"]), (&json!("default/blue"), &json!(false)), "{second:#}");
     assert_eq!(second["ips"], json!([bare(&data0)]));
     assert_eq!(record(&w, "c1")["front_end"], "sandbox");
+    let check = w.cni_with_runtime_config("CHECK", "c1", &pod, (NS, POD), &runtime_config);
+    assert!(check.ok(), "CHECK: {} {}", check.stdout, w.agent_log());
 
     // The runtime's DEL carries the same config; the record says what to undo.
     assert!(del(&w, "c1", &pod, POD, &runtime_config).ok(), "{}", w.agent_log());
