@@ -268,6 +268,33 @@ impl World {
         pod: (&str, &str),
         v: &str,
     ) -> CniOutput {
+        self.cni_with_config(command, cid, netns, pod, &self.plexus_config(v))
+    }
+
+    /// A CNI call whose config carries `runtime_config` as its `runtimeConfig`, as a runtime
+    /// passes the capabilities plexus's config declares (`portMappings`, `podSandboxNetworks`).
+    pub fn cni_with_runtime_config(
+        &self,
+        command: &str,
+        cid: &str,
+        netns: &Netns,
+        pod: (&str, &str),
+        runtime_config: &Value,
+    ) -> CniOutput {
+        let mut config: Value =
+            serde_json::from_str(&self.plexus_config("1.0.0")).expect("plexus config JSON");
+        config["runtimeConfig"] = runtime_config.clone();
+        self.cni_with_config(command, cid, netns, pod, &config.to_string())
+    }
+
+    fn cni_with_config(
+        &self,
+        command: &str,
+        cid: &str,
+        netns: &Netns,
+        pod: (&str, &str),
+        config: &str,
+    ) -> CniOutput {
         let args = format!(
             "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={cid}",
             pod.0, pod.1
@@ -281,7 +308,7 @@ impl World {
                 ("CNI_IFNAME", "eth0"),
                 ("CNI_ARGS", &args),
             ],
-            &self.plexus_config(v),
+            config,
         )
     }
 

@@ -21,7 +21,8 @@ pub struct DelegateConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "network {network} cannot honour the pod's {key:?} request: no plugin in its CNI config declares \
-     \"capabilities\": {{\"{capability}\": true}}; add a plugin that does, or remove {key:?} from the annotation"
+     \"capabilities\": {{\"{capability}\": true}}; add a plugin that does, or do not request {key:?} of this \
+     network"
 )]
 pub struct CapabilityError {
     pub network: String,

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use super::sandbox_networks::FALLBACK_NETWORK;
 use super::selection::NetworkSelection;
 use crate::cni::{CniCode, ErrorCode};
 
@@ -94,7 +95,9 @@ fn plan(
                 name: sel.name.clone(),
             });
         }
-        let network = format!("{namespace}/{}", sel.name);
+        // The on-disk default network a sandbox's list names is in no namespace.
+        let network =
+            if sel.name == FALLBACK_NETWORK { sel.name.clone() } else { format!("{namespace}/{}", sel.name) };
         if let Some(mac) = sel.mac.as_deref() {
             let normalized = normalize_mac(mac);
             let this = format!("{index} (network {network})");
@@ -224,6 +227,15 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, PlanError::DuplicateMac { .. }), "{err:?}");
         assert!(matches!(plan_sandbox("secret/x").unwrap_err(), PlanError::NamespaceNotAllowed { .. }));
+        let fallback = NetworkSelection {
+            name: "_fallback".into(),
+            interface: Some("eth0".into()),
+            ..Default::default()
+        };
+        let blue =
+            NetworkSelection { name: "blue".into(), interface: Some("eth0".into()), ..Default::default() };
+        let err = plan_sandbox_attachments("pod-ns", &[fallback, blue], &[]).unwrap_err();
+        assert_eq!(err.to_string(), "interface \"eth0\" requested for network pod-ns/blue is already used by network _fallback; choose another name");
         assert_eq!(plan_sandbox("default/x").unwrap()[0].status_name(), "default/x");
     }
 
