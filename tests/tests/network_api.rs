@@ -688,21 +688,7 @@ fn kernel_a_pod_selecting_a_network_whose_plugin_is_missing_fails_clearly_and_le
 /// A CNI call as a runtime that implements the proposal makes it: plexus's config with the
 /// sandbox's PodSandboxNetworkConfig list as `runtimeConfig.podSandboxNetworks`.
 fn sandbox_cni(w: &World, command: &str, cid: &str, netns: &Netns, pod: &str, networks: &Value) -> CniOutput {
-    let mut config: Value = serde_json::from_str(&w.plexus_config("1.0.0")).expect("plexus config");
-    config["runtimeConfig"] = json!({"podSandboxNetworks": networks});
-    let args =
-        format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={NS};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={cid}");
-    let netns_path = netns.path_str();
-    w.shim(
-        &[
-            ("CNI_COMMAND", command),
-            ("CNI_CONTAINERID", cid),
-            ("CNI_NETNS", &netns_path),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_ARGS", &args),
-        ],
-        &config.to_string(),
-    )
+    w.cni_with_runtime_config(command, cid, netns, (NS, pod), &json!({"podSandboxNetworks": networks}))
 }
 
 #[test]
