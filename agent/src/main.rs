@@ -239,20 +239,19 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             }
         });
     }
-    let engine = Arc::new(
-        Engine::new(
-            EngineConfig {
-                default_network_dir: opts.default_network_dir.clone(),
-                network_conf_dirs: opts.network_conf_dirs.clone(),
-                allowed_namespaces: opts.allowed_namespaces.clone(),
-                strict_annotations: opts.strict_annotations,
-            },
-            catalog,
-            delegator,
-            state,
-        )
-        .with_policy(policy),
-    );
+    let engine = Engine::new(
+        EngineConfig {
+            default_network_dir: opts.default_network_dir.clone(),
+            network_conf_dirs: opts.network_conf_dirs.clone(),
+            allowed_namespaces: opts.allowed_namespaces.clone(),
+            strict_annotations: opts.strict_annotations,
+        },
+        catalog,
+        delegator,
+        state,
+    )
+    .with_policy(policy);
+    let engine = Arc::new(if network_api.is_some() { engine.with_network_api() } else { engine });
     let listener = server::bind_for(&opts.socket, opts.socket_group)?;
     if let Some(dir) = &opts.runtime_conf_dir {
         let readiness = Readiness {

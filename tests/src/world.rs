@@ -80,6 +80,9 @@ pub struct World {
     pub agent: Option<Agent>,
     /// Options added to every agent start.
     pub agent_args: Vec<String>,
+    /// Whether the agent serves the CRI network API (on [`World::network_api_socket`]); true
+    /// unless a test turns it off.
+    pub network_api: bool,
     /// The world's own bpffs, when the agent pins on one (see [`World::pin_on_own_bpffs`]).
     pub bpffs: Option<Bpffs>,
 }
@@ -91,8 +94,14 @@ impl World {
         for sub in ["default", "nads", "pods", "state", "netconf", "runtime", "ipam"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("creating world dirs");
         }
-        let world =
-            World { dir, node: Netns::new("pxnode"), agent: None, agent_args: Vec::new(), bpffs: None };
+        let world = World {
+            dir,
+            node: Netns::new("pxnode"),
+            agent: None,
+            agent_args: Vec::new(),
+            network_api: true,
+            bpffs: None,
+        };
         world.write_default_network(
             "10-cluster.conflist",
             &world.bridge_config("cluster", "cni0", "10.88.0.0/24", true),
@@ -198,7 +207,7 @@ impl World {
             .arg("--socket")
             .arg(self.socket())
             .arg("--network-api-socket")
-            .arg(self.network_api_socket())
+            .arg(if self.network_api { self.network_api_socket() } else { PathBuf::new() })
             .arg("--state-dir")
             .arg(self.path("state"))
             .arg("--cni-bin-dir")

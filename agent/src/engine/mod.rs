@@ -57,6 +57,8 @@ pub struct Engine {
     state: StateStore,
     locks: ContainerLocks,
     policy: PolicyHandle,
+    /// The CRI network API is served: no default network is a ready node (an empty list).
+    network_api: bool,
 }
 
 impl From<StateError> for CniError {
@@ -85,12 +87,20 @@ impl Engine {
             state,
             locks: ContainerLocks::default(),
             policy: PolicyHandle::default(),
+            network_api: false,
         }
     }
 
     /// Checks every secondary network against `policy` (without: everything is allowed).
     pub fn with_policy(mut self, policy: PolicyHandle) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// The CRI network API is served beside: as the proposal's backwards compatibility says,
+    /// STATUS without any network (no on-disk default network) is ready.
+    pub fn with_network_api(mut self) -> Self {
+        self.network_api = true;
         self
     }
 
@@ -390,9 +400,11 @@ impl Engine {
 
     async fn status(&self) -> Result<(), CniError> {
         let dir = self.config.default_network_dir.clone();
-        let (_, list) = blocking(move || confdir::default_network(&dir))
-            .await?
-            .map_err(|e| CniError::new(ErrorCode::PluginNotAvailable, e.to_string()))?;
+        let list = match blocking(move || confdir::default_network(&dir)).await? {
+            Ok((_, list)) => list,
+            Err(_) if self.network_api => return Ok(()),
+            Err(e) => return Err(CniError::new(ErrorCode::PluginNotAvailable, e.to_string())),
+        };
         let delegate = DelegateConfig { list, runtime_config: Default::default() };
         self.delegator.status(&delegate).await.map_err(|e| {
             CniError::new(
