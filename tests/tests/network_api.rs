@@ -440,6 +440,7 @@ fn kernel_a_node_without_networks_lists_none_and_is_ready() {
         let pod = Netns::new("pxpod");
         let out = w.add("c1", &pod, (NS, "p"));
         assert!(!out.ok(), "{client:?}: an ADD without any network succeeded: {}", out.stdout);
+        assert_eq!(out.code(), Some(11), "{client:?}: try again later: {}", out.stdout);
         assert!(out.msg().contains("default network"), "{client:?}: {}", out.stdout);
         w.assert_nothing_left(&[&pod]);
 
