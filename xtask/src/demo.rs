@@ -1,5 +1,6 @@
-//! The standalone demo: a node and three pods as network namespaces, networks and pods from
-//! `deploy/examples/`, the real agent and the real `plexus` CNI binary, real traffic.
+//! The standalone demo: a node and six pods as network namespaces, networks and pods from
+//! `deploy/examples/` (one network created through the CRI network API), the real agent and
+//! the real `plexus` CNI binary, real traffic.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
