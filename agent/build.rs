@@ -1,4 +1,5 @@
-//! Builds plexus's BPF object (`ebpf/programs`) so the agent can embed it
+//! Generates the gRPC code of the CRI network API (`proto/network.proto`, [`compile_proto`])
+//! and builds plexus's BPF object (`ebpf/programs`) so the agent can embed it
 //! (`aya::include_bytes_aligned!`) and ship as one binary.
 //!
 //! The object builds for `bpfel-unknown-none`, a tier-3 target: it needs the nightly toolchain
@@ -28,6 +29,26 @@ fn main() {
     let root = manifest_dir.parent().expect("the agent crate sits in the workspace root").to_owned();
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
 
+    compile_proto(&root, &out);
+    build_bpf(&root, &out);
+}
+
+/// The messages and the `RuntimeService` server and client of `proto/network.proto`, into
+/// `OUT_DIR/runtime.v1.rs`. The descriptors come from protox, a protobuf compiler in Rust, so
+/// no system `protoc` is needed.
+fn compile_proto(root: &Path, out: &Path) {
+    let dir = root.join("proto");
+    let file = dir.join("network.proto");
+    println!("cargo:rerun-if-changed={}", file.display());
+    let descriptors =
+        protox::compile([&file], [&dir]).unwrap_or_else(|e| panic!("compiling {}: {e:?}", file.display()));
+    tonic_prost_build::configure()
+        .out_dir(out)
+        .compile_fds(descriptors)
+        .unwrap_or_else(|e| panic!("generating the gRPC code of {}: {e}", file.display()));
+}
+
+fn build_bpf(root: &Path, out: &Path) {
     println!("cargo:rerun-if-env-changed=PLEXUS_BPF_DIR");
     if let Some(prebuilt) = env::var_os("PLEXUS_BPF_DIR") {
         for object in OBJECTS {

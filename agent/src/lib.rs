@@ -21,6 +21,7 @@ pub mod ipam;
 pub mod kube;
 pub mod metrics;
 pub mod native;
+pub mod netapi;
 pub mod netlink;
 pub mod netns;
 pub mod options;

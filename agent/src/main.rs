@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use plexus_agent::catalog::api_networks::ApiNetworks;
 use plexus_agent::catalog::confdir;
 use plexus_agent::catalog::files::FileCatalog;
 use plexus_agent::catalog::Catalog;
@@ -19,15 +20,18 @@ use plexus_agent::engine::{Engine, EngineConfig};
 use plexus_agent::install::Installed;
 use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
+use plexus_agent::netapi::service::NetworkApi;
+use plexus_agent::netapi::status::Prober;
+use plexus_agent::netapi::store::NetworkStore;
 use plexus_agent::options::{
     AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, ControllerOptions,
-    DoctorOptions, FlowsOptions, ListOptions, PortmapCommand,
+    DoctorOptions, FlowsOptions, ListOptions, NetworkCommand, PortmapCommand,
 };
 use plexus_agent::policy::{self, PolicyHandle};
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
 use plexus_agent::state::StateStore;
-use plexus_agent::{metrics, native};
+use plexus_agent::{metrics, native, netapi};
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -50,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         CliCommand::Bandwidth(BandwidthCommand::Set(o)) => bandwidth_set(&o),
         CliCommand::Doctor(o) => std::process::exit(runtime.block_on(doctor(&o))),
         CliCommand::Controller(o) => runtime.block_on(controller(o)),
+        CliCommand::Network(c) => std::process::exit(runtime.block_on(network(&c))),
         CliCommand::InstallShim(o) => {
             match plexus_agent::install::install_shim(&o.from, &o.to, &o.name)? {
                 Installed::Written(path) => {
@@ -60,6 +65,20 @@ fn main() -> anyhow::Result<()> {
                 }
             }
             Ok(())
+        }
+    }
+}
+
+/// `plexus-agent network ...`: prints the answer, or the error on stderr; the exit code.
+async fn network(command: &NetworkCommand) -> i32 {
+    match plexus_agent::netapi::client::run(command).await {
+        Ok(out) => {
+            print!("{out}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
         }
     }
 }
@@ -130,7 +149,14 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         Err(e) => tracing::warn!("could not raise the open file limit: {e}"),
     }
     sweep_interrupted_writes(&opts);
-    let (catalog, catalog_synced, client) = catalog(&opts).await?;
+    let (nads, catalog_synced, client) = catalog(&opts).await?;
+    // With the network API on, its networks come first in every NAD lookup.
+    let network_api = opts.network_api_socket().map(ToOwned::to_owned);
+    let network_store = Arc::new(NetworkStore::new(&opts.state_dir));
+    let catalog: Arc<dyn Catalog> = match &network_api {
+        Some(_) => Arc::new(ApiNetworks::new(network_store.clone(), nads.clone())),
+        None => nads.clone(),
+    };
     let (policy, policy_current) = policy(&opts, client)?;
     let policy_loaded = policy.clone();
     let synced: SyncedCheck =
@@ -141,8 +167,12 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             metrics::bind(addr).await.with_context(|| format!("binding the metrics address {addr}"))?;
         let default_dir = opts.default_network_dir.clone();
         let warmed = warm.clone();
+        let needs_default_network = network_api.is_none();
         let ready: metrics::ReadyCheck = Arc::new(move || {
-            confdir::default_network(&default_dir)?;
+            // With the network API, no network at all is ready (an empty list).
+            if needs_default_network {
+                confdir::default_network(&default_dir)?;
+            }
             if !warmed.load(Ordering::Relaxed) {
                 return Err("warming up: the eBPF dataplane is still loading".into());
             }
@@ -189,20 +219,39 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         let capabilities = vec![("portMappings", portmap), ("bandwidth", bandwidth)];
         natives.register(native::macvlan::TYPE, Arc::new(WithCapabilities::new(macvlan, capabilities)));
     }
-    let engine = Arc::new(
-        Engine::new(
-            EngineConfig {
-                default_network_dir: opts.default_network_dir.clone(),
-                network_conf_dirs: opts.network_conf_dirs.clone(),
-                allowed_namespaces: opts.allowed_namespaces.clone(),
-                strict_annotations: opts.strict_annotations,
-            },
-            catalog,
-            Delegator { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout(), natives },
-            StateStore::new(&opts.state_dir),
-        )
-        .with_policy(policy),
-    );
+    let delegator =
+        Delegator { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout(), natives };
+    let state = StateStore::new(&opts.state_dir);
+    if let Some(socket) = &network_api {
+        let listener = netapi::server::bind(socket)?;
+        let api = NetworkApi {
+            store: network_store,
+            catalog: nads,
+            default_network_dir: opts.default_network_dir.clone(),
+            network_conf_dirs: opts.network_conf_dirs.clone(),
+            prober: Prober { delegator: delegator.clone() },
+            state: state.clone(),
+        };
+        tracing::info!(socket = %socket.display(), "serving the CRI network API");
+        tokio::spawn(async move {
+            if let Err(e) = netapi::server::serve(listener, api).await {
+                tracing::error!("the CRI network API stopped: {e}");
+            }
+        });
+    }
+    let engine = Engine::new(
+        EngineConfig {
+            default_network_dir: opts.default_network_dir.clone(),
+            network_conf_dirs: opts.network_conf_dirs.clone(),
+            allowed_namespaces: opts.allowed_namespaces.clone(),
+            strict_annotations: opts.strict_annotations,
+        },
+        catalog,
+        delegator,
+        state,
+    )
+    .with_policy(policy);
+    let engine = Arc::new(if network_api.is_some() { engine.with_network_api() } else { engine });
     let listener = server::bind_for(&opts.socket, opts.socket_group)?;
     if let Some(dir) = &opts.runtime_conf_dir {
         let readiness = Readiness {
@@ -210,6 +259,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             runtime_conf_path: runtime_conf_path(dir, &opts.runtime_conf_name),
             socket: opts.socket.clone(),
             cni_version: opts.runtime_cni_version.clone(),
+            network_api: network_api.is_some(),
         };
         // The runtime is told plexus is ready once warm, so its first ADDs do not compete with
         // the dataplane's load; the socket serves meanwhile (after a restart the runtime

@@ -1,6 +1,6 @@
 //! The agent's command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -37,6 +37,11 @@ pub enum CliCommand {
     /// PodNetwork, for the whole cluster; run as a Deployment, one replica acting at a time
     /// (leader election on a Lease). docs/podnetwork-controller.md.
     Controller(ControllerOptions),
+    /// The network API's client (docs/network-api.md): set, remove and list the networks the
+    /// agent serves on its network API socket, and show which IP of a sandbox is on which
+    /// network. Exits 3 when the API refuses a request, 1 on any other error.
+    #[command(subcommand)]
+    Network(NetworkCommand),
 }
 
 /// `plexus-agent controller`.
@@ -367,6 +372,13 @@ pub struct AgentOptions {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub socket_read_timeout_secs: u64,
 
+    /// Unix socket of the CRI network API (docs/network-api.md: set, remove and list
+    /// networks over gRPC), mode 0600. An empty value turns the API off; with it on, plexus
+    /// is ready without an on-disk default network.
+    #[arg(long, env = "PLEXUS_NETWORK_API_SOCKET", default_value = crate::netapi::DEFAULT_SOCKET,
+          value_parser = path_or_off)]
+    pub network_api_socket: PathBuf,
+
     /// Durable state (attachment records).
     #[arg(long, env = "PLEXUS_STATE_DIR", default_value = "/var/lib/plexus")]
     pub state_dir: PathBuf,
@@ -478,6 +490,11 @@ pub struct AgentOptions {
     pub metrics_addr: String,
 }
 
+/// A path, where an empty value (turning the feature off) is accepted too.
+fn path_or_off(value: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(value))
+}
+
 impl AgentOptions {
     /// `--metrics-addr`, `None` when switched off.
     pub fn metrics_socket_addr(&self) -> Result<Option<std::net::SocketAddr>, MetricsAddrError> {
@@ -486,6 +503,11 @@ impl AgentOptions {
 
     pub fn delegate_timeout(&self) -> Duration {
         Duration::from_secs(self.delegate_timeout_secs)
+    }
+
+    /// The network API's socket, or `None` when the API is off.
+    pub fn network_api_socket(&self) -> Option<&Path> {
+        Some(self.network_api_socket.as_path()).filter(|p| !p.as_os_str().is_empty())
     }
 
     /// How the socket serves: who may connect, how long a request may take to arrive.
@@ -506,6 +528,75 @@ pub struct MetricsAddrError {
     pub addr: String,
     #[source]
     pub source: std::net::AddrParseError,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetworkCommand {
+    /// SetPodNetwork: creates or updates a network from a YAML or JSON file of a NetworkConfig
+    /// (the proto's JSON mapping; lowerCamelCase or the proto's field names). An update needs a
+    /// higher metadata.generation than the stored one.
+    Set(NetworkSetOptions),
+    /// RemovePodNetwork: new attachments can no longer select the network; pods attached to it
+    /// keep it until their DEL, which uses the config they were attached with.
+    Remove(NetworkRemoveOptions),
+    /// ListPodNetwork: every network (set through the API, NADs, and the on-disk default
+    /// network as `_fallback`) with its measured status.
+    List(NetworkListOptions),
+    /// PodSandboxNetworks: the IPs of a sandbox, each with its network, in attachment order.
+    Ips(NetworkIpsOptions),
+}
+
+/// The socket every `plexus-agent network` command talks to.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkApiSocket {
+    /// The agent's --network-api-socket.
+    #[arg(long, env = "PLEXUS_NETWORK_API_SOCKET", default_value = crate::netapi::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+}
+
+/// `network set`.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkSetOptions {
+    #[command(flatten)]
+    pub socket: NetworkApiSocket,
+    /// The NetworkConfig, YAML or JSON.
+    #[arg(long, short = 'f')]
+    pub file: PathBuf,
+}
+
+/// `network remove`.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkRemoveOptions {
+    #[command(flatten)]
+    pub socket: NetworkApiSocket,
+    /// The network's name.
+    pub name: String,
+    /// The network's namespace; empty means `default`.
+    #[arg(long, short = 'n', default_value = "")]
+    pub namespace: String,
+}
+
+/// `network list`.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkListOptions {
+    #[command(flatten)]
+    pub socket: NetworkApiSocket,
+    /// JSON instead of a table: {"networks": [{"config", "status"}]}, the proto's JSON mapping
+    /// (a config reads back with `network set -f`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `network ips`.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkIpsOptions {
+    #[command(flatten)]
+    pub socket: NetworkApiSocket,
+    /// The sandbox's ID (the CNI_CONTAINERID of its ADD).
+    pub sandbox_id: String,
+    /// JSON instead of a table: {"ips": [{"ip", "networkName"}]}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[cfg(test)]
@@ -604,6 +695,14 @@ mod tests {
     }
 
     #[test]
+    fn the_network_api_is_on_by_default_and_an_empty_socket_turns_it_off() {
+        assert_eq!(run(&[]).unwrap().network_api_socket(), Some(Path::new("/run/plexus/network.sock")));
+        let o = run(&["--network-api-socket", "/tmp/n.sock"]).unwrap();
+        assert_eq!(o.network_api_socket(), Some(Path::new("/tmp/n.sock")));
+        assert_eq!(run(&["--network-api-socket", ""]).unwrap().network_api_socket(), None);
+    }
+
+    #[test]
     fn socket_options_take_a_group_by_gid_or_name_and_a_read_timeout() {
         let o = run(&[]).unwrap();
         assert_eq!((o.socket_group, o.socket_read_timeout_secs), (None, 5));
@@ -672,5 +771,31 @@ mod tests {
         assert_eq!(o.egress_rate, Some(1000));
         let err = parse(&[&set[..], &["--json"]].concat()).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{err}");
+    }
+
+    #[test]
+    fn network_commands_default_to_the_agents_socket_and_take_their_arguments() {
+        match parse(&["network", "remove", "blue", "-n", "team-a"]).unwrap() {
+            CliCommand::Network(NetworkCommand::Remove(o)) => {
+                assert_eq!((o.name.as_str(), o.namespace.as_str()), ("blue", "team-a"));
+                assert_eq!(o.socket.socket, PathBuf::from(crate::netapi::DEFAULT_SOCKET));
+            }
+            other => panic!("network remove parsed as {other:?}"),
+        }
+        match parse(&["network", "set", "-f", "blue.yaml", "--socket", "/tmp/n.sock"]).unwrap() {
+            CliCommand::Network(NetworkCommand::Set(o)) => {
+                assert_eq!(
+                    (o.file.as_path(), o.socket.socket.as_path()),
+                    ("blue.yaml".as_ref(), "/tmp/n.sock".as_ref())
+                );
+            }
+            other => panic!("network set parsed as {other:?}"),
+        }
+        match parse(&["network", "ips", "c1", "--json"]).unwrap() {
+            CliCommand::Network(NetworkCommand::Ips(o)) => assert!(o.json && o.sandbox_id == "c1"),
+            other => panic!("network ips parsed as {other:?}"),
+        }
+        assert!(parse(&["network", "set"]).is_err(), "set needs -f");
+        assert!(parse(&["network", "remove"]).is_err(), "remove needs a name");
     }
 }

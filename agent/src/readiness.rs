@@ -1,7 +1,9 @@
 //! Readiness (spec 6.1): plexus's own CNI config appears in the runtime's config directory
 //! only once the cluster default network's config exists, and stays there when the agent
 //! stops, so pods started during an agent restart get "try again" from the shim instead of
-//! silently fewer networks.
+//! silently fewer networks. With the CRI network API served, no network at all is ready too
+//! (the proposal's backwards compatibility): the config is written without a default network,
+//! and a pod that names no networks then fails its ADD saying the default network is missing.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use crate::catalog::confdir;
+use crate::spec::sandbox_networks;
 use crate::state::atomic_write;
 
 #[derive(Debug, Clone)]
@@ -17,16 +20,24 @@ pub struct Readiness {
     pub runtime_conf_path: PathBuf,
     pub socket: PathBuf,
     pub cni_version: String,
+    /// The CRI network API is served: the default network is not required.
+    pub network_api: bool,
 }
 
 impl Readiness {
-    /// The config plexus would write now, or None while the default network is missing. It
-    /// declares the capabilities the default network declares, so kubelet's runtimeConfig
-    /// reaches it (and only it, spec 7.5).
+    /// The config plexus would write now, or None while the default network is missing
+    /// (unless the network API is served). It declares the capabilities the default network
+    /// declares, so kubelet's runtimeConfig reaches it (and only it, spec 7.5), and
+    /// `podSandboxNetworks`, the runtime's list of the sandbox's networks (the CRI network API
+    /// proposal).
     pub fn desired_config(&self) -> Option<Value> {
-        let (_, default) = confdir::default_network(&self.default_network_dir).ok()?;
+        let default = match confdir::default_network(&self.default_network_dir) {
+            Ok((_, list)) => Some(list),
+            Err(_) if self.network_api => None,
+            Err(_) => return None,
+        };
         let mut caps = Map::new();
-        for plugin in &default.plugins {
+        for plugin in default.iter().flat_map(|d| &d.plugins) {
             if let Some(Value::Object(c)) = plugin.get("capabilities") {
                 for (k, v) in c {
                     if v.as_bool() == Some(true) {
@@ -35,10 +46,10 @@ impl Readiness {
                 }
             }
         }
-        let mut plugin = json!({"type": confdir::PLEXUS_TYPE, "socket": self.socket});
-        if !caps.is_empty() {
-            plugin["capabilities"] = Value::Object(caps);
-        }
+        // A runtime implementing the CRI network API passes the sandbox's networks (see
+        // `spec::sandbox_networks`).
+        caps.insert(sandbox_networks::RUNTIME_CONFIG_KEY.to_owned(), Value::Bool(true));
+        let plugin = json!({"type": confdir::PLEXUS_TYPE, "socket": self.socket, "capabilities": caps});
         Some(json!({"cniVersion": self.cni_version, "name": "plexus", "plugins": [plugin]}))
     }
 
@@ -93,6 +104,7 @@ mod tests {
             runtime_conf_path: d.path().join("00-plexus.conflist"),
             socket: "/run/plexus/plexus.sock".into(),
             cni_version: "1.0.0".into(),
+            network_api: false,
         };
         assert!(!r.sync().unwrap());
         assert!(!r.runtime_conf_path.exists());
@@ -105,7 +117,30 @@ mod tests {
         assert!(r.sync().unwrap());
         let written: Value = serde_json::from_slice(&std::fs::read(&r.runtime_conf_path).unwrap()).unwrap();
         assert_eq!(written["plugins"][0]["type"], "plexus");
-        assert_eq!(written["plugins"][0]["capabilities"], json!({"portMappings": true}));
+        assert_eq!(
+            written["plugins"][0]["capabilities"],
+            json!({"portMappings": true, "podSandboxNetworks": true})
+        );
         assert!(r.sync().unwrap(), "its own config in the same directory is not the default network");
+    }
+
+    #[test]
+    fn with_the_network_api_no_default_network_is_ready() {
+        let d = tempfile::tempdir().unwrap();
+        let r = Readiness {
+            default_network_dir: d.path().join("net.d"),
+            runtime_conf_path: d.path().join("00-plexus.conflist"),
+            socket: "/run/plexus/plexus.sock".into(),
+            cni_version: "1.0.0".into(),
+            network_api: true,
+        };
+        assert!(r.sync().unwrap());
+        let written: Value = serde_json::from_slice(&std::fs::read(&r.runtime_conf_path).unwrap()).unwrap();
+        assert_eq!(written["plugins"][0]["type"], "plexus");
+        assert_eq!(
+            written["plugins"][0]["capabilities"],
+            json!({"podSandboxNetworks": true}),
+            "no default network, no capabilities to copy; the sandbox's list is still declared"
+        );
     }
 }

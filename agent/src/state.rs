@@ -45,7 +45,7 @@ pub struct PodRef {
     pub uid: Option<String>,
 }
 
-/// Which of the pod's annotations its attachments came from.
+/// Where a pod's list of networks came from: one of its annotations, or its runtime.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FrontEnd {
@@ -54,6 +54,9 @@ pub enum FrontEnd {
     Npwg,
     /// The KEP-3698 PodNetwork list (`plexus.dev/pod-networks`).
     PodNetworks,
+    /// The runtime's list of the sandbox's networks (`runtimeConfig.podSandboxNetworks`, the
+    /// CRI network API proposal): its first network is in the place of the cluster default one.
+    Sandbox,
 }
 
 impl FrontEnd {
@@ -396,6 +399,18 @@ mod tests {
         store.save(&record("c2")).await.unwrap();
         let text = std::fs::read_to_string(store.dir().join("c2@eth0.json")).unwrap();
         assert!(!text.contains("front_end") && !text.contains("pod_network"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_sandbox_record_round_trips_and_names_its_front_end() {
+        let d = tempfile::tempdir().unwrap();
+        let store = StateStore::new(d.path());
+        let mut sandbox = record("c1");
+        sandbox.front_end = FrontEnd::Sandbox;
+        store.save(&sandbox).await.unwrap();
+        assert_eq!(store.load("c1", "eth0").await.unwrap(), Some(sandbox));
+        let text = std::fs::read_to_string(store.dir().join("c1@eth0.json")).unwrap();
+        assert!(text.contains("\"front_end\": \"sandbox\""), "{text}");
     }
 
     #[test]

@@ -80,6 +80,9 @@ pub struct World {
     pub agent: Option<Agent>,
     /// Options added to every agent start.
     pub agent_args: Vec<String>,
+    /// Whether the agent serves the CRI network API (on [`World::network_api_socket`]); true
+    /// unless a test turns it off.
+    pub network_api: bool,
     /// The world's own bpffs, when the agent pins on one (see [`World::pin_on_own_bpffs`]).
     pub bpffs: Option<Bpffs>,
 }
@@ -91,8 +94,14 @@ impl World {
         for sub in ["default", "nads", "pods", "state", "netconf", "runtime", "ipam"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("creating world dirs");
         }
-        let world =
-            World { dir, node: Netns::new("pxnode"), agent: None, agent_args: Vec::new(), bpffs: None };
+        let world = World {
+            dir,
+            node: Netns::new("pxnode"),
+            agent: None,
+            agent_args: Vec::new(),
+            network_api: true,
+            bpffs: None,
+        };
         world.write_default_network(
             "10-cluster.conflist",
             &world.bridge_config("cluster", "cni0", "10.88.0.0/24", true),
@@ -117,6 +126,11 @@ impl World {
 
     pub fn socket(&self) -> PathBuf {
         self.path("plexus.sock")
+    }
+
+    /// The agent's CRI network API socket (docs/network-api.md).
+    pub fn network_api_socket(&self) -> PathBuf {
+        self.path("network.sock")
     }
 
     /// A veth pair in the node namespace, both ends up, to serve as a macvlan master (the kernel
@@ -192,6 +206,8 @@ impl World {
         cmd.arg("run")
             .arg("--socket")
             .arg(self.socket())
+            .arg("--network-api-socket")
+            .arg(if self.network_api { self.network_api_socket() } else { PathBuf::new() })
             .arg("--state-dir")
             .arg(self.path("state"))
             .arg("--cni-bin-dir")
@@ -215,9 +231,12 @@ impl World {
         let child = cmd.spawn().expect("starting plexus-agent");
         self.agent = Some(Agent(Proc(child)));
         let deadline = Instant::now() + Duration::from_secs(15);
-        while UnixStream::connect(self.socket()).is_err() {
-            assert!(Instant::now() < deadline, "agent did not start; log:\n{}", self.agent_log());
-            std::thread::sleep(Duration::from_millis(20));
+        // Both sockets: the CNI one and the network API's.
+        for socket in [self.socket(), self.network_api_socket()] {
+            while UnixStream::connect(&socket).is_err() {
+                assert!(Instant::now() < deadline, "agent did not start; log:\n{}", self.agent_log());
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
 
@@ -258,6 +277,33 @@ impl World {
         pod: (&str, &str),
         v: &str,
     ) -> CniOutput {
+        self.cni_with_config(command, cid, netns, pod, &self.plexus_config(v))
+    }
+
+    /// A CNI call whose config carries `runtime_config` as its `runtimeConfig`, as a runtime
+    /// passes the capabilities plexus's config declares (`portMappings`, `podSandboxNetworks`).
+    pub fn cni_with_runtime_config(
+        &self,
+        command: &str,
+        cid: &str,
+        netns: &Netns,
+        pod: (&str, &str),
+        runtime_config: &Value,
+    ) -> CniOutput {
+        let mut config: Value =
+            serde_json::from_str(&self.plexus_config("1.0.0")).expect("plexus config JSON");
+        config["runtimeConfig"] = runtime_config.clone();
+        self.cni_with_config(command, cid, netns, pod, &config.to_string())
+    }
+
+    fn cni_with_config(
+        &self,
+        command: &str,
+        cid: &str,
+        netns: &Netns,
+        pod: (&str, &str),
+        config: &str,
+    ) -> CniOutput {
         let args = format!(
             "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={cid}",
             pod.0, pod.1
@@ -271,7 +317,7 @@ impl World {
                 ("CNI_IFNAME", "eth0"),
                 ("CNI_ARGS", &args),
             ],
-            &self.plexus_config(v),
+            config,
         )
     }
 

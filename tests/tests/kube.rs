@@ -983,6 +983,8 @@ fn spawn_agent(dir: &std::path::Path, addr: &str, server: &TestApiServer, cgroup
             .arg(server.kubeconfig())
             .arg("--socket")
             .arg(dir.join("plexus.sock"))
+            // Without the network API: readiness then waits for the default network.
+            .args(["--network-api-socket", ""])
             .arg("--state-dir")
             .arg(dir.join("state"))
             .arg("--default-network-dir")

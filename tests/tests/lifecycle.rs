@@ -553,9 +553,33 @@ fn kernel_fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels
 // 7. STATUS.
 // ---------------------------------------------------------------------------------------
 
+/// The CRI network API proposal's backwards compatibility: with the API served, a node with no
+/// network at all is ready (STATUS succeeds, plexus's CNI config is written), and a pod that
+/// names no networks still fails its ADD saying the default network is missing.
+#[test]
+fn kernel_with_the_network_api_no_default_network_is_ready_but_a_pod_needs_one() {
+    let mut w = World::new();
+    std::fs::remove_file(w.path("default").join("10-cluster.conflist")).unwrap();
+    w.write_pod(NS, "p", None);
+    w.start_agent();
+    let status = w.shim(&[("CNI_COMMAND", "STATUS")], &w.plexus_config("1.1.0"));
+    assert!(status.ok() && status.stdout.is_empty(), "STATUS: {status:?}");
+    let conf = w.path("runtime").join("00-plexus.conflist");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !conf.exists() {
+        assert!(std::time::Instant::now() < deadline, "no CNI config written; log:\n{}", w.agent_log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pod = Netns::new("pxpod");
+    assert_cni_error(&w.add("c1", &pod, (NS, "p")), 11, &["default network is not ready"]);
+    w.assert_nothing_left(&[&pod]);
+}
+
 #[test]
 fn kernel_status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
     let mut w = World::new();
+    // Without the CRI network API, which makes no network at all a ready node.
+    w.network_api = false;
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "p", Some("blue"));
     w.start_agent();

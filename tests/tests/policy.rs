@@ -200,6 +200,8 @@ fn agent_exit(w: &World, policy: &Path) -> (bool, String) {
         .arg(w.path("state"))
         .arg("--default-network-dir")
         .arg(w.path("default"))
+        .arg("--network-api-socket")
+        .arg(w.network_api_socket())
         .arg("--metrics-addr")
         .arg("off")
         .arg("--nad-policy")

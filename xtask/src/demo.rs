@@ -1,5 +1,6 @@
-//! The standalone demo: a node and three pods as network namespaces, networks and pods from
-//! `deploy/examples/`, the real agent and the real `plexus` CNI binary, real traffic.
+//! The standalone demo: a node and six pods as network namespaces, networks and pods from
+//! `deploy/examples/` (one network created through the CRI network API), the real agent and
+//! the real `plexus` CNI binary, real traffic.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,8 @@ const NODE: &str = "pxdemo-node";
 const PODS: &[&str] = &["pod-a", "pod-b", "pod-c"];
 /// Pods that ask for PodNetworks (KEP-3698) rather than NADs.
 const KEP_PODS: &[&str] = &["pod-d", "pod-e"];
+/// The pod whose runtime names its networks (the CRI network API's PodSandboxNetworkConfig).
+const API_POD: &str = "pod-f";
 
 /// Everything the demo created; dropping it removes all of it, also after a failure.
 struct Demo {
@@ -147,9 +150,10 @@ pub fn run() -> anyhow::Result<()> {
     port_mapping(&mut demo, &bin)?;
     bandwidth(&mut demo, &bin)?;
     pod_networks(&mut demo, &bin)?;
+    network_api(&mut demo, &bin)?;
 
     step("DEL", "teardown in reverse order; nothing stays behind");
-    for pod in PODS.iter().chain(KEP_PODS) {
+    for pod in PODS.iter().chain(KEP_PODS).chain([&API_POD]) {
         shim(&bin, &demo.base, "DEL", pod, &format!("pxdemo-{pod}"))?;
         let left: Vec<String> =
             output(Command::new("ip").args(["-n", &format!("pxdemo-{pod}"), "-br", "link"]))?
@@ -162,6 +166,7 @@ pub fn run() -> anyhow::Result<()> {
             if left.is_empty() { "none".into() } else { left.join(", ") }
         );
     }
+    println!("  {}", network_command(&bin, &["remove", "purple"])?.trim());
     let records = std::fs::read_dir(demo.base.join("state/attachments")).map(|d| d.count()).unwrap_or(0);
     println!("  attachment records left: {records}");
     let mappings = portmap_command(&bin, &demo.base, "list")?;
@@ -235,13 +240,15 @@ fn start_agent(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         .args(["--nad-dir", &format!("{BASE}/nads")])
         .args(["--pod-dir", &format!("{BASE}/pods")])
         .args(["--bpf-pin-dir", &format!("{BASE}/bpffs")])
+        .args(["--network-api-socket", &format!("{BASE}/network.sock")])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
         .context("starting plexus-agent")?;
     demo.agent = Some(Proc(child));
-    wait_for(&base.join("plexus.sock"), Duration::from_secs(10))
+    wait_for(&base.join("plexus.sock"), Duration::from_secs(10))?;
+    wait_for(&base.join("network.sock"), Duration::from_secs(10))
 }
 
 fn wait_for(path: &Path, limit: Duration) -> anyhow::Result<()> {
@@ -255,11 +262,15 @@ fn wait_for(path: &Path, limit: Duration) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One CNI call through the real `plexus` binary, exactly as a runtime makes it.
+/// One CNI call through the real `plexus` binary, exactly as a runtime makes it; for
+/// [`API_POD`], with the networks its sandbox names.
 fn shim(bin: &Path, base: &Path, command: &str, pod: &str, netns: &str) -> anyhow::Result<String> {
-    let config = serde_json::json!({
+    let mut config = serde_json::json!({
         "cniVersion": "1.0.0", "name": "plexus", "type": "plexus", "socket": base.join("plexus.sock"),
     });
+    if pod == API_POD {
+        config["runtimeConfig"] = serde_json::json!({"podSandboxNetworks": sandbox_networks()});
+    }
     let mut child = Command::new(bin.join("plexus"))
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", format!("demo-{pod}"))
@@ -486,6 +497,58 @@ fn pod_networks(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
     );
     println!("  plexus-agent bandwidth list:");
     for line in bandwidth_list(bin, &demo.base)?.lines() {
+        println!("    {line}");
+    }
+    Ok(())
+}
+
+/// What the runtime of [`API_POD`] passes: its sandbox's PodSandboxNetworkConfig list, the
+/// proto's JSON mapping. The first entry takes the default network's place.
+fn sandbox_networks() -> Value {
+    serde_json::json!([
+        {"interfaceName": "eth0", "networkName": "_fallback"},
+        {"interfaceName": "net1", "networkName": "purple"},
+    ])
+}
+
+/// `plexus-agent network <args>` on the demo agent's network API socket: its output.
+fn network_command(bin: &Path, args: &[&str]) -> anyhow::Result<String> {
+    output(
+        Command::new(bin.join("plexus-agent"))
+            .arg("network")
+            .args(args)
+            .args(["--socket", &format!("{BASE}/network.sock")]),
+    )
+}
+
+/// The CRI network API: the network purple is created through it (not as a NAD), pod-f's
+/// runtime names purple among its sandbox's networks, the list shows every network with its
+/// measured status, and the agent says which of pod-f's IPs is on which network.
+fn network_api(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
+    step(
+        "network API",
+        "the CRI network API: `plexus-agent network set` creates purple; pod-f's runtime names its networks",
+    );
+    let file = root().join("deploy/examples/network-api/purple.yaml");
+    println!("  plexus-agent network set -f {}", file.display());
+    println!("    {}", network_command(bin, &["set", "-f", &file.display().to_string()])?.trim());
+
+    let ns = format!("pxdemo-{API_POD}");
+    add_netns(demo, &ns)?;
+    shim(bin, &demo.base, "ADD", API_POD, &ns)?;
+    println!("  {API_POD}: its runtime passed runtimeConfig.podSandboxNetworks = {}", sandbox_networks());
+    let links = output(Command::new("ip").args(["-n", &ns, "-br", "addr"]))?;
+    println!("  interfaces in {API_POD}:");
+    for line in links.lines() {
+        println!("    {line}");
+    }
+    println!("  plexus-agent network list (every network, with its measured status):");
+    for line in network_command(bin, &["list"])?.lines() {
+        println!("    {line}");
+    }
+    let sandbox = format!("demo-{API_POD}");
+    println!("  plexus-agent network ips {sandbox} (which IP is on which network):");
+    for line in network_command(bin, &["ips", &sandbox])?.lines() {
         println!("    {line}");
     }
     Ok(())

@@ -18,6 +18,9 @@ const PACKAGES: &[(&str, &str)] = &[
     // The port mapping tests: checksum offload off on senders, and traffic from scripts.
     ("/usr/sbin/ethtool", "ethtool"),
     ("/usr/bin/python3", "python3"),
+    // The network API's tests: a gRPC client generated from proto/network.proto at test time.
+    ("/usr/lib/python3/dist-packages/grpc/__init__.py", "python3-grpcio"),
+    ("/usr/lib/python3/dist-packages/grpc_tools/protoc.py", "python3-grpc-tools"),
     // `cargo xtask bench`: throughput, and the reference portmap's iptables.
     ("/usr/bin/iperf3", "iperf3"),
     ("/usr/sbin/iptables", "iptables"),

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::index::{Lookup, ManifestIndex};
-use super::{names, standalone, Catalog, CatalogError, PodInfo, StatusReport};
+use super::{names, standalone, Catalog, CatalogError, NadSummary, PodInfo, StatusReport};
 use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::podnetwork::params_ready;
 use crate::spec::resolve::NetworkAttachmentDefinition;
@@ -138,6 +138,18 @@ impl Catalog for FileCatalog {
         let (ns, n) = (namespace.to_owned(), name.to_owned());
         async move { absent_when_unreadable(look_up(&self.nads, move |index| index.nad(&ns, &n)).await) }
             .boxed()
+    }
+
+    /// Manifest files carry no uid or generation the agent keeps: both are empty.
+    fn networks(&self) -> BoxFuture<'_, Result<Vec<NadSummary>, CatalogError>> {
+        let index = self.nads.clone();
+        async move {
+            let nads = tokio::task::spawn_blocking(move || index.nads())
+                .await
+                .map_err(|e| CatalogError::unavailable("manifest directories", e))?;
+            Ok(nads.into_iter().map(|nad| NadSummary { nad, uid: String::new(), generation: 0 }).collect())
+        }
+        .boxed()
     }
 
     fn pod<'a>(
@@ -305,6 +317,9 @@ mod tests {
         let cat = FileCatalog::new(vec![nads], vec![pods], d.path().join("reports"));
         assert!(cat.nad("ns1", "net-a").await.unwrap().is_some());
         assert!(cat.nad("ns2", "net-a").await.unwrap().is_none());
+        let listed = cat.networks().await.unwrap();
+        assert_eq!(listed.len(), 1, "the broken file holds no NAD");
+        assert_eq!((listed[0].nad.namespace.as_str(), listed[0].nad.name.as_str()), ("ns1", "net-a"));
         let pod = cat.pod("ns1", "p").await.unwrap().unwrap();
         cat.publish_network_status(&pod, "[]").await.unwrap();
         cat.record_event(&pod, "InvalidAnnotation", "bad").await;

@@ -153,6 +153,23 @@ impl ManifestIndex {
         self.lookup(namespace, name, |s| &s.nads)
     }
 
+    /// Every NAD a usable manifest holds, by namespace then name, after taking in the files
+    /// changed since the last lookup. Blocking, as [`ManifestIndex::pod`].
+    pub fn nads(&self) -> Vec<NetworkAttachmentDefinition> {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.refresh(&mut state);
+        let mut found: Vec<NetworkAttachmentDefinition> = state
+            .nads
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Found(nad) => Some(nad.clone()),
+                Slot::Broken(_) => None,
+            })
+            .collect();
+        found.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        found
+    }
+
     /// The PodNetwork `name` (cluster-scoped), as [`ManifestIndex::pod`].
     pub fn pod_network(&self, name: &str) -> Lookup<PodNetwork> {
         self.lookup("", name, |s| &s.pod_networks)
@@ -476,6 +493,29 @@ mod tests {
         // Fixed in place: served again.
         std::fs::write(d.path().join("latin.yaml"), pod("ns", "latin")).unwrap();
         assert!(found_pod(&index, "ns", "latin").is_some());
+    }
+
+    #[test]
+    fn every_usable_nad_is_listed_sorted_and_changes_are_seen() {
+        let d = tempfile::tempdir().unwrap();
+        let nad = |ns: &str, name: &str| {
+            format!("kind: NetworkAttachmentDefinition\nmetadata: {{name: {name}, namespace: {ns}}}\n")
+        };
+        std::fs::write(d.path().join("a.yaml"), nad("zz", "blue")).unwrap();
+        std::fs::write(d.path().join("b.yaml"), format!("{}---\n{}", nad("aa", "red"), nad("aa", "blue")))
+            .unwrap();
+        std::fs::write(d.path().join("c.yaml"), nad("zz", "blue").replace("kind", "\u{0}kind")).unwrap();
+        let mut broken = nad("aa", "green").into_bytes();
+        broken.extend_from_slice(b"# \xff\n");
+        std::fs::write(d.path().join("d.yaml"), broken).unwrap();
+        std::fs::write(d.path().join("p.yaml"), pod("aa", "pod")).unwrap();
+        let index = ManifestIndex::new(vec![d.path().to_owned()]);
+        let names = |index: &ManifestIndex| -> Vec<String> {
+            index.nads().into_iter().map(|n| format!("{}/{}", n.namespace, n.name)).collect()
+        };
+        assert_eq!(names(&index), ["aa/blue", "aa/red", "zz/blue"], "no pods, no broken file's NAD");
+        std::fs::remove_file(d.path().join("a.yaml")).unwrap();
+        assert_eq!(names(&index), ["aa/blue", "aa/red"]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::cni::{CniCode, ErrorCode};
 use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::spec::resolve::NetworkAttachmentDefinition;
 
+pub mod api_networks;
 pub mod confdir;
 pub mod files;
 pub mod index;
@@ -72,6 +73,16 @@ impl CniCode for CatalogError {
     }
 }
 
+/// A NAD with the metadata the network API lists (`ListPodNetwork`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NadSummary {
+    pub nad: NetworkAttachmentDefinition,
+    /// `metadata.uid`; empty when the object has none (a manifest file without one).
+    pub uid: String,
+    /// `metadata.generation`; 0 when the object has none.
+    pub generation: i64,
+}
+
 /// What plexus reports on a pod after its ADD: published together (one patch on
 /// Kubernetes), so a reader never sees one without the other.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,6 +102,9 @@ pub trait Catalog: Send + Sync {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<NetworkAttachmentDefinition>, CatalogError>>;
+
+    /// Every NAD the catalog knows now, by namespace then name.
+    fn networks(&self) -> BoxFuture<'_, Result<Vec<NadSummary>, CatalogError>>;
 
     /// The pod `namespace/name`, or `None` when no such pod exists.
     fn pod<'a>(

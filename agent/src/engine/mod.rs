@@ -18,7 +18,7 @@ use plexus_cni_shim::{Request, Response};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
-use crate::catalog::confdir::{self, DefaultNetworkMissing};
+use crate::catalog::confdir;
 use crate::catalog::{Catalog, CatalogError, PodInfo, StatusReport};
 use crate::cni::result::CniResult;
 use crate::cni::AttachmentKey;
@@ -57,6 +57,8 @@ pub struct Engine {
     state: StateStore,
     locks: ContainerLocks,
     policy: PolicyHandle,
+    /// The CRI network API is served: no default network is a ready node (an empty list).
+    network_api: bool,
 }
 
 impl From<StateError> for CniError {
@@ -85,12 +87,20 @@ impl Engine {
             state,
             locks: ContainerLocks::default(),
             policy: PolicyHandle::default(),
+            network_api: false,
         }
     }
 
     /// Checks every secondary network against `policy` (without: everything is allowed).
     pub fn with_policy(mut self, policy: PolicyHandle) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// The CRI network API is served beside: as the proposal's backwards compatibility says,
+    /// STATUS without any network (no on-disk default network) is ready.
+    pub fn with_network_api(mut self) -> Self {
+        self.network_api = true;
         self
     }
 
@@ -217,28 +227,7 @@ impl Engine {
         conf: &PlexusConf,
     ) -> Result<(Option<PodInfo>, ContainerRecord, Option<usize>), CniError> {
         let pod = self.lookup_pod(env).await?;
-        let default_dir = self.config.default_network_dir.clone();
-        let (_, default_list) = blocking(move || confdir::default_network(&default_dir))
-            .await?
-            .map_err(|e: DefaultNetworkMissing| CniError::from_error(&e))?;
-        let default = AttachmentRecord {
-            network: default_list.name.clone(),
-            is_default: true,
-            ifname: env.ifname.clone(),
-            delegate: default_delegate(default_list, &conf.runtime_config),
-            result: None,
-            default_route: None,
-            pod_network: None,
-        };
-        let secondaries = match &pod {
-            Some(pod) => self.secondaries(pod, &env.ifname).await?,
-            None => front_end::Secondaries::default(),
-        };
-        let default = AttachmentRecord { pod_network: secondaries.default_pod_network, ..default };
-        let mut attachments = vec![default];
-        attachments.extend(secondaries.attachments);
-        // Index in the record: the default network comes first.
-        let default_gw = secondaries.default_gw.map(|i| i + 1);
+        let planned = self.plan_networks(pod.as_ref(), env, conf).await?;
         let record = ContainerRecord {
             container_id: env.container_id.clone(),
             ifname: env.ifname.clone(),
@@ -249,12 +238,12 @@ impl Engine {
                 name: p.name.clone(),
                 uid: p.uid.clone(),
             }),
-            attachments,
+            attachments: planned.attachments,
             complete: false,
             unconfirmed_del_failures: 0,
-            front_end: secondaries.front_end,
+            front_end: planned.front_end,
         };
-        Ok((pod, record, default_gw))
+        Ok((pod, record, planned.default_gw))
     }
 
     async fn lookup_pod(&self, env: &CniEnv) -> Result<Option<PodInfo>, CniError> {
@@ -411,9 +400,11 @@ impl Engine {
 
     async fn status(&self) -> Result<(), CniError> {
         let dir = self.config.default_network_dir.clone();
-        let (_, list) = blocking(move || confdir::default_network(&dir))
-            .await?
-            .map_err(|e| CniError::new(ErrorCode::PluginNotAvailable, e.to_string()))?;
+        let list = match blocking(move || confdir::default_network(&dir)).await? {
+            Ok((_, list)) => list,
+            Err(_) if self.network_api => return Ok(()),
+            Err(e) => return Err(CniError::new(ErrorCode::PluginNotAvailable, e.to_string())),
+        };
         let delegate = DelegateConfig { list, runtime_config: Default::default() };
         self.delegator.status(&delegate).await.map_err(|e| {
             CniError::new(

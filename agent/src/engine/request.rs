@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 use crate::catalog::names;
 use crate::cni::result::is_supported_version;
 use crate::cni::{AttachmentKey, CniError, Command, ErrorCode, CURRENT_VERSION};
+use crate::spec::sandbox_networks;
 use crate::spec::validate::is_kernel_ifname;
 
 /// The config the runtime passed to plexus itself.
@@ -12,8 +13,12 @@ use crate::spec::validate::is_kernel_ifname;
 pub struct PlexusConf {
     pub cni_version: String,
     pub name: String,
-    /// kubelet's runtimeConfig: for the cluster default network only (spec 7.5).
+    /// kubelet's runtimeConfig: for the cluster default network only (spec 7.5). Without
+    /// `podSandboxNetworks`, which is plexus's own.
     pub runtime_config: Map<String, Value>,
+    /// `runtimeConfig.podSandboxNetworks` as the runtime passed it: read by an ADD only, so
+    /// that no other command fails on it (`spec::sandbox_networks`).
+    pub pod_sandbox_networks: Option<Value>,
     pub valid_attachments: Option<Vec<AttachmentKey>>,
 }
 
@@ -51,7 +56,7 @@ impl PlexusConf {
             None => return Err(CniError::invalid_config("the plexus CNI config has no \"cniVersion\"")),
         };
         let name = obj.get("name").and_then(Value::as_str).unwrap_or("plexus").to_owned();
-        let runtime_config = match obj.get("runtimeConfig") {
+        let mut runtime_config = match obj.get("runtimeConfig") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(m)) => m.clone(),
             Some(_) => return Err(CniError::invalid_config("\"runtimeConfig\" must be an object")),
@@ -64,7 +69,8 @@ impl PlexusConf {
                 ))
             })?),
         };
-        Ok(PlexusConf { cni_version, name, runtime_config, valid_attachments })
+        let pod_sandbox_networks = runtime_config.remove(sandbox_networks::RUNTIME_CONFIG_KEY);
+        Ok(PlexusConf { cni_version, name, runtime_config, pod_sandbox_networks, valid_attachments })
     }
 }
 
@@ -263,9 +269,21 @@ mod tests {
         )
         .unwrap();
         assert!(c.runtime_config.contains_key("portMappings"));
+        assert_eq!(c.pod_sandbox_networks, None);
         assert_eq!(c.valid_attachments.unwrap()[0].container_id, "c1");
         assert_eq!(request_version(r#"{"cniVersion":"0.3.1"}"#), "0.3.1");
         assert_eq!(request_version("garbage"), CURRENT_VERSION);
+    }
+
+    #[test]
+    fn the_sandboxs_networks_are_taken_out_of_kubelets_runtime_config_unread() {
+        let c = PlexusConf::parse(
+            r#"{"cniVersion":"1.1.0","name":"plexus","runtimeConfig":{"portMappings":[],
+                "podSandboxNetworks":[{"networkName":"Not Valid"}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.runtime_config.keys().collect::<Vec<_>>(), ["portMappings"]);
+        assert_eq!(c.pod_sandbox_networks, Some(serde_json::json!([{"networkName": "Not Valid"}])));
     }
 
     #[test]

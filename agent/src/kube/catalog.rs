@@ -19,7 +19,7 @@ use super::pods::{pod_info, PodCache};
 use super::status_patch::{PatchPolicy, StatusPublisher};
 use super::watch::{Settings, WatchBackoff};
 use super::KubeError;
-use crate::catalog::{Catalog, CatalogError, PodInfo, StatusReport};
+use crate::catalog::{Catalog, CatalogError, NadSummary, PodInfo, StatusReport};
 use crate::metrics::metrics;
 use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::spec::resolve;
@@ -177,6 +177,12 @@ impl Catalog for KubeCatalog {
             Ok(found.map(|n| n.to_spec()))
         }
         .boxed()
+    }
+
+    /// The watch's cache: until it has synced, the NADs seen so far.
+    fn networks(&self) -> BoxFuture<'_, Result<Vec<NadSummary>, CatalogError>> {
+        let listed = self.nads.list();
+        async move { Ok(listed) }.boxed()
     }
 
     fn pod<'a>(

@@ -71,6 +71,18 @@ impl NetworkAttachmentDefinition {
     }
 }
 
+impl NetworkAttachmentDefinition {
+    /// What the network API lists of it: the spec engine's view, its uid and generation
+    /// (which [`trim`] keeps).
+    pub fn summary(&self) -> crate::catalog::NadSummary {
+        crate::catalog::NadSummary {
+            nad: self.to_spec(),
+            uid: self.metadata.uid.clone().unwrap_or_default(),
+            generation: self.metadata.generation.unwrap_or(0),
+        }
+    }
+}
+
 /// Drops what plexus never reads before the object is cached.
 fn trim(nad: &mut NetworkAttachmentDefinition) {
     nad.metadata.managed_fields = None;
@@ -115,6 +127,14 @@ impl NadCache {
         self.store.get(&ObjectRef::new(name).within(namespace)).map(|n| n.to_spec())
     }
 
+    /// Every cached NAD with its uid and generation, by namespace then name.
+    pub fn list(&self) -> Vec<crate::catalog::NadSummary> {
+        let mut all: Vec<crate::catalog::NadSummary> =
+            self.store.state().iter().map(|n| n.summary()).collect();
+        all.sort_by(|a, b| (&a.nad.namespace, &a.nad.name).cmp(&(&b.nad.namespace, &b.nad.name)));
+        all
+    }
+
     pub fn len(&self) -> usize {
         self.store.len()
     }
@@ -136,7 +156,7 @@ mod tests {
             "apiVersion": "k8s.cni.cncf.io/v1",
             "kind": "NetworkAttachmentDefinition",
             "metadata": {
-                "name": "net-a", "namespace": "ns1", "resourceVersion": "7",
+                "name": "net-a", "namespace": "ns1", "resourceVersion": "7", "uid": "u-1", "generation": 4,
                 "annotations": {LAST_APPLIED: "{...}", "k8s.v1.cni.cncf.io/resourceName": "x"},
                 "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
             },
@@ -145,6 +165,12 @@ mod tests {
         .unwrap();
         trim(&mut nad);
         assert!(nad.metadata.managed_fields.is_none());
+        let summary = nad.summary();
+        assert_eq!(
+            (summary.uid.as_str(), summary.generation),
+            ("u-1", 4),
+            "trimming keeps uid and generation"
+        );
         assert_eq!(nad.annotations().len(), 1);
         let s = nad.to_spec();
         assert_eq!((s.namespace.as_str(), s.name.as_str()), ("ns1", "net-a"));

@@ -491,7 +491,7 @@ pub fn check_one_front_end(
 }
 
 /// The JSON type of a value, as a user reads it in a message.
-pub(super) fn json_type(v: &Value) -> &'static str {
+pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

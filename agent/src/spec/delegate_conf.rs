@@ -21,7 +21,8 @@ pub struct DelegateConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "network {network} cannot honour the pod's {key:?} request: no plugin in its CNI config declares \
-     \"capabilities\": {{\"{capability}\": true}}; add a plugin that does, or remove {key:?} from the annotation"
+     \"capabilities\": {{\"{capability}\": true}}; add a plugin that does, or do not request {key:?} of this \
+     network"
 )]
 pub struct CapabilityError {
     pub network: String,
@@ -92,6 +93,19 @@ pub fn default_delegate(
     kubelet_runtime_config: &Map<String, Value>,
 ) -> DelegateConfig {
     DelegateConfig { list, runtime_config: kubelet_runtime_config.clone() }
+}
+
+/// A sandbox that names its networks (`spec::sandbox_networks`) has its first network in the
+/// place of the cluster default network: kubelet's runtimeConfig reaches it as it reaches the
+/// default network (spec 7.5), and the entry's own parameters take precedence over kubelet's
+/// keys of the same name, being asked for this attachment.
+pub fn with_kubelet_runtime_config(
+    delegate: DelegateConfig,
+    kubelet_runtime_config: &Map<String, Value>,
+) -> DelegateConfig {
+    let mut runtime_config = kubelet_runtime_config.clone();
+    runtime_config.extend(delegate.runtime_config);
+    DelegateConfig { list: delegate.list, runtime_config }
 }
 
 /// The annotation's `cni-args` take priority over the config's own `args.cni`
@@ -209,6 +223,32 @@ mod tests {
         let d = secondary_delegate("ns/n", l.clone(), &sel("n")).unwrap();
         assert!(d.runtime_config.is_empty());
         assert_eq!(d.list, l);
+    }
+
+    #[test]
+    fn kubelets_runtime_config_reaches_the_first_sandbox_network_under_its_own_parameters() {
+        let own = secondary_delegate(
+            "ns/n",
+            list(ALL_CAPS),
+            &sel(r#"[{"name":"n","mac":"02:00:00:00:00:01",
+            "portMappings":[{"hostPort":8080,"containerPort":80}]}]"#),
+        )
+        .unwrap();
+        let kubelet = json!({"portMappings": [{"hostPort": 1, "containerPort": 1, "protocol": "tcp"}],
+                             "dns": {"servers": ["10.96.0.10"]}});
+        let kubelet = kubelet.as_object().unwrap().clone();
+        let d = with_kubelet_runtime_config(own.clone(), &kubelet);
+        assert_eq!(d.list, own.list);
+        assert_eq!(
+            Value::Object(d.runtime_config),
+            json!({
+                "mac": "02:00:00:00:00:01",
+                "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}],
+                "dns": {"servers": ["10.96.0.10"]},
+            })
+        );
+        let plain = secondary_delegate("ns/n", list(ALL_CAPS), &sel("n")).unwrap();
+        assert_eq!(with_kubelet_runtime_config(plain, &kubelet), default_delegate(list(ALL_CAPS), &kubelet));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod delegate_conf;
 pub mod plan;
 pub mod resolve;
+pub mod sandbox_networks;
 pub mod selection;
 pub mod status;
 pub mod validate;

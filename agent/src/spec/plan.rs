@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use super::sandbox_networks::FALLBACK_NETWORK;
 use super::selection::NetworkSelection;
 use crate::cni::{CniCode, ErrorCode};
 
@@ -58,9 +59,29 @@ pub fn plan_attachments(
     selections: &[NetworkSelection],
     allowed_namespaces: &[String],
 ) -> Result<Vec<PlannedAttachment>, PlanError> {
+    let default = (default_ifname.to_owned(), "the cluster default network".to_owned());
+    plan(pod_namespace, vec![default], selections, allowed_namespaces)
+}
+
+/// Plans every attachment of a sandbox that names its networks: the first selection is on
+/// the runtime's interface in place of the cluster default network, so no interface is taken
+/// beforehand; otherwise as [`plan_attachments`].
+pub fn plan_sandbox_attachments(
+    pod_namespace: &str,
+    selections: &[NetworkSelection],
+    allowed_namespaces: &[String],
+) -> Result<Vec<PlannedAttachment>, PlanError> {
+    plan(pod_namespace, Vec::new(), selections, allowed_namespaces)
+}
+
+/// `used`: the interfaces taken before the first selection, with what holds them.
+fn plan(
+    pod_namespace: &str,
+    mut used: Vec<(String, String)>,
+    selections: &[NetworkSelection],
+    allowed_namespaces: &[String],
+) -> Result<Vec<PlannedAttachment>, PlanError> {
     let requested: HashSet<&str> = selections.iter().filter_map(|s| s.interface.as_deref()).collect();
-    let mut used: Vec<(String, String)> =
-        vec![(default_ifname.to_owned(), "the cluster default network".into())];
     let mut next = 1usize;
     let mut planned = Vec::with_capacity(selections.len());
     // (normalized MAC, the selection that requested it).
@@ -74,7 +95,9 @@ pub fn plan_attachments(
                 name: sel.name.clone(),
             });
         }
-        let network = format!("{namespace}/{}", sel.name);
+        // The on-disk default network a sandbox's list names is in no namespace.
+        let network =
+            if sel.name == FALLBACK_NETWORK { sel.name.clone() } else { format!("{namespace}/{}", sel.name) };
         if let Some(mac) = sel.mac.as_deref() {
             let normalized = normalize_mac(mac);
             let this = format!("{index} (network {network})");
@@ -176,6 +199,44 @@ mod tests {
         // Different MACs, or one network twice without MACs, are fine.
         plan(r#"[{"name":"a","mac":"02:00:00:00:00:01"},{"name":"a","mac":"02:00:00:00:00:02"}]"#).unwrap();
         plan("a,a").unwrap();
+    }
+
+    fn plan_sandbox(annotation: &str) -> Result<Vec<PlannedAttachment>, PlanError> {
+        plan_sandbox_attachments("pod-ns", &parse_selection(annotation).unwrap(), &["default".into()])
+    }
+
+    #[test]
+    fn a_sandbox_plan_reserves_no_interface_and_keeps_every_other_rule() {
+        let p =
+            plan_sandbox(r#"[{"name":"a","interface":"eth0"},{"name":"b"},{"name":"c","interface":"net1"}]"#)
+                .unwrap();
+        assert_eq!(names(&p), ["eth0", "net2", "net1"]);
+        let err =
+            plan_sandbox(r#"[{"name":"a","interface":"eth0"},{"name":"b","interface":"eth0"}]"#).unwrap_err();
+        assert_eq!(
+            err,
+            PlanError::InterfaceInUse {
+                ifname: "eth0".into(),
+                network: "pod-ns/b".into(),
+                holder: "network pod-ns/a".into()
+            }
+        );
+        let err = plan_sandbox(
+            r#"[{"name":"a","interface":"eth0","mac":"02:00:00:00:00:01"},{"name":"b","mac":"02:00:00:00:00:01"}]"#,
+        )
+        .unwrap_err();
+        assert!(matches!(err, PlanError::DuplicateMac { .. }), "{err:?}");
+        assert!(matches!(plan_sandbox("secret/x").unwrap_err(), PlanError::NamespaceNotAllowed { .. }));
+        let fallback = NetworkSelection {
+            name: "_fallback".into(),
+            interface: Some("eth0".into()),
+            ..Default::default()
+        };
+        let blue =
+            NetworkSelection { name: "blue".into(), interface: Some("eth0".into()), ..Default::default() };
+        let err = plan_sandbox_attachments("pod-ns", &[fallback, blue], &[]).unwrap_err();
+        assert_eq!(err.to_string(), "interface \"eth0\" requested for network pod-ns/blue is already used by network _fallback; choose another name");
+        assert_eq!(plan_sandbox("default/x").unwrap()[0].status_name(), "default/x");
     }
 
     #[test]

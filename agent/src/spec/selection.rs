@@ -429,7 +429,9 @@ fn parse_bandwidth(value: &Value) -> Result<Bandwidth, InvalidField> {
     Ok(bw)
 }
 
-fn parse_default_route(value: &Value) -> Result<Vec<IpAddr>, InvalidField> {
+/// The gateways of a `default-route` key (spec 4.1.2.1.9): a list of IP addresses, possibly
+/// empty (the engine's `default_route` says what each takes).
+pub fn parse_default_route(value: &Value) -> Result<Vec<IpAddr>, InvalidField> {
     let Value::Array(items) = value else {
         return Err(InvalidField("\"default-route\" must be a list of gateway addresses".into()));
     };

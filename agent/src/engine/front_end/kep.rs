@@ -31,7 +31,7 @@ use crate::podnetwork::request::{
 use crate::spec::delegate_conf::secondary_delegate;
 use crate::spec::plan::plan_attachments;
 use crate::spec::resolve::{resolve_network_config, NetworkAttachmentDefinition, ResolveError};
-use crate::state::{AttachmentRecord, FrontEnd};
+use crate::state::AttachmentRecord;
 
 use super::super::{blocking, Engine};
 use super::Secondaries;
@@ -196,7 +196,6 @@ impl Engine {
         resolved: Vec<Resolved>,
     ) -> Result<Secondaries, Refusal> {
         let mut secondaries = Secondaries {
-            front_end: FrontEnd::PodNetworks,
             default_pod_network: Some(DEFAULT_POD_NETWORK.to_owned()),
             ..Secondaries::default()
         };

@@ -1,29 +1,39 @@
-//! The front-ends: how a pod asks for its secondary networks. Each turns the pod's request
-//! into the same [`AttachmentRecord`]s, which the one engine attaches, undoes, records and
-//! tears down alike.
+//! The front-ends: where a pod's networks are asked for. Each turns the request into the
+//! same [`AttachmentRecord`]s, which the one engine attaches, undoes, records and tears down
+//! alike.
 //!
 //! - [`npwg`]: the NPWG selection annotation `k8s.v1.cni.cncf.io/networks` and its NADs;
 //! - [`kep`]: the KEP-3698 PodNetwork list `plexus.dev/pod-networks` and its PodNetworks,
-//!   PodNetworkAttachments and AttachmentParameters.
+//!   PodNetworkAttachments and AttachmentParameters;
+//! - [`sandbox`]: the runtime's list of the sandbox's networks, `runtimeConfig.podSandboxNetworks`
+//!   (the CRI network API proposal), whose first network takes the place of the cluster
+//!   default network.
 //!
-//! A pod uses one of them: both annotations together are refused (code 7, "pick one").
+//! A pod uses one of them: both annotations together are refused (code 7, "pick one"), and so
+//! is a runtime's list together with either annotation.
 
 mod kep;
 mod npwg;
+mod sandbox;
 
-use crate::catalog::PodInfo;
+use crate::catalog::{confdir, PodInfo};
+use crate::cni::config::NetworkConfigList;
 use crate::cni::CniError;
 use crate::podnetwork::model::POD_NETWORKS_ANNOTATION;
 use crate::podnetwork::request::check_one_front_end;
+use crate::spec::delegate_conf::{default_delegate, secondary_delegate, DelegateConfig};
+use crate::spec::plan::PlannedAttachment;
+use crate::spec::resolve::{resolve_network_config, OnDiskConfig};
+use crate::spec::sandbox_networks::{parse_sandbox_networks, SandboxNetworksError};
 use crate::spec::NETWORKS_ANNOTATION;
 use crate::state::{AttachmentRecord, FrontEnd};
 
-use super::Engine;
+use super::request::{CniEnv, PlexusConf};
+use super::{blocking, Engine};
 
 /// What a front-end planned for the pod, beyond the cluster default network.
 #[derive(Debug, Default)]
 pub struct Secondaries {
-    pub front_end: FrontEnd,
     /// In attachment order.
     pub attachments: Vec<AttachmentRecord>,
     /// The attachment (index in `attachments`) whose result's gateways become the pod's
@@ -33,43 +43,141 @@ pub struct Secondaries {
     pub default_pod_network: Option<String>,
 }
 
-/// The front-end of a pod: the annotation it wrote, or refused when it wrote both.
-pub fn choose(pod: &PodInfo) -> Result<FrontEnd, CniError> {
-    let npwg = pod.annotations.get(NETWORKS_ANNOTATION).map(String::as_str);
-    let kep = pod.annotations.get(POD_NETWORKS_ANNOTATION).map(String::as_str);
+/// Every attachment of a pod, planned, in attachment order.
+#[derive(Debug)]
+pub struct Planned {
+    pub front_end: FrontEnd,
+    /// The one on the runtime's interface first (`is_default`): the cluster default network,
+    /// or the first network of the runtime's list.
+    pub attachments: Vec<AttachmentRecord>,
+    /// The attachment (index in `attachments`) whose result's gateways become the pod's
+    /// default routes once it is added (a PodNetwork entry's `isDefaultGW`).
+    pub default_gw: Option<usize>,
+}
+
+/// The front-end of a pod: the runtime's list when it passed a non-empty one, else the
+/// annotation the pod wrote. Refused when the pod asks twice (both annotations, or a list and
+/// an annotation). `pod` is `None` when CNI_ARGS name no pod.
+pub fn choose(pod: Option<&PodInfo>, runtime_list: bool) -> Result<FrontEnd, CniError> {
+    let annotation = |key: &str| pod.and_then(|p| p.annotations.get(key)).map(String::as_str);
+    let npwg = annotation(NETWORKS_ANNOTATION);
+    let kep = annotation(POD_NETWORKS_ANNOTATION);
+    let given = |v: Option<&str>| v.is_some_and(|t| !t.trim().is_empty());
+    if runtime_list {
+        let written = [(NETWORKS_ANNOTATION, npwg), (POD_NETWORKS_ANNOTATION, kep)]
+            .into_iter()
+            .find_map(|(key, value)| given(value).then_some(key));
+        return match written {
+            Some(annotation) => {
+                Err(CniError::from_error(&SandboxNetworksError::WithAnnotation { annotation }))
+            }
+            None => Ok(FrontEnd::Sandbox),
+        };
+    }
     check_one_front_end(npwg, kep).map_err(|e| CniError::from_error(&e))?;
-    Ok(match kep {
-        Some(text) if !text.trim().is_empty() => FrontEnd::PodNetworks,
-        _ => FrontEnd::Npwg,
-    })
+    Ok(if given(kep) { FrontEnd::PodNetworks } else { FrontEnd::Npwg })
+}
+
+/// Why a selected network cannot be attached.
+pub(super) enum NotAttachable {
+    /// The pod's (or the runtime's) request must change: told on the pod too.
+    Refused(CniError),
+    /// The agent could not look it up (the catalog failed).
+    Failed(CniError),
 }
 
 impl Engine {
-    /// The pod's secondary attachments, from the front-end it chose.
-    pub(super) async fn secondaries(
+    /// Every attachment of the pod, from the front-end it chose. A refusal is told on the pod.
+    pub(super) async fn plan_networks(
         &self,
-        pod: &PodInfo,
-        default_ifname: &str,
-    ) -> Result<Secondaries, CniError> {
-        let front_end = match choose(pod) {
-            Ok(f) => f,
-            Err(e) => {
-                self.catalog.record_event(pod, "NetworkRefused", &e.msg).await;
-                return Err(e.with_details(format!("pod {}/{}", pod.namespace, pod.name)));
-            }
+        pod: Option<&PodInfo>,
+        env: &CniEnv,
+        conf: &PlexusConf,
+    ) -> Result<Planned, CniError> {
+        let chosen = parse_sandbox_networks(conf.pod_sandbox_networks.as_ref())
+            .map_err(|e| CniError::from_error(&e))
+            .and_then(|listed| Ok((choose(pod, !listed.is_empty())?, listed)));
+        let (front_end, listed) = match chosen {
+            Ok(c) => c,
+            Err(e) => return Err(self.refused(pod, e).await),
         };
-        match front_end {
-            FrontEnd::Npwg => Ok(Secondaries {
-                front_end,
-                attachments: self.npwg_attachments(pod, default_ifname).await?,
-                ..Secondaries::default()
-            }),
-            FrontEnd::PodNetworks => {
+        if front_end == FrontEnd::Sandbox {
+            let attachments = self.sandbox_attachments(pod, env, conf, &listed).await?;
+            return Ok(Planned { front_end, attachments, default_gw: None });
+        }
+        let default_list = self.default_network().await?;
+        let mut default = AttachmentRecord {
+            network: default_list.name.clone(),
+            is_default: true,
+            ifname: env.ifname.clone(),
+            delegate: default_delegate(default_list, &conf.runtime_config),
+            result: None,
+            default_route: None,
+            pod_network: None,
+        };
+        let secondaries = match pod {
+            None => Secondaries::default(),
+            Some(pod) if front_end == FrontEnd::PodNetworks => {
                 let text =
                     pod.annotations.get(POD_NETWORKS_ANNOTATION).map(String::as_str).unwrap_or_default();
-                self.pod_network_attachments(pod, default_ifname, text).await
+                self.pod_network_attachments(pod, &env.ifname, text).await?
             }
-        }
+            Some(pod) => Secondaries {
+                attachments: self.npwg_attachments(pod, &env.ifname).await?,
+                ..Secondaries::default()
+            },
+        };
+        default.pod_network = secondaries.default_pod_network;
+        let mut attachments = vec![default];
+        attachments.extend(secondaries.attachments);
+        // Index in the record: the default network comes first.
+        Ok(Planned { front_end, attachments, default_gw: secondaries.default_gw.map(|i| i + 1) })
+    }
+
+    /// The cluster default network: the on-disk default config (spec 6).
+    async fn default_network(&self) -> Result<NetworkConfigList, CniError> {
+        let dir = self.config.default_network_dir.clone();
+        let (_, list) =
+            blocking(move || confdir::default_network(&dir)).await?.map_err(|e| CniError::from_error(&e))?;
+        Ok(list)
+    }
+
+    /// A refusal of the pod's request, also told on the pod (when CNI_ARGS name one), where its
+    /// owner looks.
+    async fn refused(&self, pod: Option<&PodInfo>, err: CniError) -> CniError {
+        let Some(pod) = pod else { return err };
+        self.catalog.record_event(pod, "NetworkRefused", &err.msg).await;
+        err.with_details(format!("pod {}/{}", pod.namespace, pod.name))
+    }
+
+    /// The delegate of a planned attachment of a selected network: its config from the
+    /// catalog, resolved (spec 3.4.1), with the selection's per-attachment keys, allowed by the
+    /// policy. `fix` ends the message when the network does not exist: what to change instead
+    /// of creating it.
+    async fn selected_delegate(
+        &self,
+        planned: &PlannedAttachment,
+        on_disk: &[OnDiskConfig],
+        fix: &str,
+    ) -> Result<DelegateConfig, NotAttachable> {
+        let network = planned.status_name();
+        let nad = match self.catalog.nad(&planned.namespace, &planned.name).await {
+            Ok(Some(nad)) => nad,
+            Ok(None) => {
+                return Err(NotAttachable::Refused(CniError::invalid_config(format!(
+                    "network {network} does not exist: no NetworkAttachmentDefinition {network}; create it or {fix}"
+                ))))
+            }
+            Err(e) => return Err(NotAttachable::Failed(CniError::from_error(&e))),
+        };
+        let (list, _origin) = resolve_network_config(&nad, on_disk)
+            .map_err(|e| NotAttachable::Refused(CniError::from_error(&e)))?;
+        let delegate = secondary_delegate(&network, list, &planned.selection)
+            .map_err(|e| NotAttachable::Refused(CniError::from_error(&e)))?;
+        self.policy
+            .check(&planned.namespace, &network, &delegate.list.to_value())
+            .map_err(|e| NotAttachable::Refused(CniError::from_error(&e)))?;
+        Ok(delegate)
     }
 }
 
@@ -87,23 +195,45 @@ mod tests {
         }
     }
 
+    fn annotated(annotations: &[(&str, &str)]) -> Result<FrontEnd, CniError> {
+        choose(Some(&pod(annotations)), false)
+    }
+
     #[test]
     fn the_annotation_written_chooses_and_both_are_refused() {
-        assert_eq!(choose(&pod(&[])).unwrap(), FrontEnd::Npwg);
-        assert_eq!(choose(&pod(&[(NETWORKS_ANNOTATION, "blue")])).unwrap(), FrontEnd::Npwg);
+        assert_eq!(annotated(&[]).unwrap(), FrontEnd::Npwg);
+        assert_eq!(choose(None, false).unwrap(), FrontEnd::Npwg, "no pod: the default network alone");
+        assert_eq!(annotated(&[(NETWORKS_ANNOTATION, "blue")]).unwrap(), FrontEnd::Npwg);
         assert_eq!(
-            choose(&pod(&[(POD_NETWORKS_ANNOTATION, r#"[{"name":"blue"}]"#)])).unwrap(),
+            annotated(&[(POD_NETWORKS_ANNOTATION, r#"[{"name":"blue"}]"#)]).unwrap(),
             FrontEnd::PodNetworks
         );
         assert_eq!(
-            choose(&pod(&[(POD_NETWORKS_ANNOTATION, " "), (NETWORKS_ANNOTATION, "blue")])).unwrap(),
+            annotated(&[(POD_NETWORKS_ANNOTATION, " "), (NETWORKS_ANNOTATION, "blue")]).unwrap(),
             FrontEnd::Npwg,
             "a blank list asks for nothing"
         );
         let both =
-            choose(&pod(&[(NETWORKS_ANNOTATION, "blue"), (POD_NETWORKS_ANNOTATION, r#"[{"name":"blue"}]"#)]))
+            annotated(&[(NETWORKS_ANNOTATION, "blue"), (POD_NETWORKS_ANNOTATION, r#"[{"name":"blue"}]"#)])
                 .unwrap_err();
         assert_eq!(both.code, ErrorCode::InvalidNetworkConfig);
         assert!(both.msg.contains("pick one"), "{}", both.msg);
+    }
+
+    #[test]
+    fn the_runtimes_list_chooses_and_is_refused_beside_either_annotation() {
+        assert_eq!(choose(None, true).unwrap(), FrontEnd::Sandbox);
+        assert_eq!(choose(Some(&pod(&[])), true).unwrap(), FrontEnd::Sandbox);
+        assert_eq!(
+            choose(Some(&pod(&[(NETWORKS_ANNOTATION, " "), (POD_NETWORKS_ANNOTATION, "")])), true).unwrap(),
+            FrontEnd::Sandbox,
+            "blank annotations ask for nothing"
+        );
+        for annotation in [NETWORKS_ANNOTATION, POD_NETWORKS_ANNOTATION] {
+            let err = choose(Some(&pod(&[(annotation, "blue")])), true).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidNetworkConfig);
+            assert!(err.msg.contains(&format!("the pod has the {annotation} annotation")), "{}", err.msg);
+            assert!(err.msg.contains("pick one"), "{}", err.msg);
+        }
     }
 }

@@ -4,14 +4,13 @@
 use crate::catalog::confdir;
 use crate::catalog::PodInfo;
 use crate::cni::CniError;
-use crate::spec::delegate_conf::secondary_delegate;
 use crate::spec::plan::plan_attachments;
-use crate::spec::resolve::resolve_network_config;
 use crate::spec::selection::{parse_selection, NetworkSelection};
 use crate::spec::NETWORKS_ANNOTATION;
 use crate::state::AttachmentRecord;
 
 use super::super::{blocking, Engine};
+use super::NotAttachable;
 
 impl Engine {
     /// The secondary attachments the pod's selection annotation asks for, in its order.
@@ -66,33 +65,16 @@ impl Engine {
         };
         let dirs = self.config.network_conf_dirs.clone();
         let on_disk = blocking(move || confdir::on_disk_configs(&dirs)).await?;
+        let fix = format!("fix the pod's {NETWORKS_ANNOTATION} annotation");
         let mut out = Vec::with_capacity(planned.len());
         for p in planned {
-            let network = p.status_name();
-            let nad = match self.catalog.nad(&p.namespace, &p.name).await {
-                Ok(Some(nad)) => nad,
-                Ok(None) => {
-                    return Err(refuse(CniError::invalid_config(format!(
-                        "network {network} does not exist: no NetworkAttachmentDefinition {network}; create it or \
-                         fix the pod's {NETWORKS_ANNOTATION} annotation"
-                    )))
-                    .await)
-                }
-                Err(e) => return Err(CniError::from_error(&e)),
-            };
-            let (list, _origin) = match resolve_network_config(&nad, &on_disk) {
-                Ok(r) => r,
-                Err(e) => return Err(refuse(CniError::from_error(&e)).await),
-            };
-            let delegate = match secondary_delegate(&network, list, &p.selection) {
+            let delegate = match self.selected_delegate(&p, &on_disk, &fix).await {
                 Ok(d) => d,
-                Err(e) => return Err(refuse(CniError::from_error(&e)).await),
+                Err(NotAttachable::Refused(e)) => return Err(refuse(e).await),
+                Err(NotAttachable::Failed(e)) => return Err(e),
             };
-            if let Err(e) = self.policy.check(&p.namespace, &network, &delegate.list.to_value()) {
-                return Err(refuse(CniError::from_error(&e)).await);
-            }
             out.push(AttachmentRecord {
-                network,
+                network: p.status_name(),
                 is_default: false,
                 ifname: p.ifname,
                 delegate,
