@@ -20,8 +20,8 @@ pub mod status;
 pub mod store;
 
 /// The reserved name of the on-disk default network in the list (never set or removed
-/// through the API).
-pub const FALLBACK_NETWORK: &str = "_fallback";
+/// through the API), the name a sandbox's list uses for it too.
+pub use crate::spec::sandbox_networks::FALLBACK_NETWORK;
 
 /// The namespace of a network set without one, as for a namespaced Kubernetes object.
 pub const DEFAULT_NAMESPACE: &str = "default";

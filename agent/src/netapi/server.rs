@@ -38,7 +38,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use tonic::transport::{Channel, Endpoint};
+    use tonic::transport::Channel;
     use tonic::Code;
 
     use super::*;
@@ -51,18 +51,7 @@ mod tests {
     use crate::state::StateStore;
 
     async fn connect(path: PathBuf) -> RuntimeServiceClient<Channel> {
-        let channel = Endpoint::from_static("http://[::]:50051")
-            .connect_with_connector(tower::service_fn(move |_: http::Uri| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
-            }))
-            .await
-            .unwrap();
-        RuntimeServiceClient::new(channel)
+        crate::netapi::client::connect(&path).await.unwrap()
     }
 
     fn executable(path: &Path) {

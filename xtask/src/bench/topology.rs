@@ -389,7 +389,14 @@ impl Agent {
         let bpffs = Bpffs::try_mount(root.join("bpffs"))?;
         let log = lab.logs.join(format!("{name}.log"));
         let socket = root.join("plexus.sock");
-        let mut args: Vec<OsString> = vec!["run".into(), "--socket".into(), socket.clone().into()];
+        // The CRI network API's socket in the agent's directory too, not the node's default.
+        let mut args: Vec<OsString> = vec![
+            "run".into(),
+            "--socket".into(),
+            socket.clone().into(),
+            "--network-api-socket".into(),
+            root.join("network.sock").into(),
+        ];
         let dir_args = [
             ("--state-dir", "state"),
             ("--default-network-dir", "default"),
