@@ -7,6 +7,7 @@
 //! veths of delegates live there, never in the machine's own namespace), plus pod
 //! namespaces, plus a temporary directory tree for configs and state.
 
+pub mod addresses;
 pub mod recorder;
 pub mod test_apiserver;
 pub mod traffic;

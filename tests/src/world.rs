@@ -231,8 +231,12 @@ impl World {
         let child = cmd.spawn().expect("starting plexus-agent");
         self.agent = Some(Agent(Proc(child)));
         let deadline = Instant::now() + Duration::from_secs(15);
-        // Both sockets: the CNI one and the network API's.
-        for socket in [self.socket(), self.network_api_socket()] {
+        // Both sockets: the CNI one and the network API's, when it is served.
+        let mut sockets = vec![self.socket()];
+        if self.network_api {
+            sockets.push(self.network_api_socket());
+        }
+        for socket in sockets {
             while UnixStream::connect(&socket).is_err() {
                 assert!(Instant::now() < deadline, "agent did not start; log:\n{}", self.agent_log());
                 std::thread::sleep(Duration::from_millis(20));
@@ -414,6 +418,12 @@ impl Drop for World {
 /// Runs a CNI binary (or a wrapper of one) with `stdin`, as a runtime does: the config on
 /// stdin, the answer on stdout.
 pub fn run_cni(cmd: &mut Command, stdin: &str) -> CniOutput {
+    let (exit_code, stdout, stderr) = run_with_stdin(cmd, stdin);
+    CniOutput { exit_code, stdout: stdout.trim().to_owned(), stderr }
+}
+
+/// Runs `cmd` with `stdin`: its exit code (-1 when killed), stdout and stderr.
+pub fn run_with_stdin(cmd: &mut Command, stdin: &str) -> (i32, String, String) {
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -421,10 +431,10 @@ pub fn run_cni(cmd: &mut Command, stdin: &str) -> CniOutput {
         .spawn()
         .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
     child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("writing stdin");
-    let out = child.wait_with_output().expect("waiting for the CNI binary");
-    CniOutput {
-        exit_code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("waiting for {cmd:?}: {e}"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

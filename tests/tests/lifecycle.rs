@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::Command;
 
+use plexus_tests::addresses::{assert_in_subnet, bare, only_address};
 use plexus_tests::world::{bin, run_cni};
 use plexus_tests::{status_of, CniOutput, Netns, World, REFERENCE_PLUGINS};
 use serde_json::{json, Value};
@@ -45,24 +46,6 @@ fn macvlan_config(w: &World, name: &str, master: &str, subnet: &str) -> String {
 fn host_local_data_dir(config: &str) -> PathBuf {
     let v: Value = serde_json::from_str(config).expect("NAD config JSON");
     PathBuf::from(v["plugins"][0]["ipam"]["dataDir"].as_str().expect("ipam.dataDir in the NAD config"))
-}
-
-/// The address part of "10.0.0.2/24" (status entries and `ip addr` may differ in the prefix).
-fn bare(addr: &str) -> &str {
-    addr.split('/').next().unwrap_or(addr)
-}
-
-/// The only address of an interface of a pod.
-#[track_caller]
-fn only_address(pod: &Netns, ifname: &str) -> String {
-    let addrs = pod.addresses(ifname);
-    assert_eq!(addrs.len(), 1, "{ifname} in {}: {addrs:?}", pod.name);
-    addrs[0].clone()
-}
-
-#[track_caller]
-fn assert_in_subnet(addr: &str, prefix: &str) {
-    assert!(addr.starts_with(prefix) && addr.ends_with("/24"), "{addr} is not in {prefix}0/24");
 }
 
 /// A CNI error with `code` whose message holds every one of `needles` (what went wrong and

@@ -4,13 +4,13 @@
 //! operator's client, `plexus-agent network`. The node tests then attach pods to networks set
 //! through the API, with the real shim, agent and reference plugins.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use plexus_tests::addresses::{bare, only_address};
 use plexus_tests::traffic::python;
-use plexus_tests::world::bin;
+use plexus_tests::world::{bin, run_with_stdin as run};
 use plexus_tests::{status_of, CniOutput, Netns, World};
 use serde_json::{json, Value};
 
@@ -68,23 +68,6 @@ fn proto_file() -> PathBuf {
 
 fn python_client() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("py/network_api_client.py")
-}
-
-/// Runs `cmd` with `stdin`: exit code, stdout, stderr.
-fn run(cmd: &mut Command, stdin: &str) -> (i32, String, String) {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("writing stdin");
-    let out = child.wait_with_output().expect("waiting for the client");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The Python client's answer: JSON on stdout, exit 3 with {code, details} on an RPC error.
@@ -594,18 +577,6 @@ fn kernel_the_cli_says_which_socket_it_could_not_reach() {
 // ---------------------------------------------------------------------------------------
 // 6. Pods on networks set through the API.
 // ---------------------------------------------------------------------------------------
-
-/// The address part of "10.0.0.2/24".
-fn bare(addr: &str) -> &str {
-    addr.split('/').next().unwrap_or(addr)
-}
-
-#[track_caller]
-fn only_address(pod: &Netns, ifname: &str) -> String {
-    let addrs = pod.addresses(ifname);
-    assert_eq!(addrs.len(), 1, "{ifname} in {}: {addrs:?}", pod.name);
-    addrs[0].clone()
-}
 
 #[test]
 fn kernel_a_pod_selects_an_api_network_by_name_like_a_nad() {

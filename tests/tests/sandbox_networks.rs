@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use plexus_tests::addresses::{assert_in_subnet, bare, only_address};
 use plexus_tests::{status_of, CniOutput, Netns, Recorder, World};
 use serde_json::{json, Value};
 
@@ -42,22 +43,6 @@ fn sorted_links(pod: &Netns) -> Vec<String> {
     let mut v = pod.link_names();
     v.sort();
     v
-}
-
-#[track_caller]
-fn only_address(pod: &Netns, ifname: &str) -> String {
-    let addrs = pod.addresses(ifname);
-    assert_eq!(addrs.len(), 1, "{ifname} in {}: {addrs:?}", pod.name);
-    addrs[0].clone()
-}
-
-#[track_caller]
-fn assert_in_subnet(addr: &str, prefix: &str) {
-    assert!(addr.starts_with(prefix) && addr.ends_with("/24"), "{addr} is not in {prefix}0/24");
-}
-
-fn bare(addr: &str) -> &str {
-    addr.split('/').next().unwrap_or(addr)
 }
 
 /// A CNI error with `code` whose message (or details) holds every one of `needles`.
