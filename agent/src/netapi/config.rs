@@ -7,25 +7,11 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::{json, Map, Value};
 
+pub use super::invalid::InvalidField;
 use super::model::{Cniv1Config, NetworkConfig, PluginConfig};
 use super::FALLBACK_NETWORK;
 use crate::cni::config::NetworkConfigList;
 use crate::spec::validate::{is_nad_name, is_namespace};
-
-/// A field of a `NetworkConfig` that cannot be accepted, named as in the proto
-/// (`config.cniv1_config.plugins[1].type`), and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {problem}")]
-pub struct InvalidField {
-    pub field: String,
-    pub problem: String,
-}
-
-impl InvalidField {
-    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
-        InvalidField { field: field.into(), problem: problem.into() }
-    }
-}
 
 /// The capability names of the CNI conventions (conventions.md), and the pod annotations
 /// capability containerd and CRI-O pass.

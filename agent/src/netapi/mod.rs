@@ -12,6 +12,7 @@
 pub mod client;
 pub mod config;
 pub mod generation;
+pub mod invalid;
 pub mod model;
 pub mod proto;
 pub mod server;

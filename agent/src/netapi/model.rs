@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::config::InvalidField;
+use super::invalid::InvalidField;
 use super::proto;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
