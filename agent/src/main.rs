@@ -225,7 +225,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     if let Some(socket) = &network_api {
         let listener = netapi::server::bind(socket)?;
         let api = NetworkApi {
-            store: network_store,
+            store: network_store.clone(),
             catalog: nads,
             default_network_dir: opts.default_network_dir.clone(),
             network_conf_dirs: opts.network_conf_dirs.clone(),
@@ -251,7 +251,8 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         state,
     )
     .with_policy(policy);
-    let engine = Arc::new(if network_api.is_some() { engine.with_network_api() } else { engine });
+    let engine =
+        Arc::new(if network_api.is_some() { engine.with_network_api(network_store.clone()) } else { engine });
     let listener = server::bind_for(&opts.socket, opts.socket_group)?;
     if let Some(dir) = &opts.runtime_conf_dir {
         let readiness = Readiness {
@@ -259,7 +260,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             runtime_conf_path: runtime_conf_path(dir, &opts.runtime_conf_name),
             socket: opts.socket.clone(),
             cni_version: opts.runtime_cni_version.clone(),
-            network_api: network_api.is_some(),
+            api_networks: network_api.is_some().then(|| network_store.clone()),
         };
         // The runtime is told plexus is ready once warm, so its first ADDs do not compete with
         // the dataplane's load; the socket serves meanwhile (after a restart the runtime

@@ -6,11 +6,13 @@
 //! and a pod that names no networks then fails its ADD saying the default network is missing.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
 use crate::catalog::confdir;
+use crate::netapi::store::NetworkStore;
 use crate::spec::sandbox_networks;
 use crate::state::atomic_write;
 
@@ -20,20 +22,21 @@ pub struct Readiness {
     pub runtime_conf_path: PathBuf,
     pub socket: PathBuf,
     pub cni_version: String,
-    /// The CRI network API is served: the default network is not required.
-    pub network_api: bool,
+    /// The CRI network API's networks, when it is served: while it holds one, a sandbox that
+    /// names it needs no default network.
+    pub api_networks: Option<Arc<NetworkStore>>,
 }
 
 impl Readiness {
-    /// The config plexus would write now, or None while the default network is missing
-    /// (unless the network API is served). It declares the capabilities the default network
+    /// The config plexus would write now, or None while the default network is missing (spec
+    /// 6.1) and the CRI network API, if served, holds no network either. It declares the capabilities the default network
     /// declares, so kubelet's runtimeConfig reaches it (and only it, spec 7.5), and
     /// `podSandboxNetworks`, the runtime's list of the sandbox's networks (the CRI network API
     /// proposal).
     pub fn desired_config(&self) -> Option<Value> {
         let default = match confdir::default_network(&self.default_network_dir) {
             Ok((_, list)) => Some(list),
-            Err(_) if self.network_api => None,
+            Err(_) if self.api_networks.as_ref().is_some_and(|store| store.holds_any()) => None,
             Err(_) => return None,
         };
         let mut caps = Map::new();
@@ -104,7 +107,7 @@ mod tests {
             runtime_conf_path: d.path().join("00-plexus.conflist"),
             socket: "/run/plexus/plexus.sock".into(),
             cni_version: "1.0.0".into(),
-            network_api: false,
+            api_networks: None,
         };
         assert!(!r.sync().unwrap());
         assert!(!r.runtime_conf_path.exists());
@@ -125,16 +128,26 @@ mod tests {
     }
 
     #[test]
-    fn with_the_network_api_no_default_network_is_ready() {
+    fn with_the_network_api_a_stored_network_stands_for_the_default_network() {
         let d = tempfile::tempdir().unwrap();
+        let store = Arc::new(NetworkStore::new(&d.path().join("state")));
         let r = Readiness {
             default_network_dir: d.path().join("net.d"),
             runtime_conf_path: d.path().join("00-plexus.conflist"),
             socket: "/run/plexus/plexus.sock".into(),
             cni_version: "1.0.0".into(),
-            network_api: true,
+            api_networks: Some(store.clone()),
         };
-        assert!(r.sync().unwrap());
+        assert!(!r.sync().unwrap(), "no network at all: not ready (spec 6.1)");
+        assert!(!r.runtime_conf_path.exists());
+        let network: crate::netapi::model::NetworkConfig = serde_json::from_value(json!({
+            "metadata": {"name": "blue", "namespace": "default", "uid": "u1", "generation": 1},
+            "networkType": "CNIv1",
+            "cniv1Config": {"cniVersion": "1.0.0", "plugins": [{"type": "bridge"}]}
+        }))
+        .unwrap();
+        store.set(&network).unwrap();
+        assert!(r.sync().unwrap(), "a network a sandbox can name");
         let written: Value = serde_json::from_slice(&std::fs::read(&r.runtime_conf_path).unwrap()).unwrap();
         assert_eq!(written["plugins"][0]["type"], "plexus");
         assert_eq!(

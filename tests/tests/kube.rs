@@ -1188,3 +1188,87 @@ async fn a_newer_network_status_supersedes_an_older_one_still_retrying() {
         .collect();
     assert_eq!(bodies, [r#"["newer"]"#], "the older status was never written");
 }
+
+/// The CRI network API in Kubernetes mode lists the cluster's NADs with their metadata (the
+/// proposal's NAD-watching daemon, in-process): uid and generation as the API server keeps
+/// them, a changed spec a higher generation. A network set through the API of the same
+/// namespace and name shadows its NAD; the on-disk default network comes last as `_fallback`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_api_lists_the_clusters_nads_with_their_uid_and_generation() {
+    use plexus_agent::netapi::proto::{
+        CnIv1Config, CnIv1PluginConfig, NetworkConfig, NetworkMetadata, NetworkType, PodNetworkResponse,
+    };
+    use plexus_agent::netapi::service::NetworkApi;
+    use plexus_agent::netapi::status::Prober;
+    use plexus_agent::netapi::store::NetworkStore;
+
+    let server = server_with(true);
+    let first = server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    server.apply(nad("ns2", "net-b", Some(BRIDGE)));
+    let changed = r#"{"cniVersion":"1.0.0","name":"net-a","type":"fake","mtu":1400}"#;
+    let applied = server.apply(nad("ns1", "net-a", Some(changed)));
+    let h = Harness::start(server, &["default"], None).await;
+    eventually("both NADs are cached", Duration::from_secs(10), || h.catalog.cached_nads() == 2).await;
+    let api = NetworkApi {
+        store: Arc::new(NetworkStore::new(&h.dir.path().join("state"))),
+        catalog: h.catalog.clone(),
+        default_network_dir: h.dir.path().join("default"),
+        network_conf_dirs: Vec::new(),
+        prober: Prober {
+            delegator: Delegator {
+                bin_dirs: Vec::new(),
+                timeout: Duration::from_secs(5),
+                natives: NativePlugins::default(),
+            },
+        },
+        state: StateStore::new(&h.dir.path().join("state")),
+    };
+    let rows = |listed: &[PodNetworkResponse]| -> Vec<(String, String, String, u32)> {
+        listed
+            .iter()
+            .map(|r| {
+                let m = r.config.as_ref().and_then(|c| c.metadata.as_ref()).expect("metadata");
+                (m.namespace.clone(), m.name.clone(), m.uid.clone(), m.generation)
+            })
+            .collect()
+    };
+    let uid = |v: &Value| v["metadata"]["uid"].as_str().expect("a uid").to_owned();
+    let generation = applied["metadata"]["generation"].as_u64().expect("a generation") as u32;
+    assert_eq!(uid(&first), uid(&applied), "the same object, changed");
+    assert!(generation >= 2, "a changed spec is a new generation: {applied}");
+
+    let listed = rows(&api.list().await.expect("list"));
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert!(listed.contains(&("ns1".into(), "net-a".into(), uid(&applied), generation)), "{listed:?}");
+    assert!(listed.iter().any(|(ns, n, u, g)| ns == "ns2" && n == "net-b" && !u.is_empty() && *g >= 1));
+    assert_eq!(listed[2].1, "_fallback", "{listed:?}");
+
+    let own = NetworkConfig {
+        metadata: Some(NetworkMetadata {
+            name: "net-a".into(),
+            namespace: "ns1".into(),
+            uid: "api-1".into(),
+            generation: 7,
+        }),
+        ip_ranges: Vec::new(),
+        network_type: NetworkType::CnIv1 as i32,
+        cniv1_config: Some(CnIv1Config {
+            cni_version: "1.0.0".into(),
+            network_name: String::new(),
+            disable_check: false,
+            plugins: vec![CnIv1PluginConfig {
+                r#type: "fake".into(),
+                capabilities: Vec::new(),
+                parameters: Default::default(),
+            }],
+        }),
+    };
+    api.set(Some(own)).await.expect("set");
+    let listed = rows(&api.list().await.expect("list"));
+    let net_a: Vec<_> = listed.iter().filter(|(ns, n, _, _)| ns == "ns1" && n == "net-a").collect();
+    assert_eq!(
+        net_a,
+        [&("ns1".to_owned(), "net-a".to_owned(), "api-1".to_owned(), 7)],
+        "shadowed: {listed:?}"
+    );
+}

@@ -397,8 +397,10 @@ fn kernel_the_on_disk_default_network_is_listed_as_fallback_and_can_be_neither_s
     }
 }
 
-/// The proposal's backwards compatibility: an empty list, and a ready agent (it writes its CNI
-/// config for the runtime), whose pods get networks only by naming them.
+/// The proposal's backwards compatibility: an empty list from an agent that serves; its CNI
+/// config for the runtime is written once the API holds a network a sandbox can name (not
+/// before: spec 6.1 on a node with no network at all), and pods get networks only by naming
+/// them.
 #[test]
 fn kernel_a_node_without_networks_lists_none_and_is_ready() {
     for client in CLIENTS {
@@ -407,8 +409,12 @@ fn kernel_a_node_without_networks_lists_none_and_is_ready() {
             .expect("removing the default network");
         w.start_agent();
         assert_eq!(list(&w, client), Vec::<Value>::new(), "{client:?}");
-
         let conf = w.path("runtime").join("00-plexus.conflist");
+        // The readiness loop runs every second: more than one round.
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(!conf.exists(), "{client:?}: written with no network at all");
+
+        set(&w, client, &bridge_network(&w, "blue", "br-blue", "10.10.1.0/24", 1)).ok();
         let deadline = Instant::now() + Duration::from_secs(20);
         while !conf.exists() {
             assert!(Instant::now() < deadline, "{client:?}: no CNI config written; log:\n{}", w.agent_log());
@@ -427,7 +433,6 @@ fn kernel_a_node_without_networks_lists_none_and_is_ready() {
         assert!(out.msg().contains("default network"), "{client:?}: {}", out.stdout);
         w.assert_nothing_left(&[&pod]);
 
-        set(&w, client, &bridge_network(&w, "blue", "br-blue", "10.10.1.0/24", 1)).ok();
         let networks = json!([{"interfaceName": "eth0", "networkName": "blue"}]);
         sandbox_cni(&w, "ADD", "c2", &pod, "p", &networks).expect_ok();
         assert!(only_address(&pod, "eth0").starts_with("10.10.1."), "{client:?}");

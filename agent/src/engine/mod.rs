@@ -25,6 +25,7 @@ use crate::cni::AttachmentKey;
 use crate::cni::Command;
 use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
 use crate::delegate::{DelegateError, Delegator, InvocationEnv};
+use crate::netapi::store::NetworkStore;
 use crate::policy::PolicyHandle;
 use crate::spec::delegate_conf::{default_delegate, DelegateConfig};
 use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
@@ -57,8 +58,9 @@ pub struct Engine {
     state: StateStore,
     locks: ContainerLocks,
     policy: PolicyHandle,
-    /// The CRI network API is served: no default network is a ready node (an empty list).
-    network_api: bool,
+    /// The CRI network API's networks, when it is served: while it holds one, STATUS needs no
+    /// default network (a sandbox that names an API network needs none).
+    api_networks: Option<Arc<NetworkStore>>,
 }
 
 impl From<StateError> for CniError {
@@ -87,7 +89,7 @@ impl Engine {
             state,
             locks: ContainerLocks::default(),
             policy: PolicyHandle::default(),
-            network_api: false,
+            api_networks: None,
         }
     }
 
@@ -97,10 +99,11 @@ impl Engine {
         self
     }
 
-    /// The CRI network API is served beside: as the proposal's backwards compatibility says,
-    /// STATUS without any network (no on-disk default network) is ready.
-    pub fn with_network_api(mut self) -> Self {
-        self.network_api = true;
+    /// The CRI network API is served beside, with `store`: STATUS without an on-disk default
+    /// network is ready while the API holds a network (spec 6.1 still holds on a node with no
+    /// network at all).
+    pub fn with_network_api(mut self, store: Arc<NetworkStore>) -> Self {
+        self.api_networks = Some(store);
         self
     }
 
@@ -402,7 +405,7 @@ impl Engine {
         let dir = self.config.default_network_dir.clone();
         let list = match blocking(move || confdir::default_network(&dir)).await? {
             Ok((_, list)) => list,
-            Err(_) if self.network_api => return Ok(()),
+            Err(_) if self.api_networks.as_ref().is_some_and(|store| store.holds_any()) => return Ok(()),
             Err(e) => return Err(CniError::new(ErrorCode::PluginNotAvailable, e.to_string())),
         };
         let delegate = DelegateConfig { list, runtime_config: Default::default() };

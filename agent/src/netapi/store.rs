@@ -99,6 +99,11 @@ impl NetworkStore {
         }
     }
 
+    /// Whether any network is stored (an unreadable store holds none that can be used).
+    pub fn holds_any(&self) -> bool {
+        self.list().is_ok_and(|networks| !networks.is_empty())
+    }
+
     /// Every network, by namespace then name.
     pub fn list(&self) -> Result<Vec<NetworkConfig>, StoreError> {
         let mut out = Vec::new();
