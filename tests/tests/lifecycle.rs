@@ -536,50 +536,6 @@ fn kernel_fifty_concurrent_adds_get_distinct_addresses_and_fifty_concurrent_dels
 // 7. STATUS.
 // ---------------------------------------------------------------------------------------
 
-/// With the CRI network API served, a node without a default network is ready (STATUS
-/// succeeds, plexus's CNI config is written) once the API holds a network a sandbox can name,
-/// and not before (spec 6.1 on a node with no network at all); a pod that names no network
-/// still fails its ADD saying the default network is missing.
-#[test]
-fn kernel_with_the_network_api_no_default_network_is_ready_once_the_api_holds_a_network() {
-    let mut w = World::new();
-    std::fs::remove_file(w.path("default").join("10-cluster.conflist")).unwrap();
-    w.write_pod(NS, "p", None);
-    w.start_agent();
-    let status = || w.shim(&[("CNI_COMMAND", "STATUS")], &w.plexus_config("1.1.0"));
-    assert_cni_error(&status(), 50, &["default network"]);
-    let conf = w.path("runtime").join("00-plexus.conflist");
-    // The readiness loop runs every second: more than one round.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    assert!(!conf.exists(), "written with no network at all");
-
-    let network = serde_json::json!({
-        "metadata": {"name": "blue", "namespace": NS, "uid": "u1", "generation": 1},
-        "networkType": "CNIv1",
-        "cniv1Config": {"cniVersion": "1.0.0", "plugins": [{"type": "bridge", "parameters": {"bridge": "br-blue"}}]}
-    });
-    let file = w.path("blue-network.json");
-    std::fs::write(&file, network.to_string()).unwrap();
-    let set = std::process::Command::new(plexus_tests::world::bin("plexus-agent"))
-        .args(["network", "set", "-f"])
-        .arg(&file)
-        .arg("--socket")
-        .arg(w.network_api_socket())
-        .output()
-        .unwrap();
-    assert!(set.status.success(), "network set: {}", String::from_utf8_lossy(&set.stderr));
-    let ok = status();
-    assert!(ok.ok() && ok.stdout.is_empty(), "STATUS: {ok:?}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !conf.exists() {
-        assert!(std::time::Instant::now() < deadline, "no CNI config written; log:\n{}", w.agent_log());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let pod = Netns::new("pxpod");
-    assert_cni_error(&w.add("c1", &pod, (NS, "p")), 11, &["default network is not ready"]);
-    w.assert_nothing_left(&[&pod]);
-}
-
 #[test]
 fn kernel_status_is_ok_with_the_default_network_and_fails_without_it_as_does_add() {
     let mut w = World::new();

@@ -398,9 +398,9 @@ fn kernel_the_on_disk_default_network_is_listed_as_fallback_and_can_be_neither_s
 }
 
 /// The proposal's backwards compatibility: an empty list from an agent that serves; its CNI
-/// config for the runtime is written once the API holds a network a sandbox can name (not
-/// before: spec 6.1 on a node with no network at all), and pods get networks only by naming
-/// them.
+/// config for the runtime is written, and STATUS succeeds, once the API holds a network a
+/// sandbox can name (not before: spec 6.1 on a node with no network at all), and pods get
+/// networks only by naming them.
 #[test]
 fn kernel_a_node_without_networks_lists_none_and_is_ready() {
     for client in CLIENTS {
@@ -409,12 +409,24 @@ fn kernel_a_node_without_networks_lists_none_and_is_ready() {
             .expect("removing the default network");
         w.start_agent();
         assert_eq!(list(&w, client), Vec::<Value>::new(), "{client:?}");
+        let status = || w.shim(&[("CNI_COMMAND", "STATUS")], &w.plexus_config("1.1.0"));
+        let down = status();
+        assert!(!down.ok(), "{client:?}: STATUS with no network at all succeeded: {}", down.stdout);
+        assert_eq!(down.code(), Some(50), "{client:?}: {}", down.stdout);
+        assert!(
+            down.json()["cniVersion"].is_string(),
+            "{client:?}: error without cniVersion: {}",
+            down.stdout
+        );
+        assert!(down.msg().contains("default network"), "{client:?}: {}", down.stdout);
         let conf = w.path("runtime").join("00-plexus.conflist");
         // The readiness loop runs every second: more than one round.
         std::thread::sleep(Duration::from_millis(1500));
         assert!(!conf.exists(), "{client:?}: written with no network at all");
 
         set(&w, client, &bridge_network(&w, "blue", "br-blue", "10.10.1.0/24", 1)).ok();
+        let up = status();
+        assert!(up.ok() && up.stdout.is_empty(), "{client:?}: STATUS: {up:?}");
         let deadline = Instant::now() + Duration::from_secs(20);
         while !conf.exists() {
             assert!(Instant::now() < deadline, "{client:?}: no CNI config written; log:\n{}", w.agent_log());
@@ -430,7 +442,7 @@ fn kernel_a_node_without_networks_lists_none_and_is_ready() {
         let out = w.add("c1", &pod, (NS, "p"));
         assert!(!out.ok(), "{client:?}: an ADD without any network succeeded: {}", out.stdout);
         assert_eq!(out.code(), Some(11), "{client:?}: try again later: {}", out.stdout);
-        assert!(out.msg().contains("default network"), "{client:?}: {}", out.stdout);
+        assert!(out.msg().contains("default network is not ready"), "{client:?}: {}", out.stdout);
         w.assert_nothing_left(&[&pod]);
 
         let networks = json!([{"interfaceName": "eth0", "networkName": "blue"}]);
@@ -641,13 +653,9 @@ fn kernel_a_network_changed_or_removed_while_a_pod_uses_it_detaches_cleanly_on_d
     w.assert_nothing_left(&[&pod, &pod2]);
 }
 
-#[test]
-fn kernel_a_pod_selecting_a_network_whose_plugin_is_missing_fails_clearly_and_leaves_nothing() {
-    let w = api_world();
-    set(&w, Client::Python, &missing_plugin_network("ghost")).ok();
-    w.write_pod(NS, "p", Some("ghost"));
-    let pod = Netns::new("pxpod");
-    let out = w.add("c1", &pod, (NS, "p"));
+/// An ADD that failed because a network's plugin binary is missing, saying which.
+#[track_caller]
+fn assert_names_the_missing_plugin(out: &CniOutput) {
     assert!(!out.ok(), "ADD succeeded without the plugin: {}", out.stdout);
     let text = format!("{} {}", out.msg(), out.json()["details"].as_str().unwrap_or_default());
     assert!(
@@ -655,6 +663,16 @@ fn kernel_a_pod_selecting_a_network_whose_plugin_is_missing_fails_clearly_and_le
         "the error does not name the plugin: {}",
         out.stdout
     );
+}
+
+#[test]
+fn kernel_a_pod_selecting_a_network_whose_plugin_is_missing_fails_clearly_and_leaves_nothing() {
+    let w = api_world();
+    set(&w, Client::Python, &missing_plugin_network("ghost")).ok();
+    w.write_pod(NS, "p", Some("ghost"));
+    let pod = Netns::new("pxpod");
+    let out = w.add("c1", &pod, (NS, "p"));
+    assert_names_the_missing_plugin(&out);
     w.assert_nothing_left(&[&pod]);
 }
 
@@ -740,12 +758,6 @@ fn kernel_a_sandbox_network_removed_while_in_use_detaches_cleanly_and_a_missing_
         {"interfaceName": "net1", "networkName": "ghost"},
     ]);
     let out = sandbox_cni(&w, "ADD", "c3", &pod, "p", &ghost);
-    assert!(!out.ok(), "ADD succeeded without the plugin: {}", out.stdout);
-    let text = format!("{} {}", out.msg(), out.json()["details"].as_str().unwrap_or_default());
-    assert!(
-        text.contains("plexus-test-no-such-plugin"),
-        "the error does not name the plugin: {}",
-        out.stdout
-    );
+    assert_names_the_missing_plugin(&out);
     w.assert_nothing_left(&[&pod]);
 }
