@@ -50,10 +50,7 @@ impl Engine {
             return Ok(Vec::new());
         }
         // A refusal is also told on the pod, where its owner looks.
-        let refuse = |err: CniError| async move {
-            self.catalog.record_event(pod, "NetworkRefused", &err.msg).await;
-            err.with_details(format!("pod {}/{}", pod.namespace, pod.name))
-        };
+        let refuse = |err: CniError| self.refused(Some(pod), err);
         let planned = match plan_attachments(
             &pod.namespace,
             default_ifname,
