@@ -245,6 +245,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             network_conf_dirs: opts.network_conf_dirs.clone(),
             allowed_namespaces: opts.allowed_namespaces.clone(),
             strict_annotations: opts.strict_annotations,
+            device_info_dir: opts.device_info_dir.clone(),
         },
         catalog,
         delegator,

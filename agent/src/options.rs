@@ -426,6 +426,11 @@ pub struct AgentOptions {
     #[arg(long)]
     pub strict_annotations: bool,
 
+    /// The root of the device information files (NPWG Device Information Specification): the
+    /// device plugins' under `dp/`, the ones plexus writes for each attachment under `cni/`.
+    #[arg(long, env = "PLEXUS_DEVICE_INFO_DIR", default_value = "/var/run/k8s.cni.cncf.io/devinfo")]
+    pub device_info_dir: PathBuf,
+
     /// The network attachment policy: a file of NetworkAttachmentPolicy objects saying which
     /// plugin types and node interfaces each namespace's networks may use (docs/policy.md).
     /// Read at start (an invalid file stops the agent) and again whenever it changes (an invalid

@@ -34,6 +34,24 @@ pub struct AttachmentRecord {
     /// The PodNetwork this attachment is of, when the pod asked for PodNetworks (KEP-3698).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_network: Option<String>,
+    /// The device the cluster allocated to this attachment, for a NAD with the
+    /// `k8s.v1.cni.cncf.io/resourceName` annotation (a device plugin's, through kubelet's
+    /// PodResources API, or a DRA claim's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<AllocatedDevice>,
+    /// The attachment's device information (Device Information Specification, section 3): the
+    /// network-status `device-info` and the content of its CNI device-info file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_info: Option<Value>,
+}
+
+/// A device of a cluster resource, allocated to one attachment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatedDevice {
+    /// The NAD's `k8s.v1.cni.cncf.io/resourceName`.
+    pub resource_name: String,
+    /// The device's ID as its allocator reports it: a PCI address for SR-IOV VFs.
+    pub device_id: String,
 }
 
 /// The pod a container belongs to, as CNI_ARGS named it.
@@ -342,6 +360,8 @@ mod tests {
                 result: Some(serde_json::json!({"cniVersion":"1.0.0"})),
                 default_route: None,
                 pod_network: None,
+                device: None,
+                device_info: None,
             }],
             complete: true,
         }

@@ -142,6 +142,7 @@ impl Harness {
                 network_conf_dirs: Vec::new(),
                 allowed_namespaces: allowed_namespaces.iter().map(|s| (*s).to_owned()).collect(),
                 strict_annotations: false,
+                device_info_dir: dir.path().join("devinfo"),
             },
             catalog.clone(),
             Delegator { bin_dirs: Vec::new(), timeout: Duration::from_secs(10), natives },

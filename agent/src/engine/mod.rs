@@ -45,6 +45,9 @@ pub struct EngineConfig {
     pub allowed_namespaces: Vec<String>,
     /// Fail the ADD on an invalid selection annotation instead of ignoring it.
     pub strict_annotations: bool,
+    /// The root of the device information files (Device Information Specification, section
+    /// 4): the device plugins' under `dp/`, plexus's own under `cni/`.
+    pub device_info_dir: PathBuf,
 }
 
 /// Failed DELs after which an attachment whose ADD never answered is given up (see
@@ -629,6 +632,8 @@ mod tests {
             result: Some(result),
             default_route: default_route.map(|g| g.iter().map(|s| s.parse().unwrap()).collect()),
             pod_network: None,
+            device: None,
+            device_info: None,
         }
     }
 

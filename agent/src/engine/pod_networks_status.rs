@@ -49,6 +49,8 @@ mod tests {
     fn attachment(pod_network: &str, network: &str, ifname: &str, result: Value) -> AttachmentRecord {
         AttachmentRecord {
             pod_network: Some(pod_network.into()),
+            device: None,
+            device_info: None,
             ..crate::engine::tests::attachment(network, ifname, result, None)
         }
     }

@@ -266,6 +266,8 @@ impl Engine {
                 result: None,
                 default_route: None,
                 pod_network: Some(pn_name),
+                device: None,
+                device_info: None,
             });
         }
         Ok(secondaries)

@@ -114,6 +114,8 @@ impl Engine {
             result: None,
             default_route: None,
             pod_network: None,
+            device: None,
+            device_info: None,
         };
         let secondaries = match pod {
             None => Secondaries::default(),

@@ -92,6 +92,8 @@ impl Engine {
                 result: None,
                 default_route: p.selection.default_route.clone(),
                 pod_network: None,
+                device: None,
+                device_info: None,
             });
         }
         Ok(out)
