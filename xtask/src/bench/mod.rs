@@ -15,6 +15,7 @@
 //! SVG plots in `target/bench/<timestamp>/`.
 
 mod bandwidth;
+mod bins;
 mod cni;
 mod macvlan_sides;
 mod plot;
@@ -28,14 +29,14 @@ pub mod topology;
 pub mod traffic;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::util::{self, is_root, root};
+use crate::util::{is_root, root};
+pub use bins::{binaries, Bins};
 use report::Figure;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -140,17 +141,6 @@ impl Settings {
             ping_secs: if q { 1 } else { 5 },
         }
     }
-}
-
-/// The binaries under test.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Bins {
-    pub shim: PathBuf,
-    pub agent: PathBuf,
-    /// `release`, or the directory given with --bin-dir.
-    pub origin: String,
-    /// The agent has `--exec-plugin` (native plugin types can be handed back to binaries).
-    pub exec_plugin_option: bool,
 }
 
 /// What every section gets: settings, binaries, where results go, and the figures so far.
@@ -338,26 +328,4 @@ fn check_tools(sections: &[Section]) -> anyhow::Result<()> {
         bail!("missing {}: run `cargo xtask setup` first", missing.join(", "));
     }
     Ok(())
-}
-
-/// Builds the release binaries (or takes them from --bin-dir) and asks the agent what it
-/// supports.
-pub fn binaries(bin_dir: Option<&PathBuf>) -> anyhow::Result<Bins> {
-    let (dir, origin) = match bin_dir {
-        Some(d) => (d.clone(), d.display().to_string()),
-        None => {
-            eprintln!("[bench build] cargo build --release -p plexus-agent -p plexus-cni-shim");
-            util::cargo(&["build", "--release", "-p", "plexus-agent", "-p", "plexus-cni-shim"])?;
-            (root().join("target/release"), "release".to_owned())
-        }
-    };
-    let shim = dir.join("plexus");
-    let agent = dir.join("plexus-agent");
-    for b in [&shim, &agent] {
-        if !b.exists() {
-            bail!("{} is missing (build it, or pass another --bin-dir)", b.display());
-        }
-    }
-    let help = util::output(Command::new(&agent).args(["run", "--help"])).unwrap_or_default();
-    Ok(Bins { shim, agent, origin, exec_plugin_option: help.contains("--exec-plugin") })
 }

@@ -49,13 +49,24 @@ pub enum Bound {
     AtMost,
 }
 
-/// A bound on plexus's median over another side's median of the same figure and run, e.g.
+/// What a target bounds: plexus's median over another side's, or its excess over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// plexus / other, e.g. "crr_rate: plexus/baseline >= 0.95".
+    Ratio,
+    /// plexus - other, in the figure's unit, e.g. "shim_roundtrip: plexus-baseline <= 0.3 ms".
+    Excess,
+}
+
+/// A bound on plexus's median against another side's median of the same figure and run, e.g.
 /// "crr_rate: plexus/baseline >= 0.95 (issue #12)".
 #[derive(Debug, Clone, PartialEq)]
 pub struct Target {
-    /// The denominator: the baseline or the reference.
+    /// The other side: the baseline or the reference.
     pub against: Side,
+    pub measure: Measure,
     pub bound: Bound,
+    /// The bound's value: a ratio, or an excess in the figure's unit.
     pub ratio: f64,
     /// Who asks for it, e.g. `issue #12`.
     pub source: &'static str,
@@ -63,11 +74,16 @@ pub struct Target {
 
 impl Target {
     pub fn at_least(against: Side, ratio: f64, source: &'static str) -> Target {
-        Target { against, bound: Bound::AtLeast, ratio, source }
+        Target { against, measure: Measure::Ratio, bound: Bound::AtLeast, ratio, source }
     }
 
     pub fn at_most(against: Side, ratio: f64, source: &'static str) -> Target {
-        Target { against, bound: Bound::AtMost, ratio, source }
+        Target { against, measure: Measure::Ratio, bound: Bound::AtMost, ratio, source }
+    }
+
+    /// plexus's median at most `excess` (in the figure's unit) above the other side's.
+    pub fn at_most_above(against: Side, excess: f64, source: &'static str) -> Target {
+        Target { against, measure: Measure::Excess, bound: Bound::AtMost, ratio: excess, source }
     }
 
     fn op(&self) -> &'static str {
@@ -77,24 +93,40 @@ impl Target {
         }
     }
 
-    /// The summary key of the ratio it bounds.
+    /// The summary key of the quantity it bounds.
     fn ratio_key(&self) -> &'static str {
-        match self.against {
-            Side::Reference => "plexus_over_reference",
-            _ => "plexus_over_baseline",
+        match (self.measure, self.against) {
+            (Measure::Ratio, Side::Reference) => "plexus_over_reference",
+            (Measure::Ratio, _) => "plexus_over_baseline",
+            (Measure::Excess, Side::Reference) => "plexus_minus_reference",
+            (Measure::Excess, _) => "plexus_minus_baseline",
         }
     }
 
     fn ratio_label(&self) -> &'static str {
-        match self.against {
-            Side::Reference => "plexus/ref",
-            _ => "plexus/baseline",
+        match (self.measure, self.against) {
+            (Measure::Ratio, Side::Reference) => "plexus/ref",
+            (Measure::Ratio, _) => "plexus/baseline",
+            (Measure::Excess, Side::Reference) => "plexus-ref",
+            (Measure::Excess, _) => "plexus-baseline",
         }
     }
 
-    /// The measured ratio, and whether it meets the bound (`None`: a side has no value).
+    /// A measured value or the bound, as the table shows it: `0.981x`, or `0.214 ms`.
+    fn show(&self, v: f64, decimals: usize, unit: &str) -> String {
+        match self.measure {
+            Measure::Ratio => format!("{v:.decimals$}x"),
+            Measure::Excess => format!("{v:.decimals$} {unit}"),
+        }
+    }
+
+    /// The measured quantity, and whether it meets the bound (`None`: a side has no value).
     pub fn check(&self, f: &Figure) -> (Option<f64>, Option<bool>) {
-        let r = stats::ratio(f.median(Side::Plexus), f.median(self.against));
+        let (p, other) = (f.median(Side::Plexus), f.median(self.against));
+        let r = match self.measure {
+            Measure::Ratio => stats::ratio(p, other),
+            Measure::Excess => p.zip(other).map(|(p, o)| p - o),
+        };
         let met = r.map(|r| match self.bound {
             Bound::AtLeast => r >= self.ratio,
             Bound::AtMost => r <= self.ratio,
@@ -104,8 +136,12 @@ impl Target {
 
     fn to_json(&self, f: &Figure) -> Value {
         let (measured, met) = self.check(f);
+        let key = match self.measure {
+            Measure::Ratio => "ratio",
+            Measure::Excess => "excess",
+        };
         json!({
-            "ratio": self.ratio_key(), "bound": self.op(), "value": self.ratio,
+            key: self.ratio_key(), "bound": self.op(), "value": self.ratio,
             "measured": measured, "met": met, "source": self.source,
         })
     }
@@ -327,8 +363,8 @@ pub fn targets(figures: &[Figure]) -> String {
             t.ratio_label().to_owned(),
             // Three decimals: 0.9449 is no longer "0.94x" next to ">= 0.95x", nor "0.94x MISSED"
             // mistaken for a rounding of 0.95.
-            measured.map(|r| format!("{r:.3}x")).unwrap_or_else(|| NOT_APPLICABLE.to_owned()),
-            format!("{} {:.2}x", t.op(), t.ratio),
+            measured.map(|r| t.show(r, 3, f.unit)).unwrap_or_else(|| NOT_APPLICABLE.to_owned()),
+            format!("{} {}", t.op(), t.show(t.ratio, 2, f.unit)),
             match met {
                 Some(true) => "met".to_owned(),
                 Some(false) => "MISSED".to_owned(),
@@ -340,7 +376,7 @@ pub fn targets(figures: &[Figure]) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut out = String::from("targets (ratios of this run's medians):\n");
+    let mut out = String::from("targets (of this run's medians):\n");
     out.push_str(&aligned(&rows, &[3]));
     out
 }
@@ -490,6 +526,12 @@ mod tests {
         ));
         gone.sides[Side::Baseline.index()].runs.clear();
         let plain = fig("add_latency", 1.0, 2.0, 1.0);
+        let mut shim = fig("shim_roundtrip", 0.9, 3.2, 0.7).with_target(Target::at_most_above(
+            Side::Baseline,
+            0.3,
+            "issue #17",
+        ));
+        shim.unit = "ms";
 
         assert_eq!(rate.target.as_ref().map(|t| t.check(&rate)), Some((Some(0.96), Some(true))));
         assert_eq!(p99.target.as_ref().map(|t| t.check(&p99).1), Some(Some(false)));
@@ -506,6 +548,19 @@ mod tests {
         assert_eq!(p99.summary()["target"]["met"], false);
         assert_eq!(gone.summary()["target"]["met"], Value::Null);
         assert_eq!(plain.summary()["target"], Value::Null);
+        let (excess, met) = shim.target.as_ref().map(|t| t.check(&shim)).expect("a target");
+        assert!(excess.is_some_and(|e| (e - 0.2).abs() < 1e-9) && met == Some(true), "{excess:?}");
+        let s = shim.summary();
+        assert_eq!(s["target"]["excess"], "plexus_minus_baseline");
+        assert_eq!(s["target"]["ratio"], Value::Null);
+        assert_eq!(s["target"]["value"], 0.3);
+        let shim_line = targets(std::slice::from_ref(&shim));
+        assert!(
+            shim_line.contains("plexus-baseline")
+                && shim_line.contains("0.200 ms")
+                && shim_line.contains("<= 0.30 ms"),
+            "{shim_line}"
+        );
 
         let figures = [rate, p99, step, gone, plain];
         let t = table(&figures);
