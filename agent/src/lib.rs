@@ -25,6 +25,7 @@ pub mod netapi;
 pub mod netlink;
 pub mod netns;
 pub mod options;
+pub mod phase;
 pub mod podnetwork;
 pub mod policy;
 pub mod readiness;

@@ -99,6 +99,12 @@ struct DirectionLabels {
     direction: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    verb: String,
+    phase: String,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -112,6 +118,11 @@ fn plugin_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 22))
 }
 
+fn phase_histogram() -> Histogram {
+    // 10 us to about 80 s: a state read is tens of microseconds, a delegate timing out a minute.
+    Histogram::new(exponential_buckets(0.000_01, 2.0, 24))
+}
+
 /// Every metric of the agent.
 pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
@@ -119,6 +130,7 @@ pub struct Metrics {
     attachments: Family<AttachmentLabels, Counter>,
     attachment_seconds: Histograms<TypeLabels>,
     plugin_seconds: Histograms<PluginLabels>,
+    phase_seconds: Histograms<PhaseLabels>,
     adds_in_flight: Gauge,
     adds_waiting: Gauge,
     cached: Family<KindLabels, Gauge>,
@@ -145,6 +157,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     attachments: Family::default(),
     attachment_seconds: Family::new_with_constructor(latency_histogram),
     plugin_seconds: Family::new_with_constructor(plugin_histogram),
+    phase_seconds: Family::new_with_constructor(phase_histogram),
     adds_in_flight: Gauge::default(),
     adds_waiting: Gauge::default(),
     cached: Family::default(),
@@ -235,6 +248,13 @@ impl Metrics {
         self.plugin_seconds
             .get_or_create(&PluginLabels { r#type: plugin_type.into(), command: command.as_str().into() })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// One phase of a CNI request (`crate::phase`); `verb` is `None` outside a request.
+    pub fn phase(&self, verb: Option<Command>, phase: crate::phase::Phase, elapsed: Duration) {
+        let labels =
+            PhaseLabels { verb: verb.map_or("other", Command::as_str).into(), phase: phase.as_str().into() };
+        self.phase_seconds.get_or_create(&labels).observe(elapsed.as_secs_f64());
     }
 
     /// Objects held by a catalog cache (`pods`, `nads`).
@@ -335,6 +355,11 @@ pub fn registry() -> Registry {
         m.plugin_seconds.clone(),
     );
     r.register(
+        "plexus_cni_phase_duration_seconds",
+        "Time of one phase of a CNI request, by verb and phase (netns and ipam are within plugins)",
+        m.phase_seconds.clone(),
+    );
+    r.register(
         "plexus_adds_in_flight",
         "ADDs running (at most --max-concurrent-adds)",
         m.adds_in_flight.clone(),
@@ -422,6 +447,13 @@ pub fn encode() -> String {
         tracing::warn!("encoding metrics: {e}");
     }
     out
+}
+
+/// How many times `phase` of `verb` was observed, as /metrics says.
+#[cfg(test)]
+pub fn phase_count(verb: &str, phase: &str) -> u64 {
+    let series = format!("plexus_cni_phase_duration_seconds_count{{verb=\"{verb}\",phase=\"{phase}\"}} ");
+    encode().lines().find_map(|l| l.strip_prefix(&series)).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
 }
 
 /// Whether the agent is ready, or why not (any error: its text is the answer's body). Runs on

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cni::{CniCode, ErrorCode};
+use crate::phase::{self, Phase};
 use crate::spec::delegate_conf::DelegateConfig;
 
 /// One attachment of a container: the default network or a selected one.
@@ -151,6 +152,7 @@ impl StateStore {
     }
 
     pub async fn save(&self, record: &ContainerRecord) -> Result<(), StateError> {
+        let _timer = phase::start(Phase::StateWrite);
         let path = self.path(&record.container_id, &record.ifname);
         let body = serde_json::to_vec_pretty(record)
             .map_err(|source| StateError::Encode { container_id: record.container_id.clone(), source })?;
@@ -162,11 +164,13 @@ impl StateStore {
         container_id: &str,
         ifname: &str,
     ) -> Result<Option<ContainerRecord>, StateError> {
+        let _timer = phase::start(Phase::StateRead);
         let path = self.path(container_id, ifname);
         blocking(move || read_record(&path)).await
     }
 
     pub async fn remove(&self, container_id: &str, ifname: &str) -> Result<(), StateError> {
+        let _timer = phase::start(Phase::StateWrite);
         let path = self.path(container_id, ifname);
         blocking(move || match std::fs::remove_file(&path) {
             Ok(()) => sync_dir(path.parent().unwrap_or(Path::new(".")))

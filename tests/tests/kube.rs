@@ -496,6 +496,39 @@ async fn add_reads_the_pod_and_nads_from_the_caches_without_api_requests() {
     assert_declared(&requests);
 }
 
+/// Every phase of an ADD and a DEL is timed (issue #17): the lock, the state, the catalog,
+/// the plan, each network's plugins and the status each add to their series of
+/// `plexus_cni_phase_duration_seconds`, labelled with the request's verb.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_phase_of_an_add_and_a_del_is_timed() {
+    let server = server_with(true);
+    server.apply(nad("ns1", "net-a", Some(BRIDGE)));
+    server.apply(pod("ns1", "timed", NODE, &[(NETWORKS, "net-a")]));
+    let h = Harness::start(server, &["default"], None).await;
+    // Tests share the process's metrics: each count must grow by at least what this pod did.
+    let count = |verb: &str, phase: &str| {
+        metric_sum("plexus_cni_phase_duration_seconds_count", &format!("verb=\"{verb}\",phase=\"{phase}\""))
+    };
+    let phases = ["lock", "state_read", "catalog", "plan", "state_write", "plugins", "status"];
+    let before: Vec<f64> = phases.iter().map(|p| count("ADD", p)).collect();
+    expect_ok(&h.add("ns1", "timed", "cid-timed", "eth0").await);
+    for (phase, before) in phases.iter().zip(&before) {
+        // Two state writes (the plan before anything is attached, then the completed record)
+        // and two networks' plugins (the default network and net-a).
+        let at_least = if matches!(*phase, "state_write" | "plugins") { 2.0 } else { 1.0 };
+        assert!(count("ADD", phase) >= before + at_least, "ADD phase {phase} not timed {at_least} time(s)");
+    }
+    let del_phases = ["lock", "state_read", "plugins", "state_write"];
+    let before: Vec<f64> = del_phases.iter().map(|p| count("DEL", p)).collect();
+    let del = Request { command: "DEL".into(), ..add_request("ns1", "timed", "cid-timed", "eth0") };
+    let answer = h.engine.handle(del).await;
+    assert_eq!(answer.exit_code, 0, "{}", answer.stdout);
+    for (phase, before) in del_phases.iter().zip(&before) {
+        let at_least = if *phase == "plugins" { 2.0 } else { 1.0 };
+        assert!(count("DEL", phase) >= before + at_least, "DEL phase {phase} not timed {at_least} time(s)");
+    }
+}
+
 /// NPWG spec 5.4, the single-gateway example, produced from delegate results through the
 /// engine and the API server. Differences from the example's text: `"default": false` is
 /// present on every entry ("default" is a required key, 5.3.5); the network of the pod's own

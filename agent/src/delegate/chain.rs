@@ -39,6 +39,7 @@ impl Delegator {
         conf: Value,
     ) -> Result<Option<Value>, DelegateError> {
         let plugin = d.list.plugin_type(i);
+        let _timer = crate::phase::start(crate::phase::Phase::Plugins);
         let started = Instant::now();
         let out = if let Some(native) = self.natives.get(plugin) {
             native.invoke(NativeCall { command, config: &conf, env, list: Some(&d.list) }).await

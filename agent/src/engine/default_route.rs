@@ -98,6 +98,7 @@ pub fn take_from_result(attachment: &mut AttachmentRecord) -> Result<(), CniErro
 
 pub async fn apply(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
     let Some((holder, gateways)) = holder(record) else { return Ok(()) };
+    let _timer = crate::phase::start(crate::phase::Phase::DefaultRoute);
     netns::replace_default_routes(Path::new(&env.netns), &holder.ifname, gateways).await.map_err(|e| {
         CniError::invalid_config(format!("setting the default route of network {}: {e}", holder.network))
             .with_details(holder.network.clone())

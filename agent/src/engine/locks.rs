@@ -28,7 +28,7 @@ impl ContainerLocks {
                 }
             }
         };
-        lock.lock_owned().await
+        crate::phase::timed(crate::phase::Phase::Lock, lock.lock_owned()).await
     }
 
     pub fn in_flight(&self) -> usize {

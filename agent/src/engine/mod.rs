@@ -26,6 +26,7 @@ use crate::cni::Command;
 use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
 use crate::delegate::{DelegateError, Delegator, InvocationEnv};
 use crate::netapi::store::NetworkStore;
+use crate::phase::Phase;
 use crate::policy::PolicyHandle;
 use crate::spec::delegate_conf::{default_delegate, DelegateConfig};
 use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
@@ -123,7 +124,11 @@ impl Engine {
             container = req.container_id.as_deref().unwrap_or(""),
             ifname = req.ifname.as_deref().unwrap_or(""),
         );
-        let outcome = self.dispatch(&req).instrument(span.clone()).await;
+        let verb = Command::parse(&req.command).ok();
+        let outcome = match verb {
+            Some(verb) => crate::phase::for_verb(verb, self.dispatch(&req)).instrument(span.clone()).await,
+            None => self.dispatch(&req).instrument(span.clone()).await,
+        };
         let _enter = span.enter();
         match outcome {
             Ok(Some(v)) => {
@@ -232,8 +237,8 @@ impl Engine {
         env: &CniEnv,
         conf: &PlexusConf,
     ) -> Result<(Option<PodInfo>, ContainerRecord, Option<usize>), CniError> {
-        let pod = self.lookup_pod(env).await?;
-        let planned = self.plan_networks(pod.as_ref(), env, conf).await?;
+        let pod = crate::phase::timed(Phase::Catalog, self.lookup_pod(env)).await?;
+        let planned = crate::phase::timed(Phase::Plan, self.plan_networks(pod.as_ref(), env, conf)).await?;
         let record = ContainerRecord {
             container_id: env.container_id.clone(),
             ifname: env.ifname.clone(),
@@ -490,6 +495,7 @@ impl Engine {
             tracing::info!(pod_networks_status = %kep, "PodNetworks attached");
         }
         if let Some(pod) = pod {
+            let _timer = crate::phase::start(Phase::Status);
             let report = StatusReport { network_status: annotation_value(&statuses), pod_networks_status };
             if let Err(e) = self.catalog.publish_status(pod, report).await {
                 tracing::warn!("publishing the status annotations: {e}");

@@ -51,6 +51,7 @@ impl Ipam {
     /// The result's `ips` carry no interface index: the parent sets it.
     pub async fn add(&self, netconf: &Value, env: &InvocationEnv) -> Result<CniResult, DelegateError> {
         const ADD: Command = Command::Add;
+        let _timer = crate::phase::start(crate::phase::Phase::Ipam);
         let result = match ipam_type(netconf).map_err(|e| delegate_error("ipam", ADD, e))? {
             STATIC => static_add(netconf, env).map_err(|e| delegate_error(STATIC, ADD, e)),
             HOST_LOCAL => {
@@ -69,6 +70,7 @@ impl Ipam {
     /// Releases what ADD allocated; idempotent (nothing to release is success).
     pub async fn del(&self, netconf: &Value, env: &InvocationEnv) -> Result<(), DelegateError> {
         const DEL: Command = Command::Del;
+        let _timer = crate::phase::start(crate::phase::Phase::Ipam);
         match ipam_type(netconf).map_err(|e| delegate_error("ipam", DEL, e))? {
             // Static allocates nothing; the reference's DEL does not even read the config.
             STATIC => Ok(()),
@@ -82,6 +84,7 @@ impl Ipam {
     /// CHECK, with the parent's config (its `prevResult` included, which static compares).
     pub async fn check(&self, netconf: &Value, env: &InvocationEnv) -> Result<(), DelegateError> {
         const CHECK: Command = Command::Check;
+        let _timer = crate::phase::start(crate::phase::Phase::Ipam);
         match ipam_type(netconf).map_err(|e| delegate_error("ipam", CHECK, e))? {
             STATIC => static_check(netconf, env).map_err(|e| delegate_error(STATIC, CHECK, e)),
             HOST_LOCAL => {

@@ -51,6 +51,7 @@ fn enter(netns: &Path) -> Result<(), NamespaceError> {
 /// a netlink socket to the namespace it was created in. Its connection runs as a task on the
 /// caller's tokio runtime and ends once the handle and all its clones are dropped.
 pub(super) async fn socket_in(netns: &Path) -> Result<Handle, NamespaceError> {
+    let _timer = crate::phase::start(crate::phase::Phase::Netns);
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|_| NamespaceError::NoRuntime { netns: netns.to_path_buf() })?;
     let opened = run_in(netns, move || {

@@ -9,6 +9,8 @@
 //!   against one exec of a reference plugin answering VERSION, and one exec of a trivial
 //!   static binary (`fn main() {}`, the floor of an exec); issue #17 wants the shim at most
 //!   0.3 ms above that floor. The shim is measured as it ships: linked statically.
+//! - the breakdown: for each agent side, each phase of its ADD and DEL per pod (from the
+//!   agent's `plexus_cni_phase_duration_seconds`), printed after the table (issue #17).
 //! - agent RSS (VmRSS): idle, with `rss_pods` x 4 attachments alive, and after they are gone.
 
 use std::path::Path;
@@ -92,6 +94,8 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
             let mut line = Vec::new();
             for (side, d) in &drivers {
                 check_interrupt()?;
+                let agent = sides.agent(*side);
+                let phases_before = agent.map(|a| (a.phase_totals("ADD"), a.phase_totals("DEL")));
                 let mut runs = Vec::new();
                 for _ in 0..set.cni_pods_per_repeat {
                     let pod = Pod::new(&pod_name(*side, "lat"), macvlan_selections(m))?;
@@ -101,6 +105,12 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
                             add.fail(*side, format!("{e:#}"));
                             del.fail(*side, format!("{e:#}"));
                         }
+                    }
+                }
+                if let (Some(a), Some((Ok(add0), Ok(del0)))) = (agent, &phases_before) {
+                    if let (Ok(add1), Ok(del1)) = (a.phase_totals("ADD"), a.phase_totals("DEL")) {
+                        b.breakdown.push("ADD", m, *side, add0.per_pod_ms(&add1, runs.len()));
+                        b.breakdown.push("DEL", m, *side, del0.per_pod_ms(&del1, runs.len()));
                     }
                 }
                 if !runs.is_empty() {

@@ -32,9 +32,10 @@ pub struct Sides {
 
 impl Sides {
     pub fn start(b: &Bench, lab: &Lab, tag: &str) -> anyhow::Result<Sides> {
-        let plexus = Agent::start(lab, &b.bins, &format!("{tag}-plexus"), Side::Plexus, &[])?;
+        // With metrics: the cni section reads where their ADD and DEL time goes.
+        let plexus = Agent::start_with_metrics(lab, &b.bins, &format!("{tag}-plexus"), Side::Plexus, &[])?;
         let baseline = if b.bins.exec_plugin_option {
-            Ok(Agent::start(
+            Ok(Agent::start_with_metrics(
                 lab,
                 &b.bins,
                 &format!("{tag}-plexus-exec"),

@@ -18,6 +18,7 @@ mod bandwidth;
 mod bins;
 mod cni;
 mod macvlan_sides;
+mod phases;
 mod plot;
 mod portmap;
 mod prom;
@@ -149,6 +150,8 @@ pub struct Bench {
     pub bins: Bins,
     pub out: PathBuf,
     pub figures: Vec<Figure>,
+    /// Where the agents' ADD and DEL time goes (cni section).
+    pub breakdown: phases::Breakdown,
 }
 
 impl Bench {
@@ -201,7 +204,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         None => root().join("target/bench").join(stats::utc_stamp(started)),
     };
     std::fs::create_dir_all(out.join("logs")).with_context(|| format!("creating {}", out.display()))?;
-    let mut bench = Bench { set: Settings::from(args), bins, out, figures: Vec::new() };
+    let mut bench =
+        Bench { set: Settings::from(args), bins, out, figures: Vec::new(), breakdown: Default::default() };
     let clock = Instant::now();
     let machine = stats::machine();
     bench.progress(
@@ -253,12 +257,16 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         "errors": errors,
         "figures": bench.figures.iter().map(Figure::to_json).collect::<Vec<Value>>(),
         "summary": bench.figures.iter().map(Figure::summary).collect::<Vec<Value>>(),
+        "breakdown": bench.breakdown.to_json(),
     });
     let path = bench.out.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&results)?)
         .with_context(|| format!("writing {}", path.display()))?;
     let plots = plot::write_all(&bench.figures, &bench.out);
     println!("{}", report::table(&bench.figures));
+    if !bench.breakdown.is_empty() {
+        println!("\n{}", bench.breakdown.table());
+    }
     println!("results: {}", path.display());
     match plots {
         Ok(files) => println!(

@@ -480,6 +480,12 @@ impl Agent {
         .unwrap_or((0.0, 0.0)))
     }
 
+    /// Each phase's (sum, count) of `verb` in the agent's `plexus_cni_phase_duration_seconds`.
+    /// Needs [`Agent::start_with_metrics`].
+    pub fn phase_totals(&self, verb: &str) -> anyhow::Result<super::phases::Totals> {
+        Ok(super::phases::Totals::read(&self.metrics_text()?, verb))
+    }
+
     /// A gauge's or counter's value (summed over the series carrying `labels`), `None` when the
     /// agent does not expose it. Needs [`Agent::start_with_metrics`].
     pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> anyhow::Result<Option<f64>> {
