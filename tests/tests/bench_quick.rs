@@ -110,6 +110,30 @@ fn kernel_bench_quick_cni_writes_complete_sane_results() {
         assert!(num(&shim[side]) > Some(0.0), "{side}: {shim}");
     }
     assert!(num(&shim["plexus_over_baseline"]) > Some(0.0), "{shim}");
+    // Issue #17's bound on the shim: an excess over the exec of a trivial static binary.
+    assert_eq!(shim["target"]["excess"], "plexus_minus_baseline", "{shim}");
+    assert!(shim["target"]["measured"].is_number(), "{shim}");
+
+    // Where plexus's ADD and DEL time goes: each phase per pod, for every attachment count.
+    let breakdown = r["breakdown"].as_array().expect("breakdown");
+    for verb in ["ADD", "DEL"] {
+        for attachments in [1, 2, 4] {
+            let row = breakdown
+                .iter()
+                .find(|b| b["verb"] == verb && b["attachments"] == attachments && b["side"] == "plexus")
+                .unwrap_or_else(|| {
+                    panic!("no {verb} breakdown for {attachments} attachment(s): {breakdown:?}")
+                });
+            let medians = &row["median_ms"];
+            for phase in ["state_read", "state_write", "plugins", "netns", "ipam"] {
+                assert!(num(&medians[phase]) > Some(0.0), "{verb} {attachments}: no {phase}: {row}");
+            }
+            if verb == "ADD" {
+                assert!(num(&medians["plan"]) > Some(0.0), "{row}");
+            }
+            assert!(num(&row["sum_ms"]) >= num(&medians["plugins"]), "{row}");
+        }
+    }
     // Memory: plexus has a value; the reference runs no daemon, and says so.
     for metric in ["agent_rss_idle", "agent_rss_loaded", "agent_rss_after_del"] {
         let s = find(metric, None);
