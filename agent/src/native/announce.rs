@@ -6,6 +6,10 @@
 //! The packets go out on raw sockets created on a thread inside the pod's namespace
 //! ([`crate::netlink::run_in`]). Announcing is best effort, as in the reference plugins: a failure
 //! costs a few seconds of stale caches, never the attachment.
+//!
+//! The sockets are closed off the request's path: closing a packet socket waits for an RCU
+//! grace period (`synchronize_net` in the kernel's `packet_release`), about 10 ms here, which
+//! the ADD would otherwise wait for once per address.
 
 use std::io;
 use std::mem;
@@ -54,24 +58,41 @@ pub async fn enable_kernel_notify(netns: &Path, ifname: &str) -> Result<(), Noti
 pub async fn announce(netns: &Path, ifindex: u32, mac: Mac, addresses: Vec<IpAddr>) -> Vec<String> {
     let outcome = run_in(netns, move || {
         let mut failures = Vec::new();
+        let mut used = Vec::new();
         for address in addresses {
             let sent = match address {
                 IpAddr::V4(ip) => send_arp_announcement(ifindex, mac, ip),
                 IpAddr::V6(ip) => send_neighbour_advertisement(ifindex, mac, ip),
             };
-            if let Err(e) = sent {
-                let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
-                    " (still tentative: the kernel announces it once duplicate address detection is done)"
-                } else {
-                    ""
-                };
-                failures.push(format!("{address}: {e}{hint}"));
+            match sent {
+                Ok(socket) => used.push(socket),
+                Err(e) => {
+                    let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+                        " (still tentative: the kernel announces it once duplicate address detection is done)"
+                    } else {
+                        ""
+                    };
+                    failures.push(format!("{address}: {e}{hint}"));
+                }
             }
         }
-        failures
+        (failures, used)
     })
     .await;
-    outcome.unwrap_or_else(|e| vec![e.to_string()])
+    match outcome {
+        Ok((failures, used)) => {
+            close_later(used);
+            failures
+        }
+        Err(e) => vec![e.to_string()],
+    }
+}
+
+/// Closes `sockets` on a blocking thread without waiting for it (see the module's notes).
+fn close_later(sockets: Vec<OwnedFd>) {
+    if !sockets.is_empty() {
+        drop(tokio::task::spawn_blocking(move || drop(sockets)));
+    }
 }
 
 /// An ARP announcement (RFC 5227 section 2.3): a request for our own address with sender and
@@ -152,8 +173,8 @@ fn set_int_option(fd: RawFd, level: libc::c_int, option: libc::c_int, value: lib
     }
 }
 
-/// Must run inside the interface's namespace.
-fn send_arp_announcement(ifindex: u32, mac: Mac, ip: Ipv4Addr) -> io::Result<()> {
+/// Must run inside the interface's namespace. Returns the socket it used, still open.
+fn send_arp_announcement(ifindex: u32, mac: Mac, ip: Ipv4Addr) -> io::Result<OwnedFd> {
     let protocol = (libc::ETH_P_ARP as u16).to_be();
     // SOCK_DGRAM: the kernel writes the Ethernet header (our MAC, the destination below).
     let fd = socket(libc::AF_PACKET, libc::SOCK_DGRAM, libc::c_int::from(protocol))?;
@@ -164,12 +185,14 @@ fn send_arp_announcement(ifindex: u32, mac: Mac, ip: Ipv4Addr) -> io::Result<()>
     to.sll_ifindex = i32::try_from(ifindex).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     to.sll_halen = 6;
     to.sll_addr[..6].copy_from_slice(&[0xff; 6]);
-    send_to(fd.as_raw_fd(), &arp_announcement(mac, ip), &to)
+    send_to(fd.as_raw_fd(), &arp_announcement(mac, ip), &to)?;
+    Ok(fd)
 }
 
 /// Must run inside the interface's namespace. Fails with EADDRNOTAVAIL while `target` is
 /// tentative: RFC 4861 forbids advertising an address before its duplicate address detection.
-fn send_neighbour_advertisement(ifindex: u32, mac: Mac, target: Ipv6Addr) -> io::Result<()> {
+/// Returns the socket it used, still open.
+fn send_neighbour_advertisement(ifindex: u32, mac: Mac, target: Ipv6Addr) -> io::Result<OwnedFd> {
     let fd = socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_ICMPV6)?;
     let raw = fd.as_raw_fd();
     let index = libc::c_int::try_from(ifindex).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -191,7 +214,8 @@ fn send_neighbour_advertisement(ifindex: u32, mac: Mac, target: Ipv6Addr) -> io:
         return Err(io::Error::last_os_error());
     }
     let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
-    send_to(raw, &neighbour_advertisement(mac, target), &sockaddr_in6(all_nodes, ifindex))
+    send_to(raw, &neighbour_advertisement(mac, target), &sockaddr_in6(all_nodes, ifindex))?;
+    Ok(fd)
 }
 
 fn sockaddr_in6(ip: Ipv6Addr, scope_id: u32) -> libc::sockaddr_in6 {
