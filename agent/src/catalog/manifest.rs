@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{names, PodInfo};
+use crate::devices::RESOURCE_NAME_ANNOTATION;
 use crate::podnetwork::model::{
     AttachmentParameters, PodNetwork, PodNetworkAttachment, ATTACHMENT_KIND, PARAMETERS_KIND,
     POD_NETWORK_KIND,
@@ -111,7 +112,8 @@ fn collect(i: usize, doc: Value, out: &mut Objects) -> Result<(), ManifestError>
                         )))
                     }
                 };
-                out.nads.push(NetworkAttachmentDefinition { namespace, name, config });
+                let resource_name = meta.annotations.get(RESOURCE_NAME_ANNOTATION).cloned();
+                out.nads.push(NetworkAttachmentDefinition { namespace, name, config, resource_name });
             }
             Ok(())
         }

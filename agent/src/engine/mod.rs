@@ -25,6 +25,7 @@ use crate::cni::AttachmentKey;
 use crate::cni::Command;
 use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
 use crate::delegate::{DelegateError, Delegator, InvocationEnv};
+use crate::devices::DeviceSource;
 use crate::netapi::store::NetworkStore;
 use crate::policy::PolicyHandle;
 use crate::spec::delegate_conf::{default_delegate, DelegateConfig};
@@ -64,6 +65,8 @@ pub struct Engine {
     /// The CRI network API's networks, when it is served: while it holds one, STATUS needs no
     /// default network (a sandbox that names an API network needs none).
     api_networks: Option<Arc<NetworkStore>>,
+    /// Where a pod's allocated devices are learnt, asked in order (`crate::devices`).
+    device_sources: Vec<Arc<dyn DeviceSource>>,
 }
 
 impl From<StateError> for CniError {
@@ -93,6 +96,7 @@ impl Engine {
             locks: ContainerLocks::default(),
             policy: PolicyHandle::default(),
             api_networks: None,
+            device_sources: Vec::new(),
         }
     }
 
@@ -107,6 +111,14 @@ impl Engine {
     /// network at all).
     pub fn with_network_api(mut self, store: Arc<NetworkStore>) -> Self {
         self.api_networks = Some(store);
+        self
+    }
+
+    /// Learns which devices the cluster allocated to a pod from `sources`, asked in order, for
+    /// the networks whose NAD has a `k8s.v1.cni.cncf.io/resourceName` (without: such a network
+    /// cannot be attached).
+    pub fn with_device_sources(mut self, sources: Vec<Arc<dyn DeviceSource>>) -> Self {
+        self.device_sources = sources;
         self
     }
 

@@ -280,8 +280,12 @@ fn on_disk_config(
     pod_network: &str,
     on_disk: &[crate::spec::resolve::OnDiskConfig],
 ) -> Result<crate::cni::config::NetworkConfigList, CniError> {
-    let named =
-        NetworkAttachmentDefinition { namespace: String::new(), name: pod_network.to_owned(), config: None };
+    let named = NetworkAttachmentDefinition {
+        namespace: String::new(),
+        name: pod_network.to_owned(),
+        config: None,
+        resource_name: None,
+    };
     resolve_network_config(&named, on_disk).map(|(list, _)| list).map_err(|e| match e {
         ResolveError::NotFound { .. } => CniError::new(
             e.cni_code(),
