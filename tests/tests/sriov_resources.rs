@@ -496,3 +496,29 @@ async fn kernel_kubelet_unreachable_is_try_again_later_naming_the_socket() {
     assert!(msg.contains(&socket.display().to_string()), "{msg}");
     h.assert_nothing_left(&[&ns]);
 }
+
+#[tokio::test]
+async fn kernel_a_pod_network_of_the_nad_gets_the_pods_vf_too() {
+    let h = Harness::start().await;
+    h.server.apply(json!({
+        "apiVersion": "plexus.dev/v1alpha1", "kind": "PodNetwork", "metadata": {"name": "vf-pool"},
+        "spec": {"enabled": true, "parametersRefs": [{"group": "k8s.cni.cncf.io",
+                 "kind": "NetworkAttachmentDefinition", "name": "vfs", "namespace": NS}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "test",
+                   "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}
+    }));
+    h.kubelet.set(&[pod_resources(NS, "pod-kep", &[(RESOURCE, &["0000:81:02.3"])])]);
+    h.server.apply(pod(NS, "pod-kep", NODE, &[("plexus.dev/pod-networks", r#"[{"name": "vf-pool"}]"#)]));
+    let ns = Netns::new("plx-srk");
+
+    ok(&h.add("pod-kep", "cid-kep", &ns).await);
+
+    h.assert_vf_in("0000:81:02.3", &ns, "net1");
+    let r = h.record("cid-kep").await;
+    assert_eq!(
+        (r.attachments[1].pod_network.as_deref(), r.attachments[1].device.clone()),
+        (Some("vf-pool"), device("0000:81:02.3"))
+    );
+    h.del("pod-kep", "cid-kep", &ns).await;
+    h.assert_nothing_left(&[&ns]);
+}

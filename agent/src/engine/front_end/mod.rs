@@ -199,22 +199,34 @@ impl Engine {
         self.policy
             .check(&planned.namespace, &network, &delegate.list.to_value())
             .map_err(|e| NotAttachable::Refused(CniError::from_error(&e)))?;
-        let Some(resource) = nad.resource_name.as_deref() else {
-            return Ok(Selected { delegate, device: None, device_info: None });
-        };
-        let device = devices.take(&network, resource).await.map_err(|e| match e.cni_code() {
+        match nad.resource_name.as_deref() {
+            Some(resource) => self.with_allocated_device(&network, resource, delegate, devices).await,
+            None => Ok(Selected { delegate, device: None, device_info: None }),
+        }
+    }
+
+    /// `delegate` of an attachment of `network`, whose NAD names `resource`, with the next device
+    /// of it allocated to the pod (`devices`) as its `deviceID`, and that device's information
+    /// from its device plugin's file.
+    async fn with_allocated_device(
+        &self,
+        network: &str,
+        resource: &str,
+        mut delegate: DelegateConfig,
+        devices: &mut PodDevices<'_>,
+    ) -> Result<Selected, NotAttachable> {
+        let device = devices.take(network, resource).await.map_err(|e| match e.cni_code() {
             ErrorCode::TryAgainLater => NotAttachable::Failed(CniError::from_error(&e)),
             _ => NotAttachable::Refused(CniError::from_error(&e)),
         })?;
         tracing::info!(%network, resource, device = %device.device_id, "the pod's allocated device");
-        let mut delegate = delegate;
         inject_device_id(&mut delegate, &device.device_id);
         let (dir, allocated) = (self.config.device_info_dir.clone(), device.clone());
         let device_info =
             blocking(move || read_dp_device_info(&dir, &allocated.resource_name, &allocated.device_id))
                 .await
                 .map_err(NotAttachable::Failed)?
-                .map_err(|e| NotAttachable::Failed(CniError::from_error(&e).with_details(network.clone())))?;
+                .map_err(|e| NotAttachable::Failed(CniError::from_error(&e).with_details(network)))?;
         Ok(Selected { delegate, device: Some(device), device_info })
     }
 }
