@@ -37,7 +37,7 @@ use plexus_tests::podresources::{pod_resources, PodResourcesServer};
 use plexus_tests::test_apiserver::{
     nad, pod, rbac, resource_claim, resource_slice, ServerOptions, TestApiServer, EVENTS,
 };
-use plexus_tests::Netns;
+use plexus_tests::{Netns, Recorder};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
@@ -132,6 +132,8 @@ struct Harness {
     /// The stand-in netdev of each VF, by PCI address.
     vf_ifnames: HashMap<&'static str, String>,
     pf: Arc<RecordingPf>,
+    /// An exec'd plugin that records the config it is given (chain it after `sriov`).
+    recorder: Recorder,
     engine: Engine,
     dir: TempDir,
     _catalog: Arc<KubeCatalog>,
@@ -173,6 +175,7 @@ impl Harness {
         let catalog = Arc::new(KubeCatalog::start(client.clone(), KubeCatalogConfig::new(NODE)));
         assert!(catalog.wait_synced(Duration::from_secs(20)).await, "the catalog did not sync");
         let state_dir = dir.path().join("state");
+        let recorder = Recorder::new();
         let ipam = Ipam { bin_dirs: vec![PathBuf::from("/usr/lib/cni")], timeout: Duration::from_secs(10) };
         let sriov = SriovPlugin::new(ipam, &state_dir, sysfs)
             .with_host_netns(node.path())
@@ -193,7 +196,7 @@ impl Harness {
                 device_info_dir: dir.path().join("devinfo"),
             },
             catalog.clone(),
-            Delegator { bin_dirs: Vec::new(), timeout: Duration::from_secs(10), natives },
+            Delegator { bin_dirs: vec![recorder.bin_dir()], timeout: Duration::from_secs(10), natives },
             StateStore::new(&state_dir),
         )
         .with_device_sources(sources);
@@ -203,7 +206,7 @@ impl Harness {
             nad(NS, "vfs", Some(r#"{"cniVersion": "1.0.0", "type": "sriov", "vlan": 7, "spoofchk": "on"}"#));
         vfs["metadata"]["annotations"] = json!({RESOURCE_NAME: RESOURCE});
         server.apply(vfs);
-        Harness { server, kubelet, node, vf_ifnames, pf, engine, dir, _catalog: catalog }
+        Harness { server, kubelet, node, vf_ifnames, pf, recorder, engine, dir, _catalog: catalog }
     }
 
     /// A pod of this node selecting `networks` (the catalog GETs a pod its watch has not
@@ -520,5 +523,42 @@ async fn kernel_a_pod_network_of_the_nad_gets_the_pods_vf_too() {
         (Some("vf-pool"), device("0000:81:02.3"))
     );
     h.del("pod-kep", "cid-kep", &ns).await;
+    h.assert_nothing_left(&[&ns]);
+}
+
+#[tokio::test]
+async fn kernel_every_plugin_gets_the_device_and_a_capable_one_its_runtime_config() {
+    let h = Harness::start().await;
+    // sriov, then an exec'd plugin declaring the deviceID capability, then one not declaring it.
+    let config = json!({"cniVersion": "1.0.0", "name": "vfs-chained", "plugins": [
+        {"type": "sriov", "vlan": 7, "spoofchk": "on", "deviceID": "0000:00:00.0"},
+        Recorder::plugin_with("capable", json!({"capabilities": {"deviceID": true}})),
+        Recorder::plugin("plain"),
+    ]});
+    let mut chained = nad(NS, "vfs-chained", Some(&config.to_string()));
+    chained["metadata"]["annotations"] = json!({RESOURCE_NAME: RESOURCE});
+    h.server.apply(chained);
+    h.kubelet.set(&[pod_resources(NS, "pod-chain", &[(RESOURCE, &["0000:81:02.2"])])]);
+    h.pod("pod-chain", "vfs-chained");
+    let ns = Netns::new("plx-src");
+
+    ok(&h.add("pod-chain", "cid-chain", &ns).await);
+
+    h.assert_vf_in("0000:81:02.2", &ns, "net1");
+    let capable = h.recorder.calls_of("capable");
+    assert_eq!(capable.len(), 1, "{capable:?}");
+    assert_eq!(capable[0].config["deviceID"], "0000:81:02.2", "the NAD's own deviceID is replaced");
+    assert_eq!(capable[0].config["pciBusID"], "0000:81:02.2");
+    assert_eq!(capable[0].config["runtimeConfig"], json!({"deviceID": "0000:81:02.2"}));
+    let plain = h.recorder.calls_of("plain");
+    assert_eq!(plain[0].config["deviceID"], "0000:81:02.2");
+    assert!(
+        plain[0].config.get("runtimeConfig").is_none(),
+        "no capability, no runtimeConfig: {}",
+        plain[0].config
+    );
+    h.del("pod-chain", "cid-chain", &ns).await;
+    let del = h.recorder.calls_of("capable").into_iter().find(|c| c.command == "DEL").expect("a DEL");
+    assert_eq!(del.config["deviceID"], "0000:81:02.2", "DEL runs with the VF the ADD had");
     h.assert_nothing_left(&[&ns]);
 }
