@@ -216,6 +216,18 @@ impl Harness {
     }
 
     async fn call(&self, command: &str, name: &str, cid: &str, netns: &Netns) -> Response {
+        let config = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus"});
+        self.call_with(command, name, cid, netns, config).await
+    }
+
+    async fn call_with(
+        &self,
+        command: &str,
+        name: &str,
+        cid: &str,
+        netns: &Netns,
+        config: Value,
+    ) -> Response {
         self.engine
             .handle(Request {
                 command: command.into(),
@@ -224,7 +236,7 @@ impl Harness {
                 ifname: Some("eth0".into()),
                 args: Some(format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={NS};K8S_POD_NAME={name}")),
                 path: None,
-                config: json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus"}).to_string(),
+                config: config.to_string(),
             })
             .await
     }
@@ -560,5 +572,26 @@ async fn kernel_every_plugin_gets_the_device_and_a_capable_one_its_runtime_confi
     h.del("pod-chain", "cid-chain", &ns).await;
     let del = h.recorder.calls_of("capable").into_iter().find(|c| c.command == "DEL").expect("a DEL");
     assert_eq!(del.config["deviceID"], "0000:81:02.2", "DEL runs with the VF the ADD had");
+    h.assert_nothing_left(&[&ns]);
+}
+
+#[tokio::test]
+async fn kernel_a_runtimes_sandbox_list_naming_the_nad_gets_the_pods_vf_too() {
+    let h = Harness::start().await;
+    h.kubelet.set(&[pod_resources(NS, "pod-sandbox", &[(RESOURCE, &["0000:81:02.1"])])]);
+    h.server.apply(pod(NS, "pod-sandbox", NODE, &[]));
+    let ns = Netns::new("plx-srq");
+    let config = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus", "runtimeConfig": {
+    "podSandboxNetworks": [
+        {"interfaceName": "eth0", "networkName": "_fallback"},
+        {"interfaceName": "vf0", "networkName": "vfs"},
+    ]}});
+
+    ok(&h.call_with("ADD", "pod-sandbox", "cid-sandbox", &ns, config.clone()).await);
+
+    h.assert_vf_in("0000:81:02.1", &ns, "vf0");
+    assert_eq!(h.record("cid-sandbox").await.attachments[1].device, device("0000:81:02.1"));
+    let r = h.call_with("DEL", "pod-sandbox", "cid-sandbox", &ns, config).await;
+    assert_eq!(r.exit_code, 0, "DEL failed: {}", r.stdout);
     h.assert_nothing_left(&[&ns]);
 }
