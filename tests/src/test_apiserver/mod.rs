@@ -2,7 +2,8 @@
 //! wire format for the resources plexus uses (pods, NetworkAttachmentDefinitions,
 //! cluster-scoped NetworkAttachmentPolicies, KEP-3698 PodNetworks (cluster-scoped),
 //! PodNetworkAttachments and AttachmentParameters, coordination.k8s.io Leases,
-//! events.k8s.io events), so the agent's unchanged Kubernetes code runs against it with a
+//! events.k8s.io events, DRA's resource.k8s.io ResourceClaims and cluster-scoped
+//! ResourceSlices), so the agent's unchanged Kubernetes code runs against it with a
 //! kubeconfig as it would against a cluster.
 //!
 //! What it implements, as the API server does:
@@ -18,7 +19,7 @@
 //!   patch, JSON patch (RFC 6902), strategic merge patch (built-in resources, maps only) and
 //!   server-side apply (merged without field ownership, see [`patch::APPLY`]), with
 //!   `resourceVersion` preconditions (409); a write that changes nothing writes nothing;
-//! - the `status` subresource of pods, PodNetworks and PodNetworkAttachments: `/status`
+//! - the `status` subresource of pods, PodNetworks, PodNetworkAttachments and ResourceClaims: `/status`
 //!   writes change only the status, writes of the object keep the stored status, a created
 //!   custom resource has none;
 //! - the metadata the API server owns ([`lifecycle`]): uid, creationTimestamp,
