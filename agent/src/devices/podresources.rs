@@ -4,7 +4,7 @@
 //! plexus calls `List`, generally available since Kubernetes 1.20 (`Get` needs a feature gate on
 //! most clusters), and keeps the pod's containers' devices, in the order kubelet lists them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -60,10 +60,6 @@ pub struct PodResources {
 impl PodResources {
     pub fn new(socket: impl Into<PathBuf>, timeout: Duration) -> Self {
         PodResources { socket: socket.into(), timeout }
-    }
-
-    pub fn socket(&self) -> &Path {
-        &self.socket
     }
 
     async fn list(&self) -> Result<ListPodResourcesResponse, String> {
