@@ -1,6 +1,7 @@
-//! Generates the gRPC code of the CRI network API (`proto/network.proto`, [`compile_proto`])
-//! and builds plexus's BPF object (`ebpf/programs`) so the agent can embed it
-//! (`aya::include_bytes_aligned!`) and ship as one binary.
+//! Generates the gRPC code of the CRI network API (`proto/network.proto`) and of the kubelet's
+//! PodResources API (`proto/podresources.proto`) ([`compile_proto`]), and builds plexus's BPF
+//! object (`ebpf/programs`) so the agent can embed it (`aya::include_bytes_aligned!`) and ship
+//! as one binary.
 //!
 //! The object builds for `bpfel-unknown-none`, a tier-3 target: it needs the nightly toolchain
 //! with `rust-src` (`-Z build-std=core`) and `bpf-linker` as the linker. `cargo xtask setup`
@@ -29,16 +30,17 @@ fn main() {
     let root = manifest_dir.parent().expect("the agent crate sits in the workspace root").to_owned();
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
 
-    compile_proto(&root, &out);
+    compile_proto(&root, &out, "network.proto");
+    compile_proto(&root, &out, "podresources.proto");
     build_bpf(&root, &out);
 }
 
-/// The messages and the `RuntimeService` server and client of `proto/network.proto`, into
-/// `OUT_DIR/runtime.v1.rs`. The descriptors come from protox, a protobuf compiler in Rust, so
-/// no system `protoc` is needed.
-fn compile_proto(root: &Path, out: &Path) {
+/// The messages, servers and clients of `proto/<name>`, into `OUT_DIR/<package>.rs`
+/// (`runtime.v1.rs`, `v1.rs`). The descriptors come from protox, a protobuf compiler in Rust,
+/// so no system `protoc` is needed.
+fn compile_proto(root: &Path, out: &Path, name: &str) {
     let dir = root.join("proto");
-    let file = dir.join("network.proto");
+    let file = dir.join(name);
     println!("cargo:rerun-if-changed={}", file.display());
     let descriptors =
         protox::compile([&file], [&dir]).unwrap_or_else(|e| panic!("compiling {}: {e:?}", file.display()));

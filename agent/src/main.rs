@@ -16,9 +16,12 @@ use plexus_agent::dataplane::portmap::{list as portmap_list_rows, plugin as port
 use plexus_agent::dataplane::DataplaneOptions;
 use plexus_agent::delegate::native::NativePlugin;
 use plexus_agent::delegate::{Delegator, NativePlugins};
+use plexus_agent::devices::podresources::PodResources;
+use plexus_agent::devices::DeviceSource;
 use plexus_agent::engine::{Engine, EngineConfig};
 use plexus_agent::install::Installed;
 use plexus_agent::ipam::Ipam;
+use plexus_agent::kube::dra::DraDevices;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
 use plexus_agent::netapi::service::NetworkApi;
 use plexus_agent::netapi::status::Prober;
@@ -113,6 +116,18 @@ async fn catalog(
     }
 }
 
+/// Where a pod's allocated devices are learnt: kubelet's PodResources API, then, in Kubernetes
+/// mode, DRA's objects.
+fn device_sources(opts: &AgentOptions, client: Option<kube::Client>) -> Vec<Arc<dyn DeviceSource>> {
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    let mut sources: Vec<Arc<dyn DeviceSource>> =
+        vec![Arc::new(PodResources::new(opts.pod_resources_socket.clone(), TIMEOUT))];
+    if let Some(client) = client {
+        sources.push(Arc::new(DraDevices::new(client, TIMEOUT)));
+    }
+    sources
+}
+
 /// The network attachment policy: the file of --nad-policy, else the cluster's objects in
 /// Kubernetes mode, else none; and whether its source's view is current (the objects' watch,
 /// as the catalog's caches; always for a file or none).
@@ -157,7 +172,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         Some(_) => Arc::new(ApiNetworks::new(network_store.clone(), nads.clone())),
         None => nads.clone(),
     };
-    let (policy, policy_current) = policy(&opts, client)?;
+    let (policy, policy_current) = policy(&opts, client.clone())?;
     let policy_loaded = policy.clone();
     let synced: SyncedCheck =
         Arc::new(move || catalog_synced() && policy_loaded.is_loaded() && policy_current());
@@ -251,7 +266,8 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         delegator,
         state,
     )
-    .with_policy(policy);
+    .with_policy(policy)
+    .with_device_sources(device_sources(&opts, client));
     let engine =
         Arc::new(if network_api.is_some() { engine.with_network_api(network_store.clone()) } else { engine });
     let listener = server::bind_for(&opts.socket, opts.socket_group)?;

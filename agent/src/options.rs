@@ -431,6 +431,13 @@ pub struct AgentOptions {
     #[arg(long, env = "PLEXUS_DEVICE_INFO_DIR", default_value = "/var/run/k8s.cni.cncf.io/devinfo")]
     pub device_info_dir: PathBuf,
 
+    /// kubelet's pod-resources socket (its PodResources API, gRPC v1): where the agent learns
+    /// which device plugin devices a pod was given, for a network whose
+    /// NetworkAttachmentDefinition has the k8s.v1.cni.cncf.io/resourceName annotation (with
+    /// --catalog kube, DRA ResourceClaims are read too).
+    #[arg(long, env = "PLEXUS_POD_RESOURCES_SOCKET", default_value = crate::devices::podresources::DEFAULT_SOCKET)]
+    pub pod_resources_socket: PathBuf,
+
     /// The network attachment policy: a file of NetworkAttachmentPolicy objects saying which
     /// plugin types and node interfaces each namespace's networks may use (docs/policy.md).
     /// Read at start (an invalid file stops the agent) and again whenever it changes (an invalid

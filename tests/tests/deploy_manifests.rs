@@ -283,11 +283,19 @@ fn the_daemonset_runs_the_agent_with_its_mounts_probes_and_identity() {
         "/sys/fs/bpf",
         "/run/netns",
         "/var/lib/cni",
+        "/var/lib/kubelet/pod-resources",
     ] {
         assert!(m.contains_key(host), "the agent mounts the node's {host}");
     }
     // Paths the shim and the runtime use on the node are the same inside the container.
-    for host in ["/run/plexus", "/var/lib/plexus", "/run/netns", "/sys/fs/bpf", "/var/lib/cni"] {
+    for host in [
+        "/run/plexus",
+        "/var/lib/plexus",
+        "/run/netns",
+        "/sys/fs/bpf",
+        "/var/lib/cni",
+        "/var/lib/kubelet/pod-resources",
+    ] {
         assert_eq!(m[host], host, "{host} is mounted at the same path");
     }
     assert!(under(&m, "/run/plexus", &opts.socket), "the socket is on the node: {}", opts.socket.display());
@@ -297,6 +305,11 @@ fn the_daemonset_runs_the_agent_with_its_mounts_probes_and_identity() {
     assert!(under(&m, "/opt/cni/bin", &opts.cni_bin_dirs[0]), "delegates come from the node's CNI bin dir");
     assert!(under(&m, "/sys/fs/bpf", &opts.bpf_pin_dir), "BPF pins on the node's bpffs");
     assert!(under(&m, "/sys/fs/cgroup", &opts.cgroup_root), "hooks on the node's cgroup root");
+    assert!(
+        under(&m, "/var/lib/kubelet/pod-resources", &opts.pod_resources_socket),
+        "kubelet's PodResources socket is mounted: {}",
+        opts.pod_resources_socket.display()
+    );
     let mounted =
         |v: &str| agent["volumeMounts"].as_array().unwrap().iter().find(|x| x["mountPath"] == v).cloned();
     assert_eq!(mounted("/sys/fs/bpf").unwrap()["mountPropagation"], "Bidirectional");

@@ -41,6 +41,7 @@ impl ApiNetworks {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             config: Some(to_conflist(&config).to_string()),
+            resource_name: None,
         }))
     }
 }

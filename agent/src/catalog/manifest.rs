@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{names, PodInfo};
+use crate::devices::RESOURCE_NAME_ANNOTATION;
 use crate::podnetwork::model::{
     AttachmentParameters, PodNetwork, PodNetworkAttachment, ATTACHMENT_KIND, PARAMETERS_KIND,
     POD_NETWORK_KIND,
@@ -111,7 +112,9 @@ fn collect(i: usize, doc: Value, out: &mut Objects) -> Result<(), ManifestError>
                         )))
                     }
                 };
-                out.nads.push(NetworkAttachmentDefinition { namespace, name, config });
+                let resource_name =
+                    meta.annotations.get(RESOURCE_NAME_ANNOTATION).filter(|r| !r.is_empty()).cloned();
+                out.nads.push(NetworkAttachmentDefinition { namespace, name, config, resource_name });
             }
             Ok(())
         }
@@ -155,6 +158,8 @@ apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
 metadata:
   name: a-bridge-network
+  annotations:
+    k8s.v1.cni.cncf.io/resourceName: intel.com/sriov_vf
 spec:
   config: '{"cniVersion":"0.3.0","type":"bridge"}'
 ---
@@ -180,6 +185,8 @@ items:
         assert_eq!(o.nads[0].namespace, "default");
         assert!(o.nads[0].config.as_deref().unwrap().contains("bridge"));
         assert_eq!((o.nads[1].namespace.as_str(), o.nads[1].config.as_deref()), ("other", None));
+        assert_eq!(o.nads[0].resource_name.as_deref(), Some("intel.com/sriov_vf"), "kept for its devices");
+        assert_eq!(o.nads[1].resource_name, None);
         assert_eq!(o.pods[0].annotations["k8s.v1.cni.cncf.io/networks"], "net-a");
         let json = r#"{"kind":"Pod","metadata":{"name":"p","uid":"u1"}}"#;
         assert_eq!(parse_objects(json).unwrap().pods[0].uid.as_deref(), Some("u1"));

@@ -81,6 +81,7 @@ mod tests {
             namespace: "nets".into(),
             name: "blue".into(),
             config: config.map(Into::into),
+            resource_name: None,
         }
     }
 

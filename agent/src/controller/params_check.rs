@@ -51,6 +51,7 @@ mod tests {
                 namespace: "ns".into(),
                 name: "blue-nad".into(),
                 config: config.map(Into::into),
+                resource_name: None,
             },
         );
     }

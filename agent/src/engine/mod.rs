@@ -25,6 +25,7 @@ use crate::cni::AttachmentKey;
 use crate::cni::Command;
 use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
 use crate::delegate::{DelegateError, Delegator, InvocationEnv};
+use crate::devices::DeviceSource;
 use crate::netapi::store::NetworkStore;
 use crate::phase::Phase;
 use crate::policy::PolicyHandle;
@@ -65,6 +66,8 @@ pub struct Engine {
     /// The CRI network API's networks, when it is served: while it holds one, STATUS needs no
     /// default network (a sandbox that names an API network needs none).
     api_networks: Option<Arc<NetworkStore>>,
+    /// Where a pod's allocated devices are learnt, asked in order (`crate::devices`).
+    device_sources: Vec<Arc<dyn DeviceSource>>,
 }
 
 impl From<StateError> for CniError {
@@ -94,6 +97,7 @@ impl Engine {
             locks: ContainerLocks::default(),
             policy: PolicyHandle::default(),
             api_networks: None,
+            device_sources: Vec::new(),
         }
     }
 
@@ -108,6 +112,14 @@ impl Engine {
     /// network at all).
     pub fn with_network_api(mut self, store: Arc<NetworkStore>) -> Self {
         self.api_networks = Some(store);
+        self
+    }
+
+    /// Learns which devices the cluster allocated to a pod from `sources`, asked in order, for
+    /// the networks whose NAD has a `k8s.v1.cni.cncf.io/resourceName` (without: such a network
+    /// cannot be attached).
+    pub fn with_device_sources(mut self, sources: Vec<Arc<dyn DeviceSource>>) -> Self {
+        self.device_sources = sources;
         self
     }
 

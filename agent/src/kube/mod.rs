@@ -18,6 +18,7 @@
 pub mod api_error;
 pub mod catalog;
 pub mod client;
+pub mod dra;
 pub mod events;
 pub mod nad;
 pub mod podnetwork;
@@ -52,7 +53,8 @@ pub struct ApiAccess {
 pub const API_ACCESS: &[ApiAccess] = &[
     // The reflector lists and watches; a cache miss for a NAD created a moment ago GETs it.
     ApiAccess { group: nad::GROUP, resource: nad::PLURAL, verbs: &["get", "list", "watch"] },
-    // This node's pods: watched, GET on a cache miss, network-status merge-patched.
+    // This node's pods: watched, GET on a cache miss (and for a pod's DRA claims),
+    // network-status merge-patched.
     ApiAccess { group: "", resource: "pods", verbs: &["get", "list", "watch", "patch"] },
     // kube's event recorder creates an event, and patches it into a series when it repeats.
     ApiAccess { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"] },
@@ -74,6 +76,10 @@ pub const API_ACCESS: &[ApiAccess] = &[
         resource: crate::podnetwork::model::PARAMETERS_PLURAL,
         verbs: &["get", "list", "watch"],
     },
+    // DRA: a pod's ResourceClaims, and the ResourceSlices describing their devices
+    // (`crate::devices`), read for a NAD with a resourceName.
+    ApiAccess { group: dra::GROUP, resource: dra::CLAIMS, verbs: &["get"] },
+    ApiAccess { group: dra::GROUP, resource: dra::SLICES, verbs: &["list"] },
 ];
 
 /// Errors of the Kubernetes catalog, with what was being done.

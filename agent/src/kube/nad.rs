@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::devices::RESOURCE_NAME_ANNOTATION;
 use crate::metrics::metrics;
 use crate::spec::resolve;
 
@@ -67,7 +68,9 @@ impl NetworkAttachmentDefinition {
                 Some(other.to_string())
             }
         };
-        resolve::NetworkAttachmentDefinition { namespace, name, config }
+        let resource_name =
+            self.annotations().get(RESOURCE_NAME_ANNOTATION).filter(|r| !r.is_empty()).cloned();
+        resolve::NetworkAttachmentDefinition { namespace, name, config, resource_name }
     }
 }
 
@@ -175,6 +178,7 @@ mod tests {
         let s = nad.to_spec();
         assert_eq!((s.namespace.as_str(), s.name.as_str()), ("ns1", "net-a"));
         assert!(s.config.unwrap().contains("bridge"));
+        assert_eq!(s.resource_name.as_deref(), Some("x"), "the resourceName annotation is kept");
         assert_eq!(
             NetworkAttachmentDefinition::url_path(&(), Some("ns1")),
             "/apis/k8s.cni.cncf.io/v1/namespaces/ns1/network-attachment-definitions"

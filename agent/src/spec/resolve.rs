@@ -14,6 +14,10 @@ pub struct NetworkAttachmentDefinition {
     pub name: String,
     /// `spec.config`: a CNI config or configlist as JSON text.
     pub config: Option<String>,
+    /// The `k8s.v1.cni.cncf.io/resourceName` annotation: the resource whose devices the cluster
+    /// allocates to the pods of this network (`crate::devices`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_name: Option<String>,
 }
 
 /// A CNI config file found in a configuration directory.
@@ -95,6 +99,7 @@ mod tests {
             namespace: "ns".into(),
             name: "net-a".into(),
             config: config.map(Into::into),
+            resource_name: None,
         }
     }
 

@@ -2,7 +2,8 @@
 //! wire format for the resources plexus uses (pods, NetworkAttachmentDefinitions,
 //! cluster-scoped NetworkAttachmentPolicies, KEP-3698 PodNetworks (cluster-scoped),
 //! PodNetworkAttachments and AttachmentParameters, coordination.k8s.io Leases,
-//! events.k8s.io events), so the agent's unchanged Kubernetes code runs against it with a
+//! events.k8s.io events, DRA's resource.k8s.io ResourceClaims and cluster-scoped
+//! ResourceSlices), so the agent's unchanged Kubernetes code runs against it with a
 //! kubeconfig as it would against a cluster.
 //!
 //! What it implements, as the API server does:
@@ -18,7 +19,7 @@
 //!   patch, JSON patch (RFC 6902), strategic merge patch (built-in resources, maps only) and
 //!   server-side apply (merged without field ownership, see [`patch::APPLY`]), with
 //!   `resourceVersion` preconditions (409); a write that changes nothing writes nothing;
-//! - the `status` subresource of pods, PodNetworks and PodNetworkAttachments: `/status`
+//! - the `status` subresource of pods, PodNetworks, PodNetworkAttachments and ResourceClaims: `/status`
 //!   writes change only the status, writes of the object keep the stored status, a created
 //!   custom resource has none;
 //! - the metadata the API server owns ([`lifecycle`]): uid, creationTimestamp,
@@ -66,6 +67,7 @@ use tempfile::TempDir;
 pub use rbac::Rule;
 pub use resources::{
     ATTACHMENT_PARAMETERS, EVENTS, LEASES, NADS, PODS, POD_NETWORKS, POD_NETWORK_ATTACHMENTS, POLICIES,
+    RESOURCE_CLAIMS, RESOURCE_SLICES,
 };
 
 /// One request the server received.
@@ -525,5 +527,37 @@ pub fn lease(namespace: &str, name: &str, spec: Value) -> Value {
         "kind": "Lease",
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
+    })
+}
+
+/// A DRA ResourceClaim (resource.k8s.io/v1) asking for one device of `device_class` in request
+/// `request`, allocated `devices` ((driver, pool, device) each), or not allocated when empty.
+pub fn resource_claim(namespace: &str, name: &str, request: &str, devices: &[(&str, &str, &str)]) -> Value {
+    let mut claim = json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": {"deviceClassName": "vf.example.com"}}]}},
+    });
+    if !devices.is_empty() {
+        let results: Vec<Value> = devices
+            .iter()
+            .map(|(driver, pool, device)| json!({"request": request, "driver": driver, "pool": pool, "device": device}))
+            .collect();
+        claim["status"] = json!({"allocation": {"devices": {"results": results}}});
+    }
+    claim
+}
+
+/// A DRA ResourceSlice (resource.k8s.io/v1) of `driver`'s pool `pool` on `node`, generation 1,
+/// with `devices` (each a `{"name", "attributes"}` object).
+pub fn resource_slice(name: &str, driver: &str, pool: &str, node: &str, devices: Value) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": driver, "nodeName": node,
+                 "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices},
     })
 }

@@ -65,6 +65,10 @@ pub const POD_NETWORK_ATTACHMENTS: &str = "podnetworkattachments";
 pub const ATTACHMENT_PARAMETERS: &str = "attachmentparameters";
 /// coordination.k8s.io/v1 Leases (namespaced), for leader election.
 pub const LEASES: &str = "leases";
+/// DRA's resource.k8s.io/v1 ResourceClaims (namespaced).
+pub const RESOURCE_CLAIMS: &str = "resourceclaims";
+/// DRA's resource.k8s.io/v1 ResourceSlices (cluster-scoped).
+pub const RESOURCE_SLICES: &str = "resourceslices";
 
 /// Every resource served; namespaced unless listed in [`CLUSTER_SCOPED`].
 pub const RESOURCES: &[ResourceDef] = &[
@@ -96,17 +100,19 @@ pub const RESOURCES: &[ResourceDef] = &[
         kind: "AttachmentParameters",
     },
     ResourceDef { group: "coordination.k8s.io", version: "v1", plural: LEASES, kind: "Lease" },
+    ResourceDef { group: "resource.k8s.io", version: "v1", plural: RESOURCE_CLAIMS, kind: "ResourceClaim" },
+    ResourceDef { group: "resource.k8s.io", version: "v1", plural: RESOURCE_SLICES, kind: "ResourceSlice" },
 ];
 
 /// Resources whose objects have no namespace: their URLs have none, their objects are keyed by
 /// name alone (namespace "").
-pub const CLUSTER_SCOPED: &[&str] = &[POLICIES, POD_NETWORKS];
+pub const CLUSTER_SCOPED: &[&str] = &[POLICIES, POD_NETWORKS, RESOURCE_SLICES];
 
 /// Resources built into the API server; every other one is a custom resource.
-pub const BUILT_IN: &[&str] = &[PODS, EVENTS, LEASES];
+pub const BUILT_IN: &[&str] = &[PODS, EVENTS, LEASES, RESOURCE_CLAIMS, RESOURCE_SLICES];
 
 /// Resources with a status subresource (as their CRDs in deploy/ declare, and pods).
-pub const WITH_STATUS: &[&str] = &[PODS, POD_NETWORKS, POD_NETWORK_ATTACHMENTS];
+pub const WITH_STATUS: &[&str] = &[PODS, POD_NETWORKS, POD_NETWORK_ATTACHMENTS, RESOURCE_CLAIMS];
 
 /// The resource of a kind ("Pod" → "pods").
 pub fn plural_of_kind(kind: &str) -> Option<&'static str> {
@@ -196,6 +202,11 @@ mod tests {
         let t = parse_path("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l").unwrap();
         assert_eq!((t.def.plural, t.def.kind), (LEASES, "Lease"));
         assert!(parse_path("/apis/coordination.k8s.io/v1/leases/l").is_none());
+        let t = parse_path("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c").unwrap();
+        assert_eq!((t.def.plural, t.namespace.as_deref()), (RESOURCE_CLAIMS, Some("ns")));
+        let t = parse_path("/apis/resource.k8s.io/v1/resourceslices").unwrap();
+        assert_eq!((t.def.plural, t.namespace), (RESOURCE_SLICES, None));
+        assert!(parse_path("/apis/resource.k8s.io/v1/namespaces/ns/resourceslices").is_none());
     }
 
     #[test]

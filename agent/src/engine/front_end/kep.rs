@@ -34,7 +34,7 @@ use crate::spec::resolve::{resolve_network_config, NetworkAttachmentDefinition, 
 use crate::state::AttachmentRecord;
 
 use super::super::{blocking, Engine};
-use super::Secondaries;
+use super::{NotAttachable, Secondaries, Selected};
 
 /// Reason of the pod event when a network it asks for is missing or not Ready.
 pub const NOT_READY_REASON: &str = "PodNetworkNotReady";
@@ -233,9 +233,10 @@ impl Engine {
             .map_err(|e| refused(e.cni_code(), e.to_string()))?;
         let dirs = self.config.network_conf_dirs.clone();
         let on_disk = blocking(move || confdir::on_disk_configs(&dirs)).await.map_err(Refusal::Refused)?;
+        let mut devices = self.pod_devices(Some(pod));
         for ((p, r), nad_ref) in planned.into_iter().zip(&entries).zip(configs) {
             let pn_name = r.pod_network.name().to_owned();
-            let (network, list) = match nad_ref {
+            let (network, list, resource_name) = match nad_ref {
                 Some(nad_ref) => {
                     let nad = self.catalog.nad(&nad_ref.namespace, &nad_ref.name).await?.ok_or_else(|| {
                         Refusal::NotReady(format!(
@@ -246,15 +247,26 @@ impl Engine {
                     })?;
                     let (list, _) = resolve_network_config(&nad, &on_disk)
                         .map_err(|e| refused(e.cni_code(), format!("PodNetwork {pn_name:?}: {e}")))?;
-                    (nad.reference(), list)
+                    (nad.reference(), list, nad.resource_name)
                 }
-                None => (pn_name.clone(), on_disk_config(&pn_name, &on_disk).map_err(Refusal::Refused)?),
+                None => {
+                    (pn_name.clone(), on_disk_config(&pn_name, &on_disk).map_err(Refusal::Refused)?, None)
+                }
             };
             let delegate = secondary_delegate(&network, list, &p.selection)
                 .map_err(|e| refused(e.cni_code(), format!("PodNetwork {pn_name:?}: {e}")))?;
             self.policy
                 .check(&pod.namespace, &network, &delegate.list.to_value())
                 .map_err(|e| refused(e.cni_code(), e.to_string()))?;
+            let selected = match resource_name {
+                Some(resource) => self
+                    .with_allocated_device(&network, &resource, delegate, &mut devices)
+                    .await
+                    .map_err(|(NotAttachable::Refused(e) | NotAttachable::Failed(e))| {
+                        Refusal::Refused(CniError { msg: format!("PodNetwork {pn_name:?}: {}", e.msg), ..e })
+                    })?,
+                None => Selected { delegate, device: None, device_info: None },
+            };
             if r.request.is_default_gw {
                 secondaries.default_gw = Some(secondaries.attachments.len());
             }
@@ -262,12 +274,12 @@ impl Engine {
                 network,
                 is_default: false,
                 ifname: p.ifname,
-                delegate,
+                delegate: selected.delegate,
                 result: None,
                 default_route: None,
                 pod_network: Some(pn_name),
-                device: None,
-                device_info: None,
+                device: selected.device,
+                device_info: selected.device_info,
             });
         }
         Ok(secondaries)
@@ -280,8 +292,12 @@ fn on_disk_config(
     pod_network: &str,
     on_disk: &[crate::spec::resolve::OnDiskConfig],
 ) -> Result<crate::cni::config::NetworkConfigList, CniError> {
-    let named =
-        NetworkAttachmentDefinition { namespace: String::new(), name: pod_network.to_owned(), config: None };
+    let named = NetworkAttachmentDefinition {
+        namespace: String::new(),
+        name: pod_network.to_owned(),
+        config: None,
+        resource_name: None,
+    };
     resolve_network_config(&named, on_disk).map(|(list, _)| list).map_err(|e| match e {
         ResolveError::NotFound { .. } => CniError::new(
             e.cni_code(),

@@ -18,7 +18,10 @@ mod sandbox;
 
 use crate::catalog::{confdir, PodInfo};
 use crate::cni::config::NetworkConfigList;
-use crate::cni::CniError;
+use crate::cni::{CniCode, CniError, ErrorCode};
+use crate::devices::device_info::read_dp_device_info;
+use crate::devices::inject::inject_device_id;
+use crate::devices::pod_devices::PodDevices;
 use crate::podnetwork::model::POD_NETWORKS_ANNOTATION;
 use crate::podnetwork::request::check_one_front_end;
 use crate::spec::delegate_conf::{default_delegate, secondary_delegate, DelegateConfig};
@@ -26,7 +29,8 @@ use crate::spec::plan::PlannedAttachment;
 use crate::spec::resolve::{resolve_network_config, OnDiskConfig};
 use crate::spec::sandbox_networks::{parse_sandbox_networks, SandboxNetworksError};
 use crate::spec::NETWORKS_ANNOTATION;
-use crate::state::{AttachmentRecord, FrontEnd};
+use crate::state::{AllocatedDevice, AttachmentRecord, FrontEnd};
+use serde_json::Value;
 
 use super::request::{CniEnv, PlexusConf};
 use super::{blocking, Engine};
@@ -76,6 +80,14 @@ pub fn choose(pod: Option<&PodInfo>, runtime_list: bool) -> Result<FrontEnd, Cni
     }
     check_one_front_end(npwg, kep).map_err(|e| CniError::from_error(&e))?;
     Ok(if given(kep) { FrontEnd::PodNetworks } else { FrontEnd::Npwg })
+}
+
+/// A selected network ready to attach: its delegate and, for a NAD with a resourceName, the
+/// device allocated to the attachment and that device's information.
+pub(super) struct Selected {
+    pub delegate: DelegateConfig,
+    pub device: Option<AllocatedDevice>,
+    pub device_info: Option<Value>,
 }
 
 /// Why a selected network cannot be attached.
@@ -152,16 +164,24 @@ impl Engine {
         err.with_details(format!("pod {}/{}", pod.namespace, pod.name))
     }
 
+    /// The devices of `pod` for one ADD: asked of the engine's sources when an attachment
+    /// needs one.
+    fn pod_devices<'a>(&'a self, pod: Option<&'a PodInfo>) -> PodDevices<'a> {
+        PodDevices::new(pod, &self.device_sources)
+    }
+
     /// The delegate of a planned attachment of a selected network: its config from the
     /// catalog, resolved (spec 3.4.1), with the selection's per-attachment keys, allowed by the
-    /// policy. `fix` ends the message when the network does not exist: what to change instead
-    /// of creating it.
+    /// policy, and, when the NAD names a resource, the next device of it allocated to the pod
+    /// (`devices`) as its `deviceID`. `fix` ends the message when the network does not exist:
+    /// what to change instead of creating it.
     async fn selected_delegate(
         &self,
         planned: &PlannedAttachment,
         on_disk: &[OnDiskConfig],
         fix: &str,
-    ) -> Result<DelegateConfig, NotAttachable> {
+        devices: &mut PodDevices<'_>,
+    ) -> Result<Selected, NotAttachable> {
         let network = planned.status_name();
         let nad = match self.catalog.nad(&planned.namespace, &planned.name).await {
             Ok(Some(nad)) => nad,
@@ -179,7 +199,35 @@ impl Engine {
         self.policy
             .check(&planned.namespace, &network, &delegate.list.to_value())
             .map_err(|e| NotAttachable::Refused(CniError::from_error(&e)))?;
-        Ok(delegate)
+        match nad.resource_name.as_deref() {
+            Some(resource) => self.with_allocated_device(&network, resource, delegate, devices).await,
+            None => Ok(Selected { delegate, device: None, device_info: None }),
+        }
+    }
+
+    /// `delegate` of an attachment of `network`, whose NAD names `resource`, with the next device
+    /// of it allocated to the pod (`devices`) as its `deviceID`, and that device's information
+    /// from its device plugin's file.
+    async fn with_allocated_device(
+        &self,
+        network: &str,
+        resource: &str,
+        mut delegate: DelegateConfig,
+        devices: &mut PodDevices<'_>,
+    ) -> Result<Selected, NotAttachable> {
+        let device = devices.take(network, resource).await.map_err(|e| match e.cni_code() {
+            ErrorCode::TryAgainLater => NotAttachable::Failed(CniError::from_error(&e)),
+            _ => NotAttachable::Refused(CniError::from_error(&e)),
+        })?;
+        tracing::info!(%network, resource, device = %device.device_id, "the pod's allocated device");
+        inject_device_id(&mut delegate, &device.device_id);
+        let (dir, allocated) = (self.config.device_info_dir.clone(), device.clone());
+        let device_info =
+            blocking(move || read_dp_device_info(&dir, &allocated.resource_name, &allocated.device_id))
+                .await
+                .map_err(NotAttachable::Failed)?
+                .map_err(|e| NotAttachable::Failed(CniError::from_error(&e).with_details(network)))?;
+        Ok(Selected { delegate, device: Some(device), device_info })
     }
 }
 

@@ -64,9 +64,10 @@ impl Engine {
         let on_disk = blocking(move || confdir::on_disk_configs(&dirs)).await?;
         let fix = format!("fix the pod's {NETWORKS_ANNOTATION} annotation");
         let mut out = Vec::with_capacity(planned.len());
+        let mut devices = self.pod_devices(Some(pod));
         for p in planned {
-            let delegate = match self.selected_delegate(&p, &on_disk, &fix).await {
-                Ok(d) => d,
+            let selected = match self.selected_delegate(&p, &on_disk, &fix, &mut devices).await {
+                Ok(s) => s,
                 Err(NotAttachable::Refused(e)) => return Err(refuse(e).await),
                 Err(NotAttachable::Failed(e)) => return Err(e),
             };
@@ -74,12 +75,12 @@ impl Engine {
                 network: p.status_name(),
                 is_default: false,
                 ifname: p.ifname,
-                delegate,
+                delegate: selected.delegate,
                 result: None,
                 default_route: p.selection.default_route.clone(),
                 pod_network: None,
-                device: None,
-                device_info: None,
+                device: selected.device,
+                device_info: selected.device_info,
             });
         }
         Ok(out)

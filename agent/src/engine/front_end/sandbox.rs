@@ -22,7 +22,7 @@ use crate::state::AttachmentRecord;
 
 use super::super::request::{CniEnv, PlexusConf};
 use super::super::{blocking, Engine};
-use super::NotAttachable;
+use super::{NotAttachable, Selected};
 
 /// The namespace of the networks a sandbox names without one when CNI_ARGS name no pod (a
 /// network's namespace is `default` when empty, as for a namespaced Kubernetes object).
@@ -56,33 +56,35 @@ impl Engine {
         };
         let fix = format!("fix the runtime's runtimeConfig.{RUNTIME_CONFIG_KEY}");
         let mut out = Vec::with_capacity(planned.len());
+        let mut devices = self.pod_devices(pod);
         for (index, (p, entry)) in planned.into_iter().zip(listed).enumerate() {
             // Each refusal says which entry of the runtime's list to change.
             let at_entry = |e: CniError| CniError {
                 msg: format!("runtimeConfig.{RUNTIME_CONFIG_KEY}[{index}] ({}): {}", p.selection.name, e.msg),
                 ..e
             };
-            let (network, delegate) = match entry.network {
+            let (network, selected) = match entry.network {
                 SandboxNetworkName::Fallback => {
                     let list = self.default_network().await.map_err(at_entry)?;
                     let network = list.name.clone();
                     match secondary_delegate(&network, list, &p.selection) {
-                        Ok(d) => (network, d),
+                        Ok(delegate) => (network, Selected { delegate, device: None, device_info: None }),
                         Err(e) => return Err(self.refused(pod, at_entry(CniError::from_error(&e))).await),
                     }
                 }
-                SandboxNetworkName::Selected { .. } => match self.selected_delegate(&p, &on_disk, &fix).await
-                {
-                    Ok(d) => (p.status_name(), d),
-                    Err(NotAttachable::Refused(e)) => return Err(self.refused(pod, at_entry(e)).await),
-                    Err(NotAttachable::Failed(e)) => return Err(e),
-                },
+                SandboxNetworkName::Selected { .. } => {
+                    match self.selected_delegate(&p, &on_disk, &fix, &mut devices).await {
+                        Ok(s) => (p.status_name(), s),
+                        Err(NotAttachable::Refused(e)) => return Err(self.refused(pod, at_entry(e)).await),
+                        Err(NotAttachable::Failed(e)) => return Err(e),
+                    }
+                }
             };
             let is_default = index == 0;
             let delegate = if is_default {
-                with_kubelet_runtime_config(delegate, &conf.runtime_config)
+                with_kubelet_runtime_config(selected.delegate, &conf.runtime_config)
             } else {
-                delegate
+                selected.delegate
             };
             out.push(AttachmentRecord {
                 network,
@@ -92,8 +94,8 @@ impl Engine {
                 result: None,
                 default_route: p.selection.default_route.clone(),
                 pod_network: None,
-                device: None,
-                device_info: None,
+                device: selected.device,
+                device_info: selected.device_info,
             });
         }
         Ok(out)
