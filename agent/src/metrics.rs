@@ -250,10 +250,10 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// One phase of a CNI request (`crate::phase`); `verb` is `None` outside a request.
-    pub fn phase(&self, verb: Option<Command>, phase: crate::phase::Phase, elapsed: Duration) {
-        let labels =
-            PhaseLabels { verb: verb.map_or("other", Command::as_str).into(), phase: phase.as_str().into() };
+    /// One phase of a CNI request (`crate::phase`, by its label); `verb` is `None` outside a
+    /// request.
+    pub fn phase(&self, verb: Option<Command>, phase: &str, elapsed: Duration) {
+        let labels = PhaseLabels { verb: verb.map_or("other", Command::as_str).into(), phase: phase.into() };
         self.phase_seconds.get_or_create(&labels).observe(elapsed.as_secs_f64());
     }
 

@@ -120,7 +120,7 @@ impl Drop for Timer {
 
 fn record(verb: Option<Command>, phase: Phase, elapsed: Duration) {
     tracing::debug!(phase = phase.as_str(), elapsed_us = elapsed.as_micros() as u64, "phase done");
-    crate::metrics::metrics().phase(verb, phase, elapsed);
+    crate::metrics::metrics().phase(verb, phase.as_str(), elapsed);
 }
 
 #[cfg(test)]
