@@ -11,7 +11,9 @@ use serde_json::{Map, Value};
 
 use crate::cni::{CniCode, ErrorCode};
 
-use super::validate::{is_kernel_ifname, is_mac, is_nad_name, is_namespace, parse_ip_with_optional_prefix};
+use super::validate::{
+    is_infiniband_guid, is_kernel_ifname, is_mac, is_nad_name, is_namespace, parse_ip_with_optional_prefix,
+};
 
 /// One element of the selection: a request to attach one network (spec 4.1.2.1).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +36,10 @@ pub struct NetworkSelection {
     pub bandwidth: Option<Bandwidth>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_route: Option<Vec<IpAddr>>,
+    /// The InfiniBand GUID the interface gets (spec 4.1.2.1.10): eight colon-separated hex
+    /// bytes, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infiniband_guid: Option<String>,
 }
 
 impl NetworkSelection {
@@ -246,10 +252,11 @@ fn parse_json_item(index: usize, item: &Value) -> Result<NetworkSelection, Selec
 }
 
 /// The keys of a selection element that parameterise one attachment (spec 4.1.2.1.3 to
-/// 4.1.2.1.8), as opposed to the keys that say which network (`name`, `namespace`), where
+/// 4.1.2.1.8, 4.1.2.1.10), as opposed to the keys that say which network (`name`, `namespace`), where
 /// (`interface`) and the pod-wide `default-route`. plexus's AttachmentParameters objects carry
 /// exactly these.
-pub const ATTACHMENT_KEYS: [&str; 5] = ["ips", "mac", "cni-args", "portMappings", "bandwidth"];
+pub const ATTACHMENT_KEYS: [&str; 6] =
+    ["ips", "mac", "cni-args", "portMappings", "bandwidth", "infiniband-guid"];
 
 /// Reads one of [`ATTACHMENT_KEYS`] into `sel`, validated as the annotation's element is.
 /// `Ok(false)`: `key` is not one of them and `sel` is unchanged.
@@ -276,6 +283,17 @@ pub fn read_attachment_key(
         },
         "portMappings" => sel.port_mappings = Some(parse_port_mappings(value)?),
         "bandwidth" => sel.bandwidth = Some(parse_bandwidth(value)?),
+        "infiniband-guid" => {
+            let guid =
+                string(value).ok_or_else(|| InvalidField("\"infiniband-guid\" must be a string".into()))?;
+            if !is_infiniband_guid(guid) {
+                return Err(InvalidField(format!(
+                    "\"infiniband-guid\" {guid:?} is not an 8-byte InfiniBand GUID: eight hex byte pairs \
+                     separated by ':', e.g. \"24:8a:07:03:00:8d:ae:2f\" (spec 4.1.2.1.10)"
+                )));
+            }
+            sel.infiniband_guid = Some(guid.to_owned());
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -482,7 +500,7 @@ mod tests {
                 "mac":"02:23:45:67:89:01","interface":"data0","cni-args":{"spoofchk":"on"},
                 "portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"udp"},{"hostPort":1,"containerPort":2}],
                 "bandwidth":{"ingressRate":2048,"ingressBurst":300,"egressRate":8000,"egressBurst":200},
-                "default-route":["10.0.0.1","2001:db8::1"],
+                "default-route":["10.0.0.1","2001:db8::1"],"infiniband-guid":"24:8a:07:03:00:8d:ae:2f",
                 "org.example.custom":{"anything":1}}]"#,
         )
         .unwrap();
@@ -499,6 +517,7 @@ mod tests {
         assert_eq!(pm[1].protocol, Protocol::Tcp);
         assert_eq!(s.bandwidth.as_ref().unwrap().egress_burst, Some(200));
         assert_eq!(s.default_route.as_ref().unwrap().len(), 2);
+        assert_eq!(s.infiniband_guid.as_deref(), Some("24:8a:07:03:00:8d:ae:2f"));
     }
 
     #[test]
@@ -552,6 +571,9 @@ mod tests {
             (r#"[{"name":"n","bandwidth":{"rate":1}}]"#, "unknown"),
             (r#"[{"name":"n","default-route":"10.0.0.1"}]"#, "list of gateway"),
             (r#"[{"name":"n","default-route":["gw"]}]"#, "not an IP address"),
+            (r#"[{"name":"n","infiniband-guid":5}]"#, "\"infiniband-guid\" must be a string"),
+            (r#"[{"name":"n","infiniband-guid":"24:8a:07:03:00:8d:ae"}]"#, "not an 8-byte InfiniBand GUID"),
+            (r#"[{"name":"n","infiniband-guid":"02:23:45:67:89:01"}]"#, "not an 8-byte InfiniBand GUID"),
             (
                 r#"[{"name":"a","default-route":[]},{"name":"b","default-route":["10.0.0.1"]}]"#,
                 "only one network",
