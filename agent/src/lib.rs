@@ -14,6 +14,7 @@ pub mod cni;
 pub mod controller;
 pub mod dataplane;
 pub mod delegate;
+pub mod devinfo;
 pub mod doctor;
 pub mod engine;
 pub mod install;
