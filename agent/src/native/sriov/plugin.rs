@@ -480,9 +480,10 @@ fn require_env(env: &InvocationEnv) -> Result<(), SriovError> {
 
 impl NativePlugin for SriovPlugin {
     /// The VF's device-info file is written when the engine passes one, whatever the config
-    /// declares (sriov-cni has no such capability, so no NAD written for it declares it).
+    /// declares (sriov-cni has no such capability, so no NAD written for it declares it); the
+    /// built-in IPAM honours an IPAMClaim likewise.
     fn capabilities(&self) -> &'static [&'static str] {
-        &[devinfo::CAPABILITY]
+        &[devinfo::CAPABILITY, crate::ipam::claim::RUNTIME_CONFIG_KEY]
     }
 
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
