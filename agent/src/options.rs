@@ -431,6 +431,12 @@ pub struct AgentOptions {
     #[arg(long, env = "PLEXUS_DEVICE_INFO_DIR", default_value = "/var/run/k8s.cni.cncf.io/devinfo")]
     pub device_info_dir: PathBuf,
 
+    /// With --catalog kube: every this many seconds, the IPAMClaims this node holds addresses
+    /// of are looked up, and the addresses of those deleted from the cluster are released.
+    #[arg(long, env = "PLEXUS_IPAM_CLAIM_CHECK_INTERVAL", value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub ipam_claim_check_interval: u64,
+
     /// The network attachment policy: a file of NetworkAttachmentPolicy objects saying which
     /// plugin types and node interfaces each namespace's networks may use (docs/policy.md).
     /// Read at start (an invalid file stops the agent) and again whenever it changes (an invalid

@@ -5,6 +5,7 @@ mod default_route;
 mod device_info;
 mod error;
 mod front_end;
+pub mod ipam_claim;
 pub mod locks;
 mod pod_networks_status;
 pub mod pod_uid;
@@ -65,6 +66,8 @@ pub struct Engine {
     /// The CRI network API's networks, when it is served: while it holds one, STATUS needs no
     /// default network (a sandbox that names an API network needs none).
     api_networks: Option<Arc<NetworkStore>>,
+    /// IPAMClaims (Kubernetes mode): without, a selection referencing one is refused.
+    ipam_claims: Option<ipam_claim::IpamClaims>,
 }
 
 impl From<StateError> for CniError {
@@ -94,6 +97,7 @@ impl Engine {
             locks: ContainerLocks::default(),
             policy: PolicyHandle::default(),
             api_networks: None,
+            ipam_claims: None,
         }
     }
 
@@ -185,6 +189,11 @@ impl Engine {
                 record.attachments.truncate(i);
                 return Err(self.rollback(record, env, err).await);
             }
+            if let Err(err) = self.take_claim(&record, i).await {
+                let err = self.refused(pod.as_ref(), err).await;
+                record.attachments.truncate(i);
+                return Err(self.rollback(record, env, err).await);
+            }
             let attachment = &record.attachments[i];
             tracing::info!(network = %attachment.network, ifname = %attachment.ifname, "attaching");
             let started = std::time::Instant::now();
@@ -199,6 +208,12 @@ impl Engine {
                 Ok(result) => {
                     record.attachments[i].result = result;
                     device_info::after_add(&mut record.attachments[i], &file).await;
+                    let filled = self
+                        .fill_claim(&record.attachments[i], parsed_result(&record.attachments[i]).as_ref())
+                        .await;
+                    if let Err(err) = filled {
+                        return Err(self.rollback(record, env, err).await);
+                    }
                     if default_gw == Some(i) {
                         if let Err(err) = default_route::take_from_result(&mut record.attachments[i]) {
                             return Err(self.rollback(record, env, err).await);
@@ -358,6 +373,7 @@ impl Engine {
                 Ok(()) => {
                     tracing::info!(network = %a.network, ifname = %a.ifname, "detached");
                     device_info::remove(&a, &self.device_info_file(&record.container_id, &a.ifname)).await;
+                    self.let_go_of_claim(&record.container_id, &a).await;
                 }
                 Err(source) => {
                     failures.push(DetachFailure {
@@ -656,6 +672,7 @@ mod tests {
             pod_network: None,
             device: None,
             device_info: None,
+            ipam_claim: None,
         }
     }
 

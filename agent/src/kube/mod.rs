@@ -19,6 +19,7 @@ pub mod api_error;
 pub mod catalog;
 pub mod client;
 pub mod events;
+pub mod ipamclaim;
 pub mod nad;
 pub mod podnetwork;
 pub mod pods;
@@ -74,6 +75,11 @@ pub const API_ACCESS: &[ApiAccess] = &[
         resource: crate::podnetwork::model::PARAMETERS_PLURAL,
         verbs: &["get", "list", "watch"],
     },
+    // IPAMClaims (NPWG spec 8): the one a selection references is read, as are those this
+    // node holds addresses of (to release them once deleted); the agent's IPAM writes the
+    // status, as the spec's RBAC split intends (read the spec, write the status).
+    ApiAccess { group: ipamclaim::GROUP, resource: ipamclaim::PLURAL, verbs: &["get"] },
+    ApiAccess { group: ipamclaim::GROUP, resource: ipamclaim::STATUS, verbs: &["patch"] },
 ];
 
 /// Errors of the Kubernetes catalog, with what was being done.

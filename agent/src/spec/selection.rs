@@ -40,6 +40,10 @@ pub struct NetworkSelection {
     /// bytes, as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infiniband_guid: Option<String>,
+    /// The IPAMClaim (in the pod's namespace) whose addresses the attachment gets (spec
+    /// 4.1.2.1.11, section 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam_claim_reference: Option<String>,
 }
 
 impl NetworkSelection {
@@ -238,6 +242,17 @@ fn parse_json_item(index: usize, item: &Value) -> Result<NetworkSelection, Selec
                 sel.default_route =
                     Some(parse_default_route(value).map_err(|e| SelectionError(ctx(&e.to_string())))?)
             }
+            "ipam-claim-reference" => {
+                let claim = string(value)
+                    .ok_or_else(|| SelectionError(ctx("\"ipam-claim-reference\" must be a string")))?;
+                if !is_nad_name(claim) {
+                    return invalid(ctx(&format!(
+                        "\"ipam-claim-reference\" {claim:?} is not a valid IPAMClaim name (DNS-1123 subdomain: \
+                         lower-case letters, digits, '-' and '.')"
+                    )));
+                }
+                sel.ipam_claim_reference = Some(claim.to_owned());
+            }
             // Reverse-domain keys belong to other implementations (spec 4.1.2.1); keys
             // without a period are reserved for future spec versions. Neither changes
             // what this version asks for, so both are ignored.
@@ -247,6 +262,13 @@ fn parse_json_item(index: usize, item: &Value) -> Result<NetworkSelection, Selec
                 }
             }
         }
+    }
+    if sel.ips.is_some() && sel.ipam_claim_reference.is_some() {
+        return invalid(format!(
+            "element {index} ({}): \"ips\" and \"ipam-claim-reference\" are both set; the addresses come from \
+             the IPAMClaim or from \"ips\", not both (spec 4.1.2.1.11): remove one",
+            sel.name
+        ));
     }
     Ok(sel)
 }
@@ -572,6 +594,12 @@ mod tests {
             (r#"[{"name":"n","default-route":"10.0.0.1"}]"#, "list of gateway"),
             (r#"[{"name":"n","default-route":["gw"]}]"#, "not an IP address"),
             (r#"[{"name":"n","infiniband-guid":5}]"#, "\"infiniband-guid\" must be a string"),
+            (r#"[{"name":"n","ipam-claim-reference":7}]"#, "\"ipam-claim-reference\" must be a string"),
+            (r#"[{"name":"n","ipam-claim-reference":"VM_1"}]"#, "not a valid IPAMClaim name"),
+            (
+                r#"[{"name":"n","ipam-claim-reference":"vm-a.tenantred","ips":["10.0.0.1/24"]}]"#,
+                "\"ips\" and \"ipam-claim-reference\" are both set",
+            ),
             (r#"[{"name":"n","infiniband-guid":"24:8a:07:03:00:8d:ae"}]"#, "not an 8-byte InfiniBand GUID"),
             (r#"[{"name":"n","infiniband-guid":"02:23:45:67:89:01"}]"#, "not an 8-byte InfiniBand GUID"),
             (
@@ -583,6 +611,13 @@ mod tests {
             let err = parse_selection(text).unwrap_err().to_string();
             assert!(err.contains(want), "{text}: got {err:?}, want {want:?}");
         }
+    }
+
+    #[test]
+    fn an_ipam_claim_reference_names_a_claim() {
+        let s = one(r#"[{"name":"net-b","ipam-claim-reference":"vm123.tenantblue"}]"#).unwrap();
+        assert_eq!(s.ipam_claim_reference.as_deref(), Some("vm123.tenantblue"));
+        assert_eq!(s.ips, None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cni::result::CniResult;
+use crate::cni::result::{CniResult, IpConfig};
 
 /// One element of `k8s.v1.cni.cncf.io/network-status` (spec 5.3).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,12 +111,17 @@ fn sandbox_interface(result: &CniResult) -> Option<usize> {
 /// The addresses an attachment gave the pod, in the result's order: those of its first sandbox
 /// interface (spec 5.1.1) or, without one, those bound to no interface (5.3.3.1 rule 2).
 pub fn pod_addresses(result: &CniResult) -> Vec<IpAddr> {
+    pod_ip_configs(result).iter().map(|ip| ip.address.addr()).collect()
+}
+
+/// The result's entries of [`pod_addresses`], with their prefix lengths and gateways.
+pub fn pod_ip_configs(result: &CniResult) -> Vec<&IpConfig> {
     let sandbox = sandbox_interface(result);
     let in_pod = |bound_to: Option<i64>| match sandbox {
         Some(i) => bound_to == Some(i as i64),
         None => bound_to.is_none_or(|idx| idx < 0),
     };
-    result.ips.iter().filter(|ip| in_pod(ip.interface)).map(|ip| ip.address.addr()).collect()
+    result.ips.iter().filter(|ip| in_pod(ip.interface)).collect()
 }
 
 /// The gateways of the default routes a result installs, for the default network's

@@ -63,6 +63,8 @@ pub const POD_NETWORKS: &str = "podnetworks";
 pub const POD_NETWORK_ATTACHMENTS: &str = "podnetworkattachments";
 /// plexus's AttachmentParameters (plexus.dev/v1alpha1, namespaced).
 pub const ATTACHMENT_PARAMETERS: &str = "attachmentparameters";
+/// NPWG IPAMClaims (k8s.cni.cncf.io/v1alpha1, namespaced, with a status subresource).
+pub const IPAM_CLAIMS: &str = "ipamclaims";
 /// coordination.k8s.io/v1 Leases (namespaced), for leader election.
 pub const LEASES: &str = "leases";
 
@@ -96,6 +98,7 @@ pub const RESOURCES: &[ResourceDef] = &[
         kind: "AttachmentParameters",
     },
     ResourceDef { group: "coordination.k8s.io", version: "v1", plural: LEASES, kind: "Lease" },
+    ResourceDef { group: "k8s.cni.cncf.io", version: "v1alpha1", plural: IPAM_CLAIMS, kind: "IPAMClaim" },
 ];
 
 /// Resources whose objects have no namespace: their URLs have none, their objects are keyed by
@@ -106,7 +109,7 @@ pub const CLUSTER_SCOPED: &[&str] = &[POLICIES, POD_NETWORKS];
 pub const BUILT_IN: &[&str] = &[PODS, EVENTS, LEASES];
 
 /// Resources with a status subresource (as their CRDs in deploy/ declare, and pods).
-pub const WITH_STATUS: &[&str] = &[PODS, POD_NETWORKS, POD_NETWORK_ATTACHMENTS];
+pub const WITH_STATUS: &[&str] = &[PODS, POD_NETWORKS, POD_NETWORK_ATTACHMENTS, IPAM_CLAIMS];
 
 /// The resource of a kind ("Pod" → "pods").
 pub fn plural_of_kind(kind: &str) -> Option<&'static str> {

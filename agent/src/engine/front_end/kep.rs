@@ -268,6 +268,7 @@ impl Engine {
                 pod_network: Some(pn_name),
                 device: None,
                 device_info: None,
+                ipam_claim: None,
             });
         }
         Ok(secondaries)

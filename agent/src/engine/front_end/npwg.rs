@@ -65,8 +65,13 @@ impl Engine {
         let fix = format!("fix the pod's {NETWORKS_ANNOTATION} annotation");
         let mut out = Vec::with_capacity(planned.len());
         for p in planned {
-            let delegate = match self.selected_delegate(&p, &on_disk, &fix).await {
+            let mut delegate = match self.selected_delegate(&p, &on_disk, &fix).await {
                 Ok(d) => d,
+                Err(NotAttachable::Refused(e)) => return Err(refuse(e).await),
+                Err(NotAttachable::Failed(e)) => return Err(e),
+            };
+            let ipam_claim = match self.claim_for(pod, &p, &mut delegate).await {
+                Ok(claim) => claim,
                 Err(NotAttachable::Refused(e)) => return Err(refuse(e).await),
                 Err(NotAttachable::Failed(e)) => return Err(e),
             };
@@ -80,6 +85,7 @@ impl Engine {
                 pod_network: None,
                 device: None,
                 device_info: None,
+                ipam_claim,
             });
         }
         Ok(out)

@@ -94,6 +94,7 @@ impl Engine {
                 pod_network: None,
                 device: None,
                 device_info: None,
+                ipam_claim: None,
             });
         }
         Ok(out)
