@@ -65,3 +65,41 @@ async fn blocking<T: Send + 'static>(
         Err(e) => Err(DeviceInfoFileError::Io { path: PathBuf::new(), source: std::io::Error::other(e) }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::tests::attachment;
+
+    /// Device information known before the ADD (a device plugin's) reaches the file first, what
+    /// the file holds after the ADD is the record's, and the file goes with the attachment.
+    #[tokio::test]
+    async fn known_information_is_written_first_read_back_after_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = file_of(dir.path(), "c1", "net1");
+        let mut a = attachment("ns/sriov", "net1", json!({"cniVersion": "1.0.0"}), None);
+        offer(&mut a, &file);
+        assert_eq!(a.delegate.runtime_config[devinfo::CAPABILITY], json!(file.display().to_string()));
+
+        before_add(&a, &file).await.unwrap();
+        assert!(!file.exists(), "nothing known: no file");
+        let known = devinfo::format::pci("0000:18:02.5", Some("0000:18:00.0"), None);
+        a.device_info = Some(known.clone());
+        before_add(&a, &file).await.unwrap();
+        assert_eq!(devinfo::file::read(&file).unwrap(), Some(known));
+
+        // A plugin updated it during the ADD: the update is the attachment's.
+        let updated = json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:18:02.5", "rdma-device": "mlx5_3"}});
+        devinfo::file::write(&file, &updated).unwrap();
+        after_add(&mut a, &file).await;
+        assert_eq!(a.device_info, Some(updated.clone()));
+        // A file that is not device information is left out; the last known stays.
+        std::fs::write(&file, r#"{"pci": {}}"#).unwrap();
+        after_add(&mut a, &file).await;
+        assert_eq!(a.device_info, Some(updated));
+
+        remove(&a, &file).await;
+        assert!(!file.exists());
+        remove(&a, &file).await;
+    }
+}
