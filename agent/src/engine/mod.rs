@@ -190,7 +190,12 @@ impl Engine {
                 return Err(self.rollback(record, env, err).await);
             }
             if let Err(err) = self.take_claim(&record, i).await {
-                let err = self.refused(pod.as_ref(), err).await;
+                // A claim held by another attachment is the pod's request to change: told on it.
+                let err = if err.code == ErrorCode::InvalidNetworkConfig {
+                    self.refused(pod.as_ref(), err).await
+                } else {
+                    err
+                };
                 record.attachments.truncate(i);
                 return Err(self.rollback(record, env, err).await);
             }
