@@ -310,3 +310,32 @@ fn kernel_a_claims_conflicts_are_refused_clearly() {
     cw.wait_for("the deleted claim's address to be released", || cw.allocations().is_empty());
     cw.assert_nothing_left();
 }
+
+/// Standalone mode has no IPAMClaims: a selection referencing one is refused before anything
+/// is attached, saying so.
+#[test]
+fn kernel_a_claim_in_standalone_mode_is_refused() {
+    let mut w = World::new();
+    w.master_link(MASTER);
+    w.write_nad(
+        NS,
+        "tenantred",
+        Some(
+            &json!({"cniVersion": "1.0.0", "name": "tenantred", "type": "macvlan",
+        "master": MASTER, "ipam": {"type": "static", "addresses": [{"address": "10.66.0.5/24"}]}})
+            .to_string(),
+        ),
+    );
+    w.write_pod(NS, "vm", Some(r#"[{"name": "tenantred", "ipam-claim-reference": "vm-a.tenantred"}]"#));
+    w.start_agent();
+    let pod = Netns::new("ipcpod");
+    let out = w.add(&cid("vm"), &pod, (NS, "vm"));
+    assert_eq!(out.code(), Some(7), "{}", out.stdout);
+    assert_eq!(
+        out.msg(),
+        "network default/tenantred references IPAMClaim default/vm-a.tenantred, but IPAMClaims are Kubernetes \
+         objects and this agent reads none (it runs without --catalog kube); remove \"ipam-claim-reference\""
+    );
+    assert!(w.events(NS, "vm").contains("NetworkRefused"), "{}", w.events(NS, "vm"));
+    w.assert_nothing_left(&[&pod]);
+}
