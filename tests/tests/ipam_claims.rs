@@ -298,13 +298,38 @@ fn kernel_a_claims_conflicts_are_refused_clearly() {
     assert_eq!(cw.claim_ips("vm-blue"), Value::Null, "a refused claim's status is not written");
     assert_eq!(cw.allocations(), ["tenantred/10.66.0.15"]);
 
+    // A network whose IPAM is exec'd (the reference bridge and host-local) ignores the claim, as
+    // the spec says: the pod is attached as without it, the claim's status stays empty, and the
+    // pod is told why.
+    let bridge = json!({
+        "cniVersion": "1.0.0", "name": "ipvnet", "type": "bridge", "bridge": "ipcbr0",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.67.0.0/24"}]],
+                 "dataDir": cw.w.path("ipam").join("ipvnet")}
+    });
+    cw.api.apply(plexus_tests::test_apiserver::nad(NS, "ipvnet", Some(&bridge.to_string())));
+    cw.claim("vm-ipv", "ipvnet", None);
+    cw.add("ipv", r#"[{"name": "ipvnet", "ipam-claim-reference": "vm-ipv"}]"#).expect_ok();
+    assert_eq!(cw.network_status("ipv")[1]["ips"], json!(["10.67.0.2"]));
+    assert_eq!(cw.claim_ips("vm-ipv"), Value::Null);
+    let ignored: Vec<Value> =
+        cw.events("ipv").into_iter().filter(|e| e["reason"] == "IPAMClaimIgnored").collect();
+    assert_eq!(ignored.len(), 1, "{:?}", cw.events("ipv"));
+    assert!(
+        ignored[0]["note"].as_str().unwrap_or_default().contains(
+            "IPAMClaim default/vm-ipv is ignored: no plugin of network default/ipvnet has IPAM that honours claims"
+        ),
+        "{}",
+        ignored[0]
+    );
+    cw.del("ipv");
+
     // Once b-1 is gone, b-2 takes the claim, with its address.
     cw.del("b-1");
     cw.pods.retain(|(n, _)| n != "b-2");
     cw.add("b-2", claim_b).expect_ok();
     assert_eq!(cw.network_status("b-2")[1]["ips"], json!(["10.66.0.15"]));
     cw.del("b-2");
-    for claim in ["vm-b", "vm-far", "vm-blue"] {
+    for claim in ["vm-b", "vm-far", "vm-blue", "vm-ipv"] {
         cw.api.delete(IPAM_CLAIMS, NS, claim);
     }
     cw.wait_for("the deleted claim's address to be released", || cw.allocations().is_empty());
