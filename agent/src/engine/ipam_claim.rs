@@ -228,6 +228,15 @@ impl Engine {
                 continue;
             }
             let _taking = claims.registry.lock().await;
+            // Read again under the lock: an ADD may have taken the claim (or its successor of
+            // the same name) since the list.
+            let registry = claims.registry.clone();
+            let (ns, name) = (entry.namespace.clone(), entry.name.clone());
+            let current =
+                blocking(move || registry.load(&ns, &name)).await.ok().and_then(Result::ok).flatten();
+            if current.as_ref() != Some(&entry) {
+                continue;
+            }
             if let Some(holder) = &entry.holder {
                 if matches!(self.state.load(&holder.container_id, &holder.runtime_ifname).await, Ok(Some(_)))
                 {
