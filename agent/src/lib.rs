@@ -15,6 +15,7 @@ pub mod controller;
 pub mod dataplane;
 pub mod delegate;
 pub mod devices;
+pub mod devinfo;
 pub mod doctor;
 pub mod engine;
 pub mod install;

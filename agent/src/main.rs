@@ -18,10 +18,13 @@ use plexus_agent::delegate::native::NativePlugin;
 use plexus_agent::delegate::{Delegator, NativePlugins};
 use plexus_agent::devices::podresources::PodResources;
 use plexus_agent::devices::DeviceSource;
+use plexus_agent::engine::ipam_claim::IpamClaims;
 use plexus_agent::engine::{Engine, EngineConfig};
 use plexus_agent::install::Installed;
+use plexus_agent::ipam::claim::registry::ClaimRegistry;
 use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::dra::DraDevices;
+use plexus_agent::kube::ipamclaim::KubeIpamClaims;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
 use plexus_agent::netapi::service::NetworkApi;
 use plexus_agent::netapi::status::Prober;
@@ -172,6 +175,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         Some(_) => Arc::new(ApiNetworks::new(network_store.clone(), nads.clone())),
         None => nads.clone(),
     };
+    let claims_client = client.clone();
     let (policy, policy_current) = policy(&opts, client.clone())?;
     let policy_loaded = policy.clone();
     let synced: SyncedCheck =
@@ -268,8 +272,26 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     )
     .with_policy(policy)
     .with_device_sources(device_sources(&opts, client));
+    let engine = match claims_client {
+        Some(client) => engine.with_ipam_claims(IpamClaims {
+            source: Arc::new(KubeIpamClaims::new(client, Duration::from_secs(5))),
+            registry: ClaimRegistry::new(&opts.state_dir),
+            release_timeout: opts.delegate_timeout(),
+        }),
+        None => engine,
+    };
     let engine =
         Arc::new(if network_api.is_some() { engine.with_network_api(network_store.clone()) } else { engine });
+    if opts.catalog == CatalogSource::Kube {
+        let (engine, every) = (engine.clone(), Duration::from_secs(opts.ipam_claim_check_interval));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                engine.collect_ipam_claims().await;
+            }
+        });
+    }
     let listener = server::bind_for(&opts.socket, opts.socket_group)?;
     if let Some(dir) = &opts.runtime_conf_dir {
         let readiness = Readiness {

@@ -437,6 +437,11 @@ pub struct AgentOptions {
     /// --catalog kube, DRA ResourceClaims are read too).
     #[arg(long, env = "PLEXUS_POD_RESOURCES_SOCKET", default_value = crate::devices::podresources::DEFAULT_SOCKET)]
     pub pod_resources_socket: PathBuf,
+    /// With --catalog kube: every this many seconds, the IPAMClaims this node holds addresses
+    /// of are looked up, and the addresses of those deleted from the cluster are released.
+    #[arg(long, env = "PLEXUS_IPAM_CLAIM_CHECK_INTERVAL", value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub ipam_claim_check_interval: u64,
 
     /// The network attachment policy: a file of NetworkAttachmentPolicy objects saying which
     /// plugin types and node interfaces each namespace's networks may use (docs/policy.md).

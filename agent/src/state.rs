@@ -44,6 +44,10 @@ pub struct AttachmentRecord {
     /// network-status `device-info` and the content of its CNI device-info file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info: Option<Value>,
+    /// The IPAMClaim whose addresses the attachment has (NPWG spec 8), when its selection
+    /// references one and its IPAM honours it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam_claim: Option<crate::ipam::claim::ClaimUse>,
 }
 
 /// A device of a cluster resource, allocated to one attachment.
@@ -366,6 +370,7 @@ mod tests {
                 pod_network: None,
                 device: None,
                 device_info: None,
+                ipam_claim: None,
             }],
             complete: true,
         }

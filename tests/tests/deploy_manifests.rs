@@ -365,3 +365,54 @@ fn one_version_everywhere() {
         assert!(containerfile.contains(bin), "the image holds {bin}");
     }
 }
+
+/// The IPAMClaim CRD is the NPWG spec's (v1.3 section 8.1, with the `apiVersion` and `kind`
+/// lines its text lost restored), and names what the agent reads and writes.
+#[test]
+fn the_ipamclaim_crd_is_the_specs_and_what_the_agent_reads() {
+    use plexus_agent::kube::ipamclaim::{GROUP, KIND, PLURAL, VERSION};
+    let crd = crd_of(GROUP, PLURAL);
+    let string = serde_json::json!({"type": "string"});
+    let expected = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "ipamclaims.k8s.cni.cncf.io"},
+        "spec": {
+            "group": "k8s.cni.cncf.io",
+            "names": {"kind": "IPAMClaim", "listKind": "IPAMClaimList", "plural": "ipamclaims", "singular": "ipamclaim"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1",
+                "schema": {"openAPIV3Schema": {
+                    "properties": {
+                        "apiVersion": string,
+                        "kind": string,
+                        "metadata": {"type": "object"},
+                        "spec": {
+                            "properties": {
+                                "interface": {"description": "The pod interface name for which this allocation was created", "type": "string"},
+                                "network": {"description": "The network name for which this persistent allocation was created", "type": "string"},
+                            },
+                            "required": ["interface", "network"],
+                            "type": "object",
+                        },
+                        "status": {
+                            "properties": {
+                                "ips": {"description": "The list of IP addresses (v4, v6) that were allocated for the pod interface",
+                                        "items": {"type": "string"}, "type": "array"},
+                            },
+                            "required": ["ips"],
+                            "type": "object",
+                        },
+                    },
+                    "type": "object",
+                }},
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+            }],
+        },
+    });
+    assert_eq!(crd, expected);
+    assert_eq!((KIND, VERSION), ("IPAMClaim", "v1alpha1"));
+}

@@ -79,6 +79,11 @@ fn chained(config: &Value, prev: &Value) -> Value {
 }
 
 impl NativePlugin for WithCapabilities {
+    /// The wrapped plugin's.
+    fn capabilities(&self) -> &'static [&'static str] {
+        self.inner.capabilities()
+    }
+
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
             let steps = self.declared(call.config);

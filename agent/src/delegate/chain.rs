@@ -29,6 +29,29 @@ fn at_least(version: &str, min: &str) -> bool {
     compare_versions(version, min).is_ok_and(|o| o != Ordering::Less)
 }
 
+/// A native plugin's config with the runtimeConfig keys of the capabilities it always honours
+/// (see [`NativePlugin::capabilities`](super::native::NativePlugin::capabilities)), added to
+/// those its config declares.
+fn with_native_capabilities(
+    mut conf: Value,
+    capabilities: &[&str],
+    runtime_config: &serde_json::Map<String, Value>,
+) -> Value {
+    let implied: Vec<(&String, &Value)> =
+        runtime_config.iter().filter(|(k, _)| capabilities.contains(&k.as_str())).collect();
+    if implied.is_empty() {
+        return conf;
+    }
+    let Some(top) = conf.as_object_mut() else { return conf };
+    let rc = top.entry("runtimeConfig").or_insert_with(|| json!({}));
+    if let Some(rc) = rc.as_object_mut() {
+        for (k, v) in implied {
+            rc.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    conf
+}
+
 impl Delegator {
     async fn run(
         &self,
@@ -42,6 +65,7 @@ impl Delegator {
         let _timer = crate::phase::start(crate::phase::Phase::Plugins);
         let started = Instant::now();
         let out = if let Some(native) = self.natives.get(plugin) {
+            let conf = with_native_capabilities(conf, native.capabilities(), &d.runtime_config);
             native.invoke(NativeCall { command, config: &conf, env, list: Some(&d.list) }).await
         } else {
             let vars = if matches!(command, Command::Status | Command::Gc) { Vec::new() } else { env.vars() };
@@ -206,6 +230,24 @@ exit 0
                 "{body}"
             );
         }
+    }
+
+    #[test]
+    fn a_native_plugin_gets_the_runtime_config_of_the_capabilities_it_honours() {
+        let rc = json!({"CNIDeviceInfoFile": "/d/cni/c-net1-device.json", "mac": "02:00:00:00:00:01"});
+        let rc = rc.as_object().unwrap();
+        let conf = with_native_capabilities(json!({"type": "sriov"}), &["CNIDeviceInfoFile"], rc);
+        assert_eq!(
+            conf,
+            json!({"type": "sriov", "runtimeConfig": {"CNIDeviceInfoFile": "/d/cni/c-net1-device.json"}})
+        );
+        let declared = json!({"type": "sriov", "runtimeConfig": {"mac": "02:00:00:00:00:01"}});
+        assert_eq!(
+            with_native_capabilities(declared, &["CNIDeviceInfoFile"], rc)["runtimeConfig"],
+            json!({"mac": "02:00:00:00:00:01", "CNIDeviceInfoFile": "/d/cni/c-net1-device.json"})
+        );
+        let none = json!({"type": "macvlan"});
+        assert_eq!(with_native_capabilities(none.clone(), &[], rc), none);
     }
 
     #[tokio::test]

@@ -33,6 +33,13 @@ pub struct NativeCall<'a> {
 pub trait NativePlugin: Send + Sync {
     /// Runs the command; `Ok(None)` for commands without output (DEL, CHECK, ...).
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>>;
+
+    /// The runtimeConfig capabilities the plugin always honours, whether or not its config
+    /// declares them: plexus's own implementation of a type knows what it supports, so a
+    /// NetworkAttachmentDefinition written for the reference binary needs no change.
+    fn capabilities(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// The native plugins by CNI `type`.

@@ -2,8 +2,10 @@
 //! durably, and tears it down (spec 6.2, 7.2, 7.3).
 
 mod default_route;
+mod device_info;
 mod error;
 mod front_end;
+pub mod ipam_claim;
 pub mod locks;
 mod pod_networks_status;
 pub mod pod_uid;
@@ -68,6 +70,8 @@ pub struct Engine {
     api_networks: Option<Arc<NetworkStore>>,
     /// Where a pod's allocated devices are learnt, asked in order (`crate::devices`).
     device_sources: Vec<Arc<dyn DeviceSource>>,
+    /// IPAMClaims (Kubernetes mode): without, a selection referencing one is refused.
+    ipam_claims: Option<ipam_claim::IpamClaims>,
 }
 
 impl From<StateError> for CniError {
@@ -98,6 +102,7 @@ impl Engine {
             policy: PolicyHandle::default(),
             api_networks: None,
             device_sources: Vec::new(),
+            ipam_claims: None,
         }
     }
 
@@ -189,9 +194,28 @@ impl Engine {
             self.teardown(previous, env).await?;
         }
         let (pod, mut record, default_gw) = self.prepare_add(env, conf).await?;
+        for a in &mut record.attachments {
+            device_info::offer(a, &self.device_info_file(&record.container_id, &a.ifname));
+        }
         self.state.save(&record).await?;
 
         for i in 0..record.attachments.len() {
+            let file = self.device_info_file(&record.container_id, &record.attachments[i].ifname);
+            if let Err(err) = device_info::before_add(&record.attachments[i], &file).await {
+                // Nothing of this attachment was attempted: only the earlier ones are undone.
+                record.attachments.truncate(i);
+                return Err(self.rollback(record, env, err).await);
+            }
+            if let Err(err) = self.take_claim(&record, i).await {
+                // A claim held by another attachment is the pod's request to change: told on it.
+                let err = if err.code == ErrorCode::InvalidNetworkConfig {
+                    self.refused(pod.as_ref(), err).await
+                } else {
+                    err
+                };
+                record.attachments.truncate(i);
+                return Err(self.rollback(record, env, err).await);
+            }
             let attachment = &record.attachments[i];
             tracing::info!(network = %attachment.network, ifname = %attachment.ifname, "attaching");
             let started = std::time::Instant::now();
@@ -205,6 +229,13 @@ impl Engine {
             match added {
                 Ok(result) => {
                     record.attachments[i].result = result;
+                    device_info::after_add(&mut record.attachments[i], &file).await;
+                    let filled = self
+                        .fill_claim(&record.attachments[i], parsed_result(&record.attachments[i]).as_ref())
+                        .await;
+                    if let Err(err) = filled {
+                        return Err(self.rollback(record, env, err).await);
+                    }
                     if default_gw == Some(i) {
                         if let Err(err) = default_route::take_from_result(&mut record.attachments[i]) {
                             return Err(self.rollback(record, env, err).await);
@@ -224,6 +255,7 @@ impl Engine {
                     if let Err(e) = self.delegator.del(&failed.delegate, &failed_env, None).await {
                         tracing::warn!(network = %failed.network, "undoing the failed attachment: {e}");
                     }
+                    device_info::remove(failed, &file).await;
                     // Later attachments were never attempted (spec 7.2) and need no undo.
                     record.attachments.truncate(i);
                     return Err(self.rollback(record, env, err).await);
@@ -360,7 +392,11 @@ impl Engine {
         let mut failures = Vec::new();
         while let Some(a) = record.attachments.pop() {
             match self.delegator.del(&a.delegate, &invocation(&base, &a.ifname), a.result.as_ref()).await {
-                Ok(()) => tracing::info!(network = %a.network, ifname = %a.ifname, "detached"),
+                Ok(()) => {
+                    tracing::info!(network = %a.network, ifname = %a.ifname, "detached");
+                    device_info::remove(&a, &self.device_info_file(&record.container_id, &a.ifname)).await;
+                    self.let_go_of_claim(&record.container_id, &a).await;
+                }
                 Err(source) => {
                     failures.push(DetachFailure {
                         network: a.network.clone(),
@@ -496,6 +532,12 @@ impl Engine {
         Some(DelegateConfig { list: found.1, runtime_config: Default::default() })
     }
 
+    /// The device-info file of the container's attachment on `ifname` (Device Information
+    /// Specification 4.2).
+    fn device_info_file(&self, container_id: &str, ifname: &str) -> PathBuf {
+        device_info::file_of(&self.config.device_info_dir, container_id, ifname)
+    }
+
     /// Publishes what a completed ADD made: network-status, and the KEP status when the pod
     /// asked for PodNetworks, together.
     async fn publish_status(&self, pod: Option<&PodInfo>, record: &ContainerRecord) {
@@ -603,6 +645,7 @@ pub fn network_statuses(record: &ContainerRecord) -> Vec<NetworkStatus> {
                 is_default: a.is_default,
                 default_route: default_route.as_deref(),
                 gateways: &gateways,
+                device_info: a.device_info.as_ref(),
             })
         })
         .collect()
@@ -652,6 +695,7 @@ mod tests {
             pod_network: None,
             device: None,
             device_info: None,
+            ipam_claim: None,
         }
     }
 

@@ -51,6 +51,7 @@ mod tests {
             pod_network: Some(pod_network.into()),
             device: None,
             device_info: None,
+            ipam_claim: None,
             ..crate::engine::tests::attachment(network, ifname, result, None)
         }
     }

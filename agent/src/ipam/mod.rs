@@ -10,6 +10,7 @@
 //! Errors are CNI errors; [`error`] says which code each failure gets.
 
 mod addr;
+pub mod claim;
 mod cni_args;
 pub mod error;
 mod exec;
@@ -127,28 +128,44 @@ fn cni_version(netconf: &Value) -> String {
 
 fn static_add(netconf: &Value, env: &InvocationEnv) -> Result<CniResult, IpamError> {
     netconf::validate_env(env)?;
-    Ok(static_ipam::parse(netconf, &env.args)?.result())
+    let with_claim = with_claimed_ips(netconf)?;
+    Ok(static_ipam::parse(with_claim.as_ref().unwrap_or(netconf), &env.args)?.result())
+}
+
+/// For static IPAM, an IPAMClaim with addresses is a request for them: the config with the
+/// claim's addresses as `runtimeConfig.ips`, which replace the config's own (the selection
+/// cannot also have `ips`). `None`: the config as it is.
+fn with_claimed_ips(netconf: &Value) -> Result<Option<Value>, IpamError> {
+    let Some(claim) = claim::from_netconf(netconf)? else { return Ok(None) };
+    if claim.ips.is_empty() {
+        return Ok(None);
+    }
+    let mut conf = netconf.clone();
+    conf["runtimeConfig"]["ips"] = serde_json::json!(claim.ips);
+    Ok(Some(conf))
 }
 
 fn static_check(netconf: &Value, env: &InvocationEnv) -> Result<(), IpamError> {
     netconf::validate_env(env)?;
-    static_ipam::parse(netconf, &env.args)?.check(netconf.get("prevResult"), &env.ifname)
+    let with_claim = with_claimed_ips(netconf)?;
+    static_ipam::parse(with_claim.as_ref().unwrap_or(netconf), &env.args)?
+        .check(netconf.get("prevResult"), &env.ifname)
 }
 
 async fn host_local_add(ipam: &Ipam, netconf: &Value, env: &InvocationEnv) -> Result<CniResult, IpamError> {
     netconf::validate_env(env)?;
     let cfg = host_local::config::parse(netconf, &env.args)?;
-    host_local::add(cfg, env, ipam.timeout).await
+    host_local::add(cfg, env, ipam.timeout, claim::from_netconf(netconf)?).await
 }
 
 async fn host_local_del(ipam: &Ipam, netconf: &Value, env: &InvocationEnv) -> Result<(), IpamError> {
     netconf::validate_env(env)?;
     let cfg = host_local::config::parse(netconf, &env.args)?;
-    host_local::del(cfg, env, ipam.timeout).await
+    host_local::del(cfg, env, ipam.timeout, claim::from_netconf(netconf)?).await
 }
 
 async fn host_local_check(ipam: &Ipam, netconf: &Value, env: &InvocationEnv) -> Result<(), IpamError> {
     netconf::validate_env(env)?;
     let cfg = host_local::config::parse(netconf, &env.args)?;
-    host_local::check(cfg, env, ipam.timeout).await
+    host_local::check(cfg, env, ipam.timeout, claim::from_netconf(netconf)?).await
 }

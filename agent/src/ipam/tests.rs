@@ -604,3 +604,40 @@ exit 0"#,
     let missing = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "dhcp-nope"}});
     assert!(matches!(ipam.add(&missing, &e).await, Err(DelegateError::NotFound { .. })));
 }
+
+/// An IPAMClaim through the façade: host-local allocates for the claim (a second container
+/// gets the same address, the containers' DELs leave it, CHECK finds it), static takes the
+/// claim's addresses in place of its own, and a claim without addresses leaves static's.
+#[tokio::test]
+async fn an_ipam_claim_is_honoured_by_host_local_and_static() {
+    let dir = tempfile::tempdir().unwrap();
+    let claim = |ips: Value| json!({"namespace": "ns1", "name": "vm-a", "ips": ips});
+    let host_local = |ips: Value| {
+        json!({"cniVersion": "1.0.0", "name": "tenantred", "runtimeConfig": {claim::RUNTIME_CONFIG_KEY: claim(ips)},
+               "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.66.0.0/24"}]], "dataDir": dir.path()}})
+    };
+    let first = ipam().add(&host_local(json!([])), &env("c1", "net1", "")).await.unwrap();
+    assert_eq!(first.ips[0].address.to_string(), "10.66.0.2/24");
+    ipam().del(&host_local(json!([])), &env("c1", "net1", "")).await.unwrap();
+    let again = ipam().add(&host_local(json!(["10.66.0.2/24"])), &env("c2", "net1", "")).await.unwrap();
+    assert_eq!(again.ips[0].address.to_string(), "10.66.0.2/24");
+    ipam().check(&host_local(json!(["10.66.0.2/24"])), &env("c2", "net1", "")).await.unwrap();
+    ipam().del(&host_local(json!(["10.66.0.2/24"])), &env("c2", "net1", "")).await.unwrap();
+    let held: Vec<String> = std::fs::read_dir(dir.path().join("tenantred"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("10."))
+        .collect();
+    assert_eq!(held, ["10.66.0.2"]);
+    let owner = std::fs::read_to_string(dir.path().join("tenantred/10.66.0.2")).unwrap();
+    assert_eq!(owner, "ipamclaim/ns1/vm-a\r\nipamclaim");
+
+    let static_conf = |ips: Value| {
+        json!({"cniVersion": "1.0.0", "name": "n", "runtimeConfig": {claim::RUNTIME_CONFIG_KEY: claim(ips)},
+               "ipam": {"type": "static", "addresses": [{"address": "10.9.0.5/24"}]}})
+    };
+    let claimed = ipam().add(&static_conf(json!(["10.9.0.7/24"])), &env("c3", "net1", "")).await.unwrap();
+    assert_eq!(claimed.ips.iter().map(|ip| ip.address.to_string()).collect::<Vec<_>>(), ["10.9.0.7/24"]);
+    let own = ipam().add(&static_conf(json!([])), &env("c3", "net1", "")).await.unwrap();
+    assert_eq!(own.ips.iter().map(|ip| ip.address.to_string()).collect::<Vec<_>>(), ["10.9.0.5/24"]);
+}

@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod client;
 pub mod dra;
 pub mod events;
+pub mod ipamclaim;
 pub mod nad;
 pub mod podnetwork;
 pub mod pods;
@@ -80,6 +81,11 @@ pub const API_ACCESS: &[ApiAccess] = &[
     // (`crate::devices`), read for a NAD with a resourceName.
     ApiAccess { group: dra::GROUP, resource: dra::CLAIMS, verbs: &["get"] },
     ApiAccess { group: dra::GROUP, resource: dra::SLICES, verbs: &["list"] },
+    // IPAMClaims (NPWG spec 8): the one a selection references is read, as are those this
+    // node holds addresses of (to release them once deleted); the agent's IPAM writes the
+    // status, as the spec's RBAC split intends (read the spec, write the status).
+    ApiAccess { group: ipamclaim::GROUP, resource: ipamclaim::PLURAL, verbs: &["get"] },
+    ApiAccess { group: ipamclaim::GROUP, resource: ipamclaim::STATUS, verbs: &["patch"] },
 ];
 
 /// Errors of the Kubernetes catalog, with what was being done.

@@ -53,6 +53,11 @@ impl Macvlan {
 }
 
 impl NativePlugin for Macvlan {
+    /// The built-in IPAM honours an IPAMClaim, whatever the config declares.
+    fn capabilities(&self) -> &'static [&'static str] {
+        &[crate::ipam::claim::RUNTIME_CONFIG_KEY]
+    }
+
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
             let outcome = match call.command {

@@ -1,6 +1,6 @@
 //! The configuration handed to a delegate for one attachment: capability checks,
 //! `runtimeConfig` per CNI CONVENTIONS, and `args` from `cni-args` (spec 4.1.2.1.3 to
-//! 4.1.2.1.8, 7.5).
+//! 4.1.2.1.8, 4.1.2.1.10, 7.5).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -80,6 +80,9 @@ pub fn secondary_delegate(
     }
     if let Some(bw) = &sel.bandwidth {
         require("bandwidth", "bandwidth", bandwidth_runtime_config(bw))?;
+    }
+    if let Some(guid) = &sel.infiniband_guid {
+        require("infiniband-guid", "infinibandGUID", json!(guid))?;
     }
     if let Some(args) = &sel.cni_args {
         merge_cni_args(&mut list, args);
@@ -165,7 +168,7 @@ mod tests {
     }
 
     const ALL_CAPS: &str = r#"{"cniVersion":"1.0.0","name":"n","plugins":[
-        {"type":"bridge","capabilities":{"ips":true,"mac":true}},
+        {"type":"bridge","capabilities":{"ips":true,"mac":true,"infinibandGUID":true}},
         {"type":"portmap","capabilities":{"portMappings":true}},
         {"type":"bandwidth","capabilities":{"bandwidth":true}}]}"#;
 
@@ -176,7 +179,8 @@ mod tests {
             list(ALL_CAPS),
             &sel(r#"[{"name":"n","ips":["10.2.2.42/24"],"mac":"02:23:45:67:89:01",
                 "portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"TCP","hostIP":"192.0.2.1"}],
-                "bandwidth":{"ingressRate":2048,"ingressBurst":300,"egressRate":8000}}]"#),
+                "bandwidth":{"ingressRate":2048,"ingressBurst":300,"egressRate":8000},
+                "infiniband-guid":"24:8a:07:03:00:8d:ae:2f"}]"#),
         )
         .unwrap();
         assert_eq!(
@@ -186,6 +190,7 @@ mod tests {
                 "mac": "02:23:45:67:89:01",
                 "portMappings": [{"hostPort":8080,"containerPort":80,"protocol":"tcp","hostIP":"192.0.2.1"}],
                 "bandwidth": {"ingressRate":2048,"ingressBurst":300,"egressRate":8000,"egressBurst":MIN_DEFAULT_BURST_BITS},
+                "infinibandGUID": "24:8a:07:03:00:8d:ae:2f",
             })
         );
     }
@@ -198,11 +203,25 @@ mod tests {
             (r#"[{"name":"n","mac":"02:23:45:67:89:01"}]"#, "mac"),
             (r#"[{"name":"n","portMappings":[{"hostPort":1,"containerPort":1}]}]"#, "portMappings"),
             (r#"[{"name":"n","bandwidth":{"egressRate":1}}]"#, "bandwidth"),
+            (r#"[{"name":"n","infiniband-guid":"24:8a:07:03:00:8d:ae:2f"}]"#, "infiniband-guid"),
         ] {
             let err = secondary_delegate("ns/n", list(none), &sel(annotation)).unwrap_err();
             assert_eq!(err.key, key);
             assert!(err.to_string().contains("declares"), "{err}");
         }
+        let err = secondary_delegate(
+            "ns/ib",
+            list(none),
+            &sel(r#"[{"name":"n","infiniband-guid":"24:8a:07:03:00:8d:ae:2f"}]"#),
+        )
+        .unwrap_err();
+        assert_eq!(err.cni_code(), ErrorCode::InvalidNetworkConfig);
+        assert_eq!(
+            err.to_string(),
+            "network ns/ib cannot honour the pod's \"infiniband-guid\" request: no plugin in its CNI config \
+             declares \"capabilities\": {\"infinibandGUID\": true}; add a plugin that does, or do not request \
+             \"infiniband-guid\" of this network"
+        );
     }
 
     #[test]

@@ -435,6 +435,7 @@ mod tests {
             "bandwidth": r#"{"ingressRate": 2048, "egressRate": 4096, "egressBurst": 300}"#,
             "cni-args": r#"{"spoofchk": "on", "vlan": 5}"#,
             "default-route": r#"["10.1.0.1", "fd01::1"]"#,
+            "infiniband-guid": "24:8a:07:03:00:8d:ae:2f",
         }}]))
         .unwrap();
         let s = e[1].selection.clone();
@@ -458,6 +459,7 @@ mod tests {
         );
         assert_eq!(Value::Object(s.cni_args.unwrap()), json!({"spoofchk": "on", "vlan": 5}));
         assert_eq!(s.default_route, Some(vec![ip("10.1.0.1"), ip("fd01::1")]));
+        assert_eq!(s.infiniband_guid.as_deref(), Some("24:8a:07:03:00:8d:ae:2f"));
     }
 
     #[test]
@@ -539,8 +541,8 @@ mod tests {
             (json!([{"networkName": "ns/_fallback"}]), "\"ns/_fallback\": the name is not"),
             (json!([{"networkName": "n", "interfaceName": "this-name-is-too-long"}]), "[0].interfaceName \"this-name-is-too-long\" is not a valid interface name: it is 21 bytes long"),
             (json!([{"networkName": "n", "interfaceName": "a/b"}]), "it contains '/'"),
-            (json!([{"networkName": "n", "parameters": {"vlan": "5"}}]), "[0].parameters has the key \"vlan\", which plexus does not know; the parameters are the NPWG per-attachment keys: ips, mac, cni-args, portMappings, bandwidth, default-route"),
-            (json!([{"networkName": "n", "parameters": {"infiniband-guid": "00:01:02:03:04:05:06:07"}}]), "the key \"infiniband-guid\", which plexus does not know"),
+            (json!([{"networkName": "n", "parameters": {"vlan": "5"}}]), "[0].parameters has the key \"vlan\", which plexus does not know; the parameters are the NPWG per-attachment keys: ips, mac, cni-args, portMappings, bandwidth, infiniband-guid, default-route"),
+            (json!([{"networkName": "n", "parameters": {"infiniband-guid": "00:01:02:03:04:05:06"}}]), "[0].parameters.infiniband-guid: \"infiniband-guid\" \"00:01:02:03:04:05:06\" is not an 8-byte InfiniBand GUID"),
             (json!([{"networkName": "n", "parameters": {"name": "other"}}]), "the key \"name\", which comes from the entry's \"networkName\""),
             (json!([{"networkName": "n", "parameters": {"namespace": "x"}}]), "the key \"namespace\", which comes from the entry's \"networkName\""),
             (json!([{"networkName": "n", "parameters": {"interface": "x"}}]), "the key \"interface\", which comes from the entry's \"interfaceName\""),

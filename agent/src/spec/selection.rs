@@ -11,7 +11,9 @@ use serde_json::{Map, Value};
 
 use crate::cni::{CniCode, ErrorCode};
 
-use super::validate::{is_kernel_ifname, is_mac, is_nad_name, is_namespace, parse_ip_with_optional_prefix};
+use super::validate::{
+    is_infiniband_guid, is_kernel_ifname, is_mac, is_nad_name, is_namespace, parse_ip_with_optional_prefix,
+};
 
 /// One element of the selection: a request to attach one network (spec 4.1.2.1).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +36,14 @@ pub struct NetworkSelection {
     pub bandwidth: Option<Bandwidth>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_route: Option<Vec<IpAddr>>,
+    /// The InfiniBand GUID the interface gets (spec 4.1.2.1.10): eight colon-separated hex
+    /// bytes, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infiniband_guid: Option<String>,
+    /// The IPAMClaim (in the pod's namespace) whose addresses the attachment gets (spec
+    /// 4.1.2.1.11, section 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam_claim_reference: Option<String>,
 }
 
 impl NetworkSelection {
@@ -232,6 +242,17 @@ fn parse_json_item(index: usize, item: &Value) -> Result<NetworkSelection, Selec
                 sel.default_route =
                     Some(parse_default_route(value).map_err(|e| SelectionError(ctx(&e.to_string())))?)
             }
+            "ipam-claim-reference" => {
+                let claim = string(value)
+                    .ok_or_else(|| SelectionError(ctx("\"ipam-claim-reference\" must be a string")))?;
+                if !is_nad_name(claim) {
+                    return invalid(ctx(&format!(
+                        "\"ipam-claim-reference\" {claim:?} is not a valid IPAMClaim name (DNS-1123 subdomain: \
+                         lower-case letters, digits, '-' and '.')"
+                    )));
+                }
+                sel.ipam_claim_reference = Some(claim.to_owned());
+            }
             // Reverse-domain keys belong to other implementations (spec 4.1.2.1); keys
             // without a period are reserved for future spec versions. Neither changes
             // what this version asks for, so both are ignored.
@@ -242,14 +263,22 @@ fn parse_json_item(index: usize, item: &Value) -> Result<NetworkSelection, Selec
             }
         }
     }
+    if sel.ips.is_some() && sel.ipam_claim_reference.is_some() {
+        return invalid(format!(
+            "element {index} ({}): \"ips\" and \"ipam-claim-reference\" are both set; the addresses come from \
+             the IPAMClaim or from \"ips\", not both (spec 4.1.2.1.11): remove one",
+            sel.name
+        ));
+    }
     Ok(sel)
 }
 
 /// The keys of a selection element that parameterise one attachment (spec 4.1.2.1.3 to
-/// 4.1.2.1.8), as opposed to the keys that say which network (`name`, `namespace`), where
+/// 4.1.2.1.8, 4.1.2.1.10), as opposed to the keys that say which network (`name`, `namespace`), where
 /// (`interface`) and the pod-wide `default-route`. plexus's AttachmentParameters objects carry
 /// exactly these.
-pub const ATTACHMENT_KEYS: [&str; 5] = ["ips", "mac", "cni-args", "portMappings", "bandwidth"];
+pub const ATTACHMENT_KEYS: [&str; 6] =
+    ["ips", "mac", "cni-args", "portMappings", "bandwidth", "infiniband-guid"];
 
 /// Reads one of [`ATTACHMENT_KEYS`] into `sel`, validated as the annotation's element is.
 /// `Ok(false)`: `key` is not one of them and `sel` is unchanged.
@@ -276,6 +305,17 @@ pub fn read_attachment_key(
         },
         "portMappings" => sel.port_mappings = Some(parse_port_mappings(value)?),
         "bandwidth" => sel.bandwidth = Some(parse_bandwidth(value)?),
+        "infiniband-guid" => {
+            let guid =
+                string(value).ok_or_else(|| InvalidField("\"infiniband-guid\" must be a string".into()))?;
+            if !is_infiniband_guid(guid) {
+                return Err(InvalidField(format!(
+                    "\"infiniband-guid\" {guid:?} is not an 8-byte InfiniBand GUID: eight hex byte pairs \
+                     separated by ':', e.g. \"24:8a:07:03:00:8d:ae:2f\" (spec 4.1.2.1.10)"
+                )));
+            }
+            sel.infiniband_guid = Some(guid.to_owned());
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -482,7 +522,7 @@ mod tests {
                 "mac":"02:23:45:67:89:01","interface":"data0","cni-args":{"spoofchk":"on"},
                 "portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"udp"},{"hostPort":1,"containerPort":2}],
                 "bandwidth":{"ingressRate":2048,"ingressBurst":300,"egressRate":8000,"egressBurst":200},
-                "default-route":["10.0.0.1","2001:db8::1"],
+                "default-route":["10.0.0.1","2001:db8::1"],"infiniband-guid":"24:8a:07:03:00:8d:ae:2f",
                 "org.example.custom":{"anything":1}}]"#,
         )
         .unwrap();
@@ -499,6 +539,7 @@ mod tests {
         assert_eq!(pm[1].protocol, Protocol::Tcp);
         assert_eq!(s.bandwidth.as_ref().unwrap().egress_burst, Some(200));
         assert_eq!(s.default_route.as_ref().unwrap().len(), 2);
+        assert_eq!(s.infiniband_guid.as_deref(), Some("24:8a:07:03:00:8d:ae:2f"));
     }
 
     #[test]
@@ -552,6 +593,15 @@ mod tests {
             (r#"[{"name":"n","bandwidth":{"rate":1}}]"#, "unknown"),
             (r#"[{"name":"n","default-route":"10.0.0.1"}]"#, "list of gateway"),
             (r#"[{"name":"n","default-route":["gw"]}]"#, "not an IP address"),
+            (r#"[{"name":"n","infiniband-guid":5}]"#, "\"infiniband-guid\" must be a string"),
+            (r#"[{"name":"n","ipam-claim-reference":7}]"#, "\"ipam-claim-reference\" must be a string"),
+            (r#"[{"name":"n","ipam-claim-reference":"VM_1"}]"#, "not a valid IPAMClaim name"),
+            (
+                r#"[{"name":"n","ipam-claim-reference":"vm-a.tenantred","ips":["10.0.0.1/24"]}]"#,
+                "\"ips\" and \"ipam-claim-reference\" are both set",
+            ),
+            (r#"[{"name":"n","infiniband-guid":"24:8a:07:03:00:8d:ae"}]"#, "not an 8-byte InfiniBand GUID"),
+            (r#"[{"name":"n","infiniband-guid":"02:23:45:67:89:01"}]"#, "not an 8-byte InfiniBand GUID"),
             (
                 r#"[{"name":"a","default-route":[]},{"name":"b","default-route":["10.0.0.1"]}]"#,
                 "only one network",
@@ -561,6 +611,13 @@ mod tests {
             let err = parse_selection(text).unwrap_err().to_string();
             assert!(err.contains(want), "{text}: got {err:?}, want {want:?}");
         }
+    }
+
+    #[test]
+    fn an_ipam_claim_reference_names_a_claim() {
+        let s = one(r#"[{"name":"net-b","ipam-claim-reference":"vm123.tenantblue"}]"#).unwrap();
+        assert_eq!(s.ipam_claim_reference.as_deref(), Some("vm123.tenantblue"));
+        assert_eq!(s.ips, None);
     }
 
     #[test]

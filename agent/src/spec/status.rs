@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cni::result::CniResult;
+use crate::cni::result::{CniResult, IpConfig};
 
 /// One element of `k8s.v1.cni.cncf.io/network-status` (spec 5.3).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +32,10 @@ pub struct NetworkStatus {
     /// The gateways of the default routes this attachment holds in the pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gateway: Vec<String>,
+    /// The device behind the attachment, in the Device Information Specification's format
+    /// (spec 5.3.7).
+    #[serde(default, rename = "device-info", skip_serializing_if = "Option::is_none")]
+    pub device_info: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +60,8 @@ pub struct StatusInput<'a> {
     pub default_route: Option<&'a [IpAddr]>,
     /// The gateways of the default routes the attachment holds in the pod.
     pub gateways: &'a [IpAddr],
+    /// The attachment's device information, when it has a device (spec 5.3.7).
+    pub device_info: Option<&'a serde_json::Value>,
 }
 
 /// Builds one status map from the first sandbox interface of the result (spec 5.1.1).
@@ -65,6 +71,7 @@ pub fn network_status(input: StatusInput<'_>) -> NetworkStatus {
         default: input.is_default,
         default_route: input.default_route.map(|gws| gws.iter().map(ToString::to_string).collect()),
         gateway: input.gateways.iter().map(ToString::to_string).collect(),
+        device_info: input.device_info.cloned(),
         ..Default::default()
     };
     let Some(result) = input.result else {
@@ -104,12 +111,17 @@ fn sandbox_interface(result: &CniResult) -> Option<usize> {
 /// The addresses an attachment gave the pod, in the result's order: those of its first sandbox
 /// interface (spec 5.1.1) or, without one, those bound to no interface (5.3.3.1 rule 2).
 pub fn pod_addresses(result: &CniResult) -> Vec<IpAddr> {
+    pod_ip_configs(result).iter().map(|ip| ip.address.addr()).collect()
+}
+
+/// The result's entries of [`pod_addresses`], with their prefix lengths and gateways.
+pub fn pod_ip_configs(result: &CniResult) -> Vec<&IpConfig> {
     let sandbox = sandbox_interface(result);
     let in_pod = |bound_to: Option<i64>| match sandbox {
         Some(i) => bound_to == Some(i as i64),
         None => bound_to.is_none_or(|idx| idx < 0),
     };
-    result.ips.iter().filter(|ip| in_pod(ip.interface)).map(|ip| ip.address.addr()).collect()
+    result.ips.iter().filter(|ip| in_pod(ip.interface)).collect()
 }
 
 /// The gateways of the default routes a result installs, for the default network's
@@ -151,6 +163,7 @@ mod tests {
             is_default: false,
             default_route: None,
             gateways: &[],
+            device_info: None,
         }
     }
 
@@ -237,6 +250,25 @@ mod tests {
                 "mtu": 9000, "default": false, "gateway": ["10.99.0.1"]
             })
         );
+    }
+
+    /// Spec 5.3.7 with the Device Information Specification's example (its section 6.1.2).
+    #[test]
+    fn device_information_is_the_device_info_key() {
+        let r = result(json!({
+            "cniVersion": "1.1.0",
+            "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:03", "sandbox": "/p", "pciID": "0000:18:02.5"}]
+        }));
+        let info = json!({"type": "pci", "version": "1.1.0",
+                          "pci": {"pci-address": "0000:18:02.5", "pf-pci-address": "0000:18:00.0"}});
+        let st = network_status(StatusInput { device_info: Some(&info), ..input(Some(&r)) });
+        assert_eq!(
+            serde_json::to_value(&st).unwrap(),
+            json!({"name": "ns/net", "interface": "net1", "mac": "02:00:00:00:00:03", "default": false,
+                   "device-info": info})
+        );
+        let minimal = network_status(StatusInput { device_info: Some(&info), ..input(None) });
+        assert_eq!(minimal.device_info, Some(info));
     }
 
     #[test]

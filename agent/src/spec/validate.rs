@@ -66,6 +66,14 @@ pub fn is_mac(s: &str) -> bool {
         && parts.iter().all(|p| p.len() == 2 && p.bytes().all(|c| c.is_ascii_hexdigit()))
 }
 
+/// An 8-byte InfiniBand GUID (spec 4.1.2.1.10, the lower 8 bytes of the 20-byte
+/// IP-over-InfiniBand hardware address): eight hex pairs separated by ':', as the spec's
+/// example and the `infinibandGUID` capability of CNI CONVENTIONS write it.
+pub fn is_infiniband_guid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split(':').collect();
+    parts.len() == 8 && parts.iter().all(|p| p.len() == 2 && p.bytes().all(|c| c.is_ascii_hexdigit()))
+}
+
 /// An IPv4 or IPv6 address with an optional prefix length within the family's bounds.
 pub fn parse_ip_with_optional_prefix(s: &str) -> Option<(IpAddr, Option<u8>)> {
     let (addr, prefix) = match s.split_once('/') {
@@ -148,6 +156,26 @@ mod tests {
             assert!(!is_mac(bad), "{bad}");
         }
         assert!(!is_mac("02:23-45:67:89:01"));
+    }
+
+    #[test]
+    fn infiniband_guids_are_eight_colon_separated_bytes() {
+        for ok in ["24:8a:07:03:00:8d:ae:2f", "00:00:00:00:00:00:00:00", "FF:ff:0A:0b:c0:d1:e2:F3"] {
+            assert!(is_infiniband_guid(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "24:8a:07:03:00:8d:ae",
+            "24:8a:07:03:00:8d:ae:2f:00",
+            "24-8a-07-03-00-8d-ae-2f",
+            "248a:0703:008d:ae2f",
+            "24:8a:07:03:00:8d:ae:2g",
+            "24:8a:07:03:00:8d:ae:2",
+            "24:8a:07:03:00:8d:ae:2f:",
+            "80:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22",
+        ] {
+            assert!(!is_infiniband_guid(bad), "{bad}");
+        }
     }
 
     #[test]

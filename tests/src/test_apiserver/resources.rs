@@ -63,6 +63,8 @@ pub const POD_NETWORKS: &str = "podnetworks";
 pub const POD_NETWORK_ATTACHMENTS: &str = "podnetworkattachments";
 /// plexus's AttachmentParameters (plexus.dev/v1alpha1, namespaced).
 pub const ATTACHMENT_PARAMETERS: &str = "attachmentparameters";
+/// NPWG IPAMClaims (k8s.cni.cncf.io/v1alpha1, namespaced, with a status subresource).
+pub const IPAM_CLAIMS: &str = "ipamclaims";
 /// coordination.k8s.io/v1 Leases (namespaced), for leader election.
 pub const LEASES: &str = "leases";
 /// DRA's resource.k8s.io/v1 ResourceClaims (namespaced).
@@ -102,6 +104,7 @@ pub const RESOURCES: &[ResourceDef] = &[
     ResourceDef { group: "coordination.k8s.io", version: "v1", plural: LEASES, kind: "Lease" },
     ResourceDef { group: "resource.k8s.io", version: "v1", plural: RESOURCE_CLAIMS, kind: "ResourceClaim" },
     ResourceDef { group: "resource.k8s.io", version: "v1", plural: RESOURCE_SLICES, kind: "ResourceSlice" },
+    ResourceDef { group: "k8s.cni.cncf.io", version: "v1alpha1", plural: IPAM_CLAIMS, kind: "IPAMClaim" },
 ];
 
 /// Resources whose objects have no namespace: their URLs have none, their objects are keyed by
@@ -112,7 +115,7 @@ pub const CLUSTER_SCOPED: &[&str] = &[POLICIES, POD_NETWORKS, RESOURCE_SLICES];
 pub const BUILT_IN: &[&str] = &[PODS, EVENTS, LEASES, RESOURCE_CLAIMS, RESOURCE_SLICES];
 
 /// Resources with a status subresource (as their CRDs in deploy/ declare, and pods).
-pub const WITH_STATUS: &[&str] = &[PODS, POD_NETWORKS, POD_NETWORK_ATTACHMENTS, RESOURCE_CLAIMS];
+pub const WITH_STATUS: &[&str] = &[PODS, POD_NETWORKS, POD_NETWORK_ATTACHMENTS, RESOURCE_CLAIMS, IPAM_CLAIMS];
 
 /// The resource of a kind ("Pod" → "pods").
 pub fn plural_of_kind(kind: &str) -> Option<&'static str> {

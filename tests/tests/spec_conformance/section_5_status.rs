@@ -96,6 +96,7 @@ fn kernel_spec_5_1_1_status_from_first_sandbox_interface() {
         is_default: false,
         default_route: None,
         gateways: &[],
+        device_info: None,
     });
     assert_eq!(
         (st.interface.as_deref(), st.mac.as_deref(), st.ips.as_slice()),

@@ -280,6 +280,7 @@ impl Engine {
                 pod_network: Some(pn_name),
                 device: selected.device,
                 device_info: selected.device_info,
+                ipam_claim: None,
             });
         }
         Ok(secondaries)

@@ -128,6 +128,7 @@ impl Engine {
             pod_network: None,
             device: None,
             device_info: None,
+            ipam_claim: None,
         };
         let secondaries = match pod {
             None => Secondaries::default(),
@@ -158,7 +159,7 @@ impl Engine {
 
     /// A refusal of the pod's request, also told on the pod (when CNI_ARGS name one), where its
     /// owner looks.
-    async fn refused(&self, pod: Option<&PodInfo>, err: CniError) -> CniError {
+    pub(super) async fn refused(&self, pod: Option<&PodInfo>, err: CniError) -> CniError {
         let Some(pod) = pod else { return err };
         self.catalog.record_event(pod, "NetworkRefused", &err.msg).await;
         err.with_details(format!("pod {}/{}", pod.namespace, pod.name))

@@ -66,8 +66,13 @@ impl Engine {
         let mut out = Vec::with_capacity(planned.len());
         let mut devices = self.pod_devices(Some(pod));
         for p in planned {
-            let selected = match self.selected_delegate(&p, &on_disk, &fix, &mut devices).await {
+            let mut selected = match self.selected_delegate(&p, &on_disk, &fix, &mut devices).await {
                 Ok(s) => s,
+                Err(NotAttachable::Refused(e)) => return Err(refuse(e).await),
+                Err(NotAttachable::Failed(e)) => return Err(e),
+            };
+            let ipam_claim = match self.claim_for(pod, &p, &mut selected.delegate).await {
+                Ok(claim) => claim,
                 Err(NotAttachable::Refused(e)) => return Err(refuse(e).await),
                 Err(NotAttachable::Failed(e)) => return Err(e),
             };
@@ -81,6 +86,7 @@ impl Engine {
                 pod_network: None,
                 device: selected.device,
                 device_info: selected.device_info,
+                ipam_claim,
             });
         }
         Ok(out)

@@ -96,6 +96,7 @@ impl Engine {
                 pod_network: None,
                 device: selected.device,
                 device_info: selected.device_info,
+                ipam_claim: None,
             });
         }
         Ok(out)

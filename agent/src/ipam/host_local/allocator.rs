@@ -77,6 +77,9 @@ pub enum AllocError {
     /// What the reference refuses, with its own message.
     #[error("{0}")]
     Refused(String),
+    /// An IPAMClaim's addresses cannot be given: a config (or claim) the user must fix.
+    #[error("{0}")]
+    Claim(String),
     /// The store failed, while allocating from range set `range` when known.
     #[error("{}{source}", range_prefix(*range))]
     Io { range: Option<usize>, source: io::Error },
@@ -96,6 +99,7 @@ impl AllocError {
         match self {
             AllocError::Refused(m) => AllocError::Refused(format!("{}{m}", range_prefix(Some(index)))),
             AllocError::Io { source, .. } => AllocError::Io { range: Some(index), source },
+            claim @ AllocError::Claim(_) => claim,
         }
     }
 }
@@ -106,6 +110,7 @@ impl CniCode for AllocError {
             // libcni's ErrInternal, the code the reference answers with.
             AllocError::Refused(_) => ErrorCode::Internal,
             AllocError::Io { .. } => ErrorCode::IoFailure,
+            AllocError::Claim(_) => ErrorCode::InvalidNetworkConfig,
         }
     }
 }
@@ -201,6 +206,90 @@ pub fn allocate(
         return Err(AllocError::Refused(format!("failed to allocate all requested IPs: {}", list.join(" "))));
     }
     Ok(configs)
+}
+
+/// ADD for an IPAMClaim (`owner` is the claim's): one address from each range set, and one
+/// the claim already holds stays its own. With `claimed` (the claim's `status.ips`) each set
+/// gets the claim's address it contains, which must be free or the claim's already; a claim
+/// address no set contains, or a set without one, is refused. Without, a set keeps the
+/// claim's address it holds (a pod re-created before the claim's status was written), else
+/// gets the next free one. On failure, what this call reserved is released.
+pub fn allocate_for_claim(
+    store: &mut impl Store,
+    ranges: &[RangeSet],
+    claimed: &[IpAddr],
+    owner: Owner<'_>,
+    claim: &str,
+) -> Result<Vec<IpConfig>, AllocError> {
+    let existing = store.allocations().map_err(AllocError::io)?;
+    let holder =
+        |ip: IpAddr| existing.iter().find(|a| a.ip == ip).map(|a| a.content.trim().replace("\r\n", " "));
+    let owned: Vec<IpAddr> = existing.iter().filter(|a| owner.is(&a.content)).map(|a| a.ip).collect();
+    let mut taken: HashSet<IpAddr> = existing.iter().map(|a| a.ip).collect();
+    if let Some(ip) = claimed.iter().find(|ip| !ranges.iter().any(|set| set.contains(**ip))) {
+        let sets: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+        return Err(AllocError::Claim(format!(
+            "IPAMClaim {claim} holds {}, which is in no range of this network ({}); the claim was filled by \
+             another network: use a claim of this network",
+            go_string(*ip),
+            sets.join("; ")
+        )));
+    }
+    let mut new: Vec<IpConfig> = Vec::new();
+    let mut configs: Vec<IpConfig> = Vec::new();
+    for (index, set) in ranges.iter().enumerate() {
+        let wanted = if claimed.is_empty() {
+            owned.iter().copied().find(|ip| set.contains(*ip))
+        } else {
+            match claimed.iter().copied().find(|ip| set.contains(*ip)) {
+                Some(ip) => Some(ip),
+                None => {
+                    undo(store, &new);
+                    return Err(AllocError::Claim(format!(
+                        "IPAMClaim {claim} has no address in range set {set} of this network; its status.ips \
+                         must hold one address of each range set"
+                    )));
+                }
+            }
+        };
+        let outcome = match wanted {
+            Some(ip) if owned.contains(&ip) => Ok((held_config(set, ip), false)),
+            Some(ip) => match get(store, set, index, owner, Some(ip), &[], &mut taken) {
+                Err(AllocError::Refused(_)) if holder(ip).is_some() => Err(AllocError::Claim(format!(
+                    "address {} of IPAMClaim {claim} is allocated to {}, not to the claim; release it there first",
+                    go_string(ip),
+                    holder(ip).unwrap_or_default()
+                ))),
+                other => other.map(|c| (c, true)),
+            },
+            None => get(store, set, index, owner, None, &[], &mut taken).map(|c| (c, true)),
+        };
+        match outcome {
+            Ok((config, reserved)) => {
+                if reserved {
+                    new.push(config.clone());
+                }
+                configs.push(config);
+            }
+            Err(e) => {
+                undo(store, &new);
+                return Err(e.in_range(index));
+            }
+        }
+    }
+    Ok(configs)
+}
+
+/// The config of an address the owner holds already in `set`.
+fn held_config(set: &RangeSet, ip: IpAddr) -> IpConfig {
+    let range = set.range_for(ip);
+    IpConfig {
+        address: range
+            .and_then(|r| with_prefix(ip, r.subnet.prefix_len()))
+            .unwrap_or_else(|| IpNet::from(ip)),
+        gateway: range.map(|r| r.gateway),
+        interface: None,
+    }
 }
 
 /// The reference's `IPAllocator.Get` for one range set.
@@ -597,6 +686,63 @@ pub mod tests {
             add(&mut s, &both, &[], "b").unwrap(),
             ["10.1.0.3/24 gw 10.1.0.1", "fd00::3/120 gw fd00::1"]
         );
+    }
+
+    fn claim_add(s: &mut FakeStore, sets: &[RangeSet], claimed: &[&str]) -> Result<Vec<String>, AllocError> {
+        let claimed: Vec<IpAddr> = claimed.iter().map(|c| ip(c)).collect();
+        allocate_for_claim(s, sets, &claimed, Owner::new("ipamclaim/ns/vm-a", "ipamclaim"), "ns/vm-a")
+            .map(|c| c.iter().map(|c| c.address.to_string()).collect())
+    }
+
+    #[test]
+    fn a_claim_keeps_its_addresses_across_adds_and_takes_those_it_names() {
+        let mut s = FakeStore::default();
+        let sets = vec![set24()];
+        // Nothing held, no status: the next free address, recorded as the claim's.
+        assert_eq!(claim_add(&mut s, &sets, &[]).unwrap(), ["10.1.0.2/24"]);
+        assert_eq!(s.files["10.1.0.2"], "ipamclaim/ns/vm-a\r\nipamclaim");
+        // Again (the pod re-created before the status was written): the same one, nothing new.
+        assert_eq!(claim_add(&mut s, &sets, &[]).unwrap(), ["10.1.0.2/24"]);
+        assert_eq!(claim_add(&mut s, &sets, &["10.1.0.2"]).unwrap(), ["10.1.0.2/24"]);
+        assert_eq!(s.files.len(), 1, "one allocation");
+        // A container's DEL does not touch it.
+        release(&mut s, Owner::new("c1", "net1")).unwrap();
+        assert!(s.files.contains_key("10.1.0.2"));
+        // The claim's status names an address it does not hold yet: reserved for it.
+        let mut fresh = FakeStore::default();
+        assert_eq!(claim_add(&mut fresh, &sets, &["10.1.0.77"]).unwrap(), ["10.1.0.77/24"]);
+        // Released as the claim's.
+        release(&mut fresh, Owner::new("ipamclaim/ns/vm-a", "ipamclaim")).unwrap();
+        assert!(!fresh.files.contains_key("10.1.0.77"));
+    }
+
+    /// The message of a claim's refusal (code 7); anything else fails the test.
+    fn claim_refused(r: Result<Vec<String>, AllocError>) -> String {
+        match r {
+            Err(e @ AllocError::Claim(_)) => {
+                assert_eq!(e.cni_code(), ErrorCode::InvalidNetworkConfig);
+                e.to_string()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_claims_conflicts_are_refused_clearly_and_leave_nothing() {
+        let mut s = FakeStore::default();
+        let sets = vec![set24()];
+        add(&mut s, &sets, &["10.1.0.9"], "c1").unwrap();
+        let err = claim_refused(claim_add(&mut s, &sets, &["10.1.0.9"]));
+        assert!(err.contains("address 10.1.0.9 of IPAMClaim ns/vm-a is allocated to c1 eth0"), "{err}");
+        let err = claim_refused(claim_add(&mut s, &sets, &["192.168.7.1"]));
+        assert!(
+            err.contains("IPAMClaim ns/vm-a holds 192.168.7.1, which is in no range of this network"),
+            "{err}"
+        );
+        let dual = vec![set24(), RangeSet(vec![range("fd00::/64", "fd00::2", "fd00::ff", "fd00::1")])];
+        let err = claim_refused(claim_add(&mut s, &dual, &["10.1.0.20"]));
+        assert!(err.contains("has no address in range set"), "{err}");
+        assert!(!s.files.contains_key("10.1.0.20"), "the address reserved before the failure is released");
     }
 
     #[test]

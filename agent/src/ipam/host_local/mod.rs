@@ -17,15 +17,18 @@ use allocator::Owner;
 pub use config::HostLocalConfig;
 use store::{DiskStore, StoreError};
 
+use super::claim::{self, ClaimRequest};
 use super::IpamError;
 use crate::cni::result::{CniResult, Dns};
 use crate::delegate::InvocationEnv;
 
-/// ADD: one address from each range set, or the requested ones.
+/// ADD: one address from each range set, or the requested ones; for an IPAMClaim, the
+/// claim's (see [`allocator::allocate_for_claim`]).
 pub async fn add(
     cfg: HostLocalConfig,
     env: &InvocationEnv,
     timeout: Duration,
+    claim: Option<ClaimRequest>,
 ) -> Result<CniResult, IpamError> {
     let (id, ifname) = (env.container_id.clone(), env.ifname.clone());
     let deadline = Instant::now() + timeout;
@@ -35,14 +38,53 @@ pub async fn add(
             None => Dns::default(),
         };
         let mut store = DiskStore::open(&cfg.network_dir(), deadline).map_err(|e| store_error(e, timeout))?;
-        let ips = allocator::allocate(&mut store, &cfg.ranges, &cfg.requested, Owner::new(&id, &ifname))?;
+        let ips = match &claim {
+            None => allocator::allocate(&mut store, &cfg.ranges, &cfg.requested, Owner::new(&id, &ifname))?,
+            Some(claim) => {
+                let owner_id = claim.owner_id();
+                let owner = Owner::new(&owner_id, claim::OWNER_IFNAME);
+                let named = format!("{}/{}", claim.namespace, claim.name);
+                allocator::allocate_for_claim(&mut store, &cfg.ranges, &claim.addresses()?, owner, &named)?
+            }
+        };
         Ok(CniResult { cni_version: cfg.cni_version, interfaces: Vec::new(), ips, routes: cfg.routes, dns })
     })
     .await
 }
 
+/// Releases every address the IPAMClaim `namespace/name` holds in the network directory
+/// `network_dir` (once the claim is gone); nothing to release is fine.
+pub async fn release_claim(
+    network_dir: std::path::PathBuf,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<(), IpamError> {
+    let owner_id = claim::owner_id(namespace, name);
+    let deadline = Instant::now() + timeout;
+    blocking(move || {
+        let Some(mut store) =
+            DiskStore::open_existing(&network_dir, deadline).map_err(|e| store_error(e, timeout))?
+        else {
+            return Ok(());
+        };
+        allocator::release(&mut store, Owner::new(&owner_id, claim::OWNER_IFNAME))
+            .map_err(|e| IpamError::io(format!("host-local: releasing in {}", network_dir.display()), e))
+    })
+    .await
+}
+
 /// DEL: releases every address of this container and interface; nothing to release is fine.
-pub async fn del(cfg: HostLocalConfig, env: &InvocationEnv, timeout: Duration) -> Result<(), IpamError> {
+/// An IPAMClaim's addresses stay the claim's.
+pub async fn del(
+    cfg: HostLocalConfig,
+    env: &InvocationEnv,
+    timeout: Duration,
+    claim: Option<ClaimRequest>,
+) -> Result<(), IpamError> {
+    if claim.is_some() {
+        return Ok(());
+    }
     let (id, ifname) = (env.container_id.clone(), env.ifname.clone());
     let deadline = Instant::now() + timeout;
     blocking(move || {
@@ -58,9 +100,18 @@ pub async fn del(cfg: HostLocalConfig, env: &InvocationEnv, timeout: Duration) -
     .await
 }
 
-/// CHECK: some address is recorded for this container and interface.
-pub async fn check(cfg: HostLocalConfig, env: &InvocationEnv, timeout: Duration) -> Result<(), IpamError> {
-    let (id, ifname) = (env.container_id.clone(), env.ifname.clone());
+/// CHECK: some address is recorded for this container and interface (for an IPAMClaim, for
+/// the claim).
+pub async fn check(
+    cfg: HostLocalConfig,
+    env: &InvocationEnv,
+    timeout: Duration,
+    claim: Option<ClaimRequest>,
+) -> Result<(), IpamError> {
+    let (id, ifname) = match &claim {
+        Some(claim) => (claim.owner_id(), claim::OWNER_IFNAME.to_owned()),
+        None => (env.container_id.clone(), env.ifname.clone()),
+    };
     let deadline = Instant::now() + timeout;
     blocking(move || {
         let dir = cfg.network_dir();

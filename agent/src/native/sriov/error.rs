@@ -52,6 +52,10 @@ pub enum SriovError {
     #[error(transparent)]
     Ipam(Box<DelegateError>),
 
+    /// The attachment's device-info file (`runtimeConfig.CNIDeviceInfoFile`) cannot be written.
+    #[error(transparent)]
+    DeviceInfo(#[from] crate::devinfo::file::DeviceInfoFileError),
+
     /// Undoing an attachment (partly) failed. While the VF is not restored its record stays,
     /// so a DEL retry can finish the job.
     #[error("{context}; undoing the attachment of VF {pci} failed: {}", errors.join("; "))]
@@ -102,6 +106,7 @@ impl CniCode for SriovError {
             SriovError::Environment(_) => ErrorCode::InvalidEnvironment,
             SriovError::Busy { .. } | SriovError::LockTimeout { .. } => ErrorCode::TryAgainLater,
             SriovError::State { .. } => ErrorCode::IoFailure,
+            SriovError::DeviceInfo(e) => e.cni_code(),
             SriovError::Ipam(e) => e.cni_code(),
             SriovError::Link(e) => e.cni_code(),
             SriovError::Netlink { .. }

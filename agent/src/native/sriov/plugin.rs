@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::config::{device_id_for_del, has_ipam_for_del, SriovConf};
-use super::error::SriovError;
+use super::error::{SriovError, StateCause};
 use super::lock::VfLocks;
 use super::netdev;
 use super::state::{Owner, VfRecord, VfStore};
@@ -32,6 +32,7 @@ use crate::cni::result::{CniResult, Interface};
 use crate::cni::{AttachmentKey, Command, ErrorCode};
 use crate::delegate::native::{native_error, NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
+use crate::devinfo;
 use crate::ipam::Ipam;
 use crate::native::announce;
 use crate::netlink::{configure_ip, netns_exists, verify_ips, verify_routes, Netlink};
@@ -233,6 +234,9 @@ impl SriovPlugin {
         let out = result
             .to_version(&conf.cni_version)
             .map_err(|e| SriovError::Config(format!("cannot express the result: {e}")))?;
+        if let Some(path) = device_info_file(config) {
+            describe_vf(&path, &record.device).await?;
+        }
         record.complete = true;
         self.store.save(record).await?;
         Ok(out)
@@ -441,6 +445,28 @@ impl SriovPlugin {
     }
 }
 
+/// The attachment's device-info file, when the runtime (plexus's engine) passes one
+/// (`runtimeConfig.CNIDeviceInfoFile`, Device Information Specification 5.1).
+fn device_info_file(config: &Value) -> Option<PathBuf> {
+    let path = config.get("runtimeConfig")?.get(devinfo::CAPABILITY)?.as_str()?;
+    (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// Writes the VF's device information to `path` unless a file is there already: one written
+/// before the ADD (a device plugin's, copied by the engine) describes the device as its
+/// allocator knows it and is kept (Device Information Specification 5.1.2).
+/// A file there that is not device information is replaced.
+async fn describe_vf(path: &Path, device: &sysfs::VfDevice) -> Result<(), SriovError> {
+    let (file, info) = (path.to_owned(), device.device_info());
+    let written = tokio::task::spawn_blocking(move || match devinfo::file::read(&file) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) | Err(_) => devinfo::file::write(&file, &info),
+    })
+    .await
+    .map_err(|e| SriovError::State { path: path.display().to_string(), cause: StateCause::Task(e) })?;
+    Ok(written?)
+}
+
 fn require_env(env: &InvocationEnv) -> Result<(), SriovError> {
     for (name, value) in
         [("CNI_CONTAINERID", &env.container_id), ("CNI_NETNS", &env.netns), ("CNI_IFNAME", &env.ifname)]
@@ -453,6 +479,13 @@ fn require_env(env: &InvocationEnv) -> Result<(), SriovError> {
 }
 
 impl NativePlugin for SriovPlugin {
+    /// The VF's device-info file is written when the engine passes one, whatever the config
+    /// declares (sriov-cni has no such capability, so no NAD written for it declares it); the
+    /// built-in IPAM honours an IPAMClaim likewise.
+    fn capabilities(&self) -> &'static [&'static str] {
+        &[devinfo::CAPABILITY, crate::ipam::claim::RUNTIME_CONFIG_KEY]
+    }
+
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
         Box::pin(async move {
             let outcome = match call.command {

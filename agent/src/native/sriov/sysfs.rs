@@ -40,6 +40,13 @@ impl VfDevice {
     pub fn is_userspace(&self) -> bool {
         self.driver.as_deref().is_some_and(|driver| USERSPACE_DRIVERS.contains(&driver))
     }
+
+    /// The VF as the Device Information Specification describes it: a PCI device with its PF's
+    /// address, and the userspace driver that holds it, when one does.
+    pub fn device_info(&self) -> serde_json::Value {
+        let userspace = self.driver.as_deref().filter(|_| self.is_userspace());
+        crate::devinfo::format::pci(&self.pci, Some(&self.pf_pci), userspace)
+    }
 }
 
 fn devices(root: &Path) -> PathBuf {
@@ -184,6 +191,22 @@ mod tests {
         assert_eq!((vf.vf, vf.driver.as_deref()), (1, Some("vfio-pci")));
         assert!(vf.is_userspace());
         assert_eq!(netdev_of(root.path(), "0000:03:02.1").unwrap(), None);
+    }
+
+    #[test]
+    fn device_information_names_the_pf_and_only_a_userspace_driver() {
+        let root = tree();
+        assert_eq!(
+            discover(root.path(), "0000:03:02.1").unwrap().device_info(),
+            serde_json::json!({"type": "pci", "version": "1.1.0", "pci": {
+                "pci-address": "0000:03:02.1", "pf-pci-address": "0000:03:00.0",
+                "plexus.dev/userspace-driver": "vfio-pci"}})
+        );
+        assert_eq!(
+            discover(root.path(), "0000:03:03.4").unwrap().device_info(),
+            serde_json::json!({"type": "pci", "version": "1.1.0", "pci": {
+                "pci-address": "0000:03:03.4", "pf-pci-address": "0000:03:00.0"}})
+        );
     }
 
     #[test]

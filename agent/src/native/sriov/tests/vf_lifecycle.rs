@@ -97,6 +97,12 @@ impl Node {
         Some(serde_json::from_slice(&bytes).expect("a JSON record"))
     }
 
+    /// The PF reports the original settings and the record is gone.
+    fn assert_restored_pf(&self) {
+        assert_eq!(self.pf.admin(PF, VF_INDEX), original_admin());
+        assert!(self.record().is_none(), "the record is gone");
+    }
+
     /// The VF's netdev is back on the node under its name, with its MAC and MTU, and the PF
     /// reports the original settings.
     fn assert_restored(&self) {
@@ -301,6 +307,38 @@ async fn kernel_a_userspace_driver_vf_gets_only_pf_settings() {
     call(&plugin, "DEL", &conf, &env).await.expect("DEL");
     assert_eq!(node.pf.admin(PF, VF_INDEX), original_admin());
     assert!(node.record().is_none());
+}
+
+/// With `runtimeConfig.CNIDeviceInfoFile` (which the engine always passes, the type honouring
+/// the capability natively), the ADD describes the VF in that file, as the Device Information
+/// Specification's CNI plugin does (5.1.2); a file already there (a device plugin's, copied
+/// by the engine) is kept.
+#[tokio::test]
+async fn kernel_the_vf_is_described_in_the_device_info_file() {
+    for driver in ["iavf", "vfio-pci"] {
+        let node = Node::new(driver);
+        let pod = Netns::new("plx-sp");
+        let plugin = node.plugin();
+        let env = env(&pod, "c-info", "info");
+        let file = node.state.path().join("devinfo/cni/c-info-net1-device.json");
+        let conf = config(json!({"runtimeConfig": {"CNIDeviceInfoFile": file}}));
+        call(&plugin, "ADD", &conf, &env).await.expect("ADD");
+        let written: Value = serde_json::from_slice(&std::fs::read(&file).expect("the file")).expect("JSON");
+        let mut pci = json!({"pci-address": VF_PCI, "pf-pci-address": PF_PCI});
+        if driver == "vfio-pci" {
+            pci["plexus.dev/userspace-driver"] = json!("vfio-pci");
+        }
+        assert_eq!(written, json!({"type": "pci", "version": "1.1.0", "pci": pci}), "{driver}");
+        call(&plugin, "DEL", &conf, &env).await.expect("DEL");
+        node.assert_restored_pf();
+
+        let allocated = json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": VF_PCI, "rdma-device": "mlx5_3"}});
+        std::fs::write(&file, allocated.to_string()).expect("a device plugin's copy");
+        call(&plugin, "ADD", &conf, &env).await.expect("ADD");
+        let kept: Value = serde_json::from_slice(&std::fs::read(&file).expect("the file")).expect("JSON");
+        assert_eq!(kept, allocated, "{driver}: the device plugin's information is kept");
+        call(&plugin, "DEL", &conf, &env).await.expect("DEL");
+    }
 }
 
 #[tokio::test]
