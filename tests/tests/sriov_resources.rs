@@ -363,11 +363,32 @@ async fn kernel_two_pods_sharing_one_nad_each_get_the_vf_kubelet_gave_them() {
         Some(info),
         "the device plugin's device-info is the attachment's"
     );
-    assert_eq!(b.attachments[1].device_info, None, "no device-info file, none invented");
+    // Where the device plugin wrote nothing, the native sriov type describes the VF itself.
+    assert_eq!(
+        b.attachments[1].device_info,
+        Some(
+            json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:81:02.1", "pf-pci-address": PF_PCI}})
+        ),
+        "the sriov type's own description of pod-b's VF"
+    );
+    // Device-info spec 4.2.1: the device plugin's file is copied into the attachment's CNI
+    // device-info file, which lives until DEL.
+    let cni_file = |cid: &str| h.dir.path().join(format!("devinfo/cni/{cid}-net1-device.json"));
+    let copied: Value = serde_json::from_str(&std::fs::read_to_string(cni_file("cid-a")).unwrap_or_default())
+        .unwrap_or(Value::Null);
+    assert_eq!(
+        copied,
+        a.attachments[1].device_info.clone().unwrap_or(Value::Null),
+        "pod-a's CNI device-info file"
+    );
     assert!(h.kubelet.calls().iter().all(|c| c == "List"), "{:?}", h.kubelet.calls());
 
     h.del("pod-a", "cid-a", &ns_a).await;
     h.del("pod-b", "cid-b", &ns_b).await;
+    assert!(
+        !cni_file("cid-a").exists() && !cni_file("cid-b").exists(),
+        "DEL removes the CNI device-info files"
+    );
     h.assert_nothing_left(&[&ns_a, &ns_b]);
 }
 
