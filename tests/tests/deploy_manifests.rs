@@ -310,8 +310,15 @@ fn the_daemonset_runs_the_agent_with_its_mounts_probes_and_identity() {
         "kubelet's PodResources socket is mounted: {}",
         opts.pod_resources_socket.display()
     );
+    assert!(
+        under(&m, "/var/run/k8s.cni.cncf.io/devinfo", &opts.device_info_dir),
+        "the device information files are the node's: {}",
+        opts.device_info_dir.display()
+    );
     let mounted =
         |v: &str| agent["volumeMounts"].as_array().unwrap().iter().find(|x| x["mountPath"] == v).cloned();
+    let devinfo = mounted("/var/run/k8s.cni.cncf.io/devinfo").expect("the device-info mount");
+    assert_ne!(devinfo["readOnly"], true, "plexus writes each attachment's device-info file");
     assert_eq!(mounted("/sys/fs/bpf").unwrap()["mountPropagation"], "Bidirectional");
 
     // Probes reach the metrics endpoint where the agent listens.
