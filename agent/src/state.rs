@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::cni::{CniCode, ErrorCode};
 use crate::spec::delegate_conf::DelegateConfig;
+use crate::spec::selection::NetworkSelection;
 
 /// One attachment of a container: the default network or a selected one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +44,19 @@ pub struct AttachmentRecord {
     /// network-status `device-info` and the content of its CNI device-info file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info: Option<Value>,
+    /// The NPWG selection this attachment was made for, so a live change of the pod's
+    /// selection annotation can tell what changed (`crate::live`). `None` for the default
+    /// network, other front-ends, and records written before live attachments existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<NetworkSelection>,
+    /// Added by a live change whose ADD has not answered yet: recorded before the ADD runs, so
+    /// an agent that dies during it undoes and retries it on start (`crate::live`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub live_pending: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A device of a cluster resource, allocated to one attachment.
@@ -362,6 +376,8 @@ mod tests {
                 pod_network: None,
                 device: None,
                 device_info: None,
+                selection: None,
+                live_pending: false,
             }],
             complete: true,
         }

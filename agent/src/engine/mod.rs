@@ -634,6 +634,8 @@ mod tests {
             pod_network: None,
             device: None,
             device_info: None,
+            selection: None,
+            live_pending: false,
         }
     }
 

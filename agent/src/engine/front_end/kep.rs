@@ -268,6 +268,8 @@ impl Engine {
                 pod_network: Some(pn_name),
                 device: None,
                 device_info: None,
+                selection: None,
+                live_pending: false,
             });
         }
         Ok(secondaries)

@@ -116,6 +116,8 @@ impl Engine {
             pod_network: None,
             device: None,
             device_info: None,
+            selection: None,
+            live_pending: false,
         };
         let secondaries = match pod {
             None => Secondaries::default(),

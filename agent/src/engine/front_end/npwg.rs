@@ -80,6 +80,8 @@ impl Engine {
                 pod_network: None,
                 device: None,
                 device_info: None,
+                selection: Some(p.selection.clone()),
+                live_pending: false,
             });
         }
         Ok(out)

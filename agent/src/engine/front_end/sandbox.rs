@@ -94,6 +94,8 @@ impl Engine {
                 pod_network: None,
                 device: None,
                 device_info: None,
+                selection: None,
+                live_pending: false,
             });
         }
         Ok(out)
