@@ -4,6 +4,7 @@
 mod default_route;
 mod error;
 mod front_end;
+pub mod live;
 pub mod locks;
 mod pod_networks_status;
 pub mod pod_uid;
@@ -64,6 +65,9 @@ pub struct Engine {
     /// The CRI network API's networks, when it is served: while it holds one, STATUS needs no
     /// default network (a sandbox that names an API network needs none).
     api_networks: Option<Arc<NetworkStore>>,
+    /// The bandwidth dataplane, whose limits a live change of a selection's bandwidth changes
+    /// in place.
+    bandwidth: Option<Arc<crate::dataplane::bandwidth::Bandwidth>>,
 }
 
 impl From<StateError> for CniError {
@@ -93,7 +97,14 @@ impl Engine {
             locks: ContainerLocks::default(),
             policy: PolicyHandle::default(),
             api_networks: None,
+            bandwidth: None,
         }
+    }
+
+    /// Live changes of a selection's bandwidth change `service`'s limits in place.
+    pub fn with_bandwidth(mut self, service: Arc<crate::dataplane::bandwidth::Bandwidth>) -> Self {
+        self.bandwidth = Some(service);
+        self
     }
 
     /// Checks every secondary network against `policy` (without: everything is allowed).

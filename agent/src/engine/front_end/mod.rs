@@ -158,7 +158,7 @@ impl Engine {
     /// catalog, resolved (spec 3.4.1), with the selection's per-attachment keys, allowed by the
     /// policy. `fix` ends the message when the network does not exist: what to change instead
     /// of creating it.
-    async fn selected_delegate(
+    pub(super) async fn selected_delegate(
         &self,
         planned: &PlannedAttachment,
         on_disk: &[OnDiskConfig],
