@@ -228,6 +228,15 @@ impl Engine {
             }
         }
         change.detach.sort_unstable();
+        // Attachments detached to be attached again (changed parameters or config): put back
+        // as they were if the change fails.
+        let mut replaced: Vec<AttachmentRecord> = change
+            .detach
+            .iter()
+            .map(|e| &record.attachments[secondary(*e)])
+            .filter(|a| additions.iter().any(|(addition, _)| addition.ifname == a.ifname))
+            .cloned()
+            .collect();
         self.live_detach(env, record, &change.detach, outcome).await?;
         // Indices moved with the detaches: the bandwidth changes find theirs by interface.
         for (ifname, selection, limits) in in_place {
@@ -239,12 +248,57 @@ impl Engine {
                         continue;
                     };
                     let delegate = self.live_delegate(&pod.namespace, &ifname, &selection, &on_disk).await?;
+                    replaced.push(record.attachments[secondary(i)].clone());
                     self.live_detach(env, record, &[i], outcome).await?;
                     additions.push((Addition { selection, ifname }, delegate));
                 }
             }
         }
-        self.live_attach(pod, env, record, additions, outcome).await
+        let attached = self.live_attach(pod, env, record, additions, outcome).await;
+        if attached.is_err() && !replaced.is_empty() {
+            self.restore_replaced(env, record, replaced, outcome).await;
+        }
+        attached
+    }
+
+    /// After a failed change, attaches again what it detached to re-attach, with the configs
+    /// they had (best effort: what cannot be restored is logged, and the next look retries the
+    /// pod's request).
+    async fn restore_replaced(
+        &self,
+        env: &CniEnv,
+        record: &mut ContainerRecord,
+        replaced: Vec<AttachmentRecord>,
+        outcome: &mut LiveOutcome,
+    ) {
+        for mut a in replaced {
+            a.result = None;
+            a.live_pending = true;
+            record.attachments.push(a);
+            let i = record.attachments.len() - 1;
+            if let Err(e) = self.state.save(record).await {
+                tracing::warn!("recording the restore of a replaced attachment: {e}");
+            }
+            let a = &record.attachments[i];
+            match self.delegator.add(&a.delegate, &invocation(env, &a.ifname)).await {
+                Ok(result) => {
+                    tracing::info!(network = %a.network, ifname = %a.ifname, "restored after the failed change");
+                    outcome.detached.retain(|d| *d != described(a));
+                    record.attachments[i].result = result;
+                    record.attachments[i].live_pending = false;
+                }
+                Err(e) => {
+                    tracing::warn!(network = %a.network, ifname = %a.ifname, "restoring after the failed change: {e}");
+                    if let Err(e) = self.delegator.del(&a.delegate, &invocation(env, &a.ifname), None).await {
+                        tracing::warn!(network = %a.network, "undoing the failed restore: {e}");
+                    }
+                    record.attachments.truncate(i);
+                }
+            }
+            if let Err(e) = self.state.save(record).await {
+                tracing::warn!("recording the restore of a replaced attachment: {e}");
+            }
+        }
     }
 
     /// The delegate of a selection attached live, as ADD makes it.
