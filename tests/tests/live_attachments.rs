@@ -277,13 +277,7 @@ fn converged(c: &dyn Cluster, pod: &Netns, ifnames: &[&str]) -> Value {
                 && listed == want
                 && status.as_array().into_iter().flatten().all(|e| {
                     let ifname = e["interface"].as_str().unwrap_or_default();
-                    let mut inside: Vec<String> = pod
-                        .addresses(ifname)
-                        .into_iter()
-                        .filter(|a| !a.contains(':'))
-                        .map(|a| a.split('/').next().unwrap_or_default().to_owned())
-                        .collect();
-                    inside.sort();
+                    let inside = v4_of(pod, ifname);
                     let mut published: Vec<String> = e["ips"]
                         .as_array()
                         .into_iter()
@@ -307,6 +301,20 @@ fn converged(c: &dyn Cluster, pod: &Netns, ifnames: &[&str]) -> Value {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The IPv4 addresses (without prefix) of `ifname` in the pod; empty while it does not exist.
+fn v4_of(pod: &Netns, ifname: &str) -> Vec<String> {
+    let text = pod.try_ip(&["-j", "addr", "show", "dev", ifname]).unwrap_or_default();
+    let links: Vec<Value> = serde_json::from_str(&text).unwrap_or_default();
+    let mut out: Vec<String> = links
+        .iter()
+        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
+        .filter(|a| a["family"] == "inet")
+        .filter_map(|a| a["local"].as_str().map(str::to_owned))
+        .collect();
+    out.sort();
+    out
 }
 
 /// The interface index of `ifname` in the pod.
@@ -552,6 +560,64 @@ fn standalone_with_live_attachments_off_a_running_pod_is_left_alone() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(links(&pod), ["eth0"]);
     assert!(plain(&c.w.agent_log()).contains("live attachments are off"));
+    let out = c.w.del(&cid(POD), &pod, (NS, POD));
+    assert!(out.ok(), "DEL: {} {}", out.stdout, out.stderr);
+    c.w.assert_nothing_left(&[&pod]);
+}
+
+#[test]
+fn standalone_a_changed_network_config_reattaches_only_pods_that_ask() {
+    let mut w = World::new();
+    w.pin_on_own_bpffs();
+    w.agent_args.extend(["--live-resync-secs".into(), "1".into()]);
+    w.write_nad(NS, "livebr", Some(&bridge_nad(&w, "livebr", "livebr5", "10.86.0.0/24")));
+    // `pad`: spaces in the annotation, which make it a new request with the same selection.
+    let write_pod = |w: &World, reattach: bool, pad: &str| {
+        let mut annotations = json!({NETWORKS: format!(r#"{pad}[{{"name":"livebr"}}]"#)});
+        if reattach {
+            annotations["plexus.dev/reattach-on-config-change"] = json!("true");
+        }
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": POD, "namespace": NS, "annotations": annotations}});
+        std::fs::write(w.path("pods").join(format!("{NS}_{POD}.json")), pod.to_string()).unwrap();
+    };
+    write_pod(&w, false, "");
+    let mut c = Standalone { w };
+    c.start();
+    let pod = Netns::new("lvpod");
+    no_dad(&pod);
+    c.w.add(&cid(POD), &pod, (NS, POD)).expect_ok();
+    converged(&c, &pod, &["eth0", "net1"]);
+    let v4 = |pod: &Netns| v4_of(pod, "net1");
+    assert!(v4(&pod)[0].starts_with("10.86.0."), "{:?}", v4(&pod));
+
+    // The network's config changes: a pod that did not ask keeps its attachment as it is.
+    // (The new config cannot be attached: its bridge already has the old gateway address.)
+    c.w.write_nad(NS, "livebr", Some(&bridge_nad(&c.w, "livebr", "livebr5", "10.87.0.0/24")));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(v4(&pod)[0].starts_with("10.86.0."), "{:?}", v4(&pod));
+
+    // Asked, and the new config fails: the attachment is back as it was, with an event.
+    write_pod(&c.w, true, "");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.events().contains("LiveAttachmentFailed") {
+        assert!(Instant::now() < deadline, "no event:\n{}", c.w.agent_log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    converged(&c, &pod, &["eth0", "net1"]);
+    assert!(v4(&pod)[0].starts_with("10.86.0."), "{:?}", v4(&pod));
+
+    // A config that works (and the request said again): re-attached on the same interface.
+    c.w.write_nad(NS, "livebr", Some(&bridge_nad(&c.w, "livebr", "livebr6", "10.87.0.0/24")));
+    write_pod(&c.w, true, " ");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !v4(&pod).first().is_some_and(|a| a.starts_with("10.87.0.")) {
+        assert!(Instant::now() < deadline, "never re-attached:\n{}", c.w.agent_log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    converged(&c, &pod, &["eth0", "net1"]);
+    assert!(plain(&c.w.agent_log()).contains("network config changed: re-attaching"));
+
     let out = c.w.del(&cid(POD), &pod, (NS, POD));
     assert!(out.ok(), "DEL: {} {}", out.stdout, out.stderr);
     c.w.assert_nothing_left(&[&pod]);
