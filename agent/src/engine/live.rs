@@ -486,3 +486,63 @@ impl Engine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::bandwidth::config::Limit;
+
+    fn bw(ingress: Option<u64>, egress: Option<u64>) -> Bandwidth {
+        Bandwidth { ingress_rate: ingress, ingress_burst: None, egress_rate: egress, egress_burst: None }
+    }
+
+    #[test]
+    fn limits_follow_the_selection_and_a_zero_rate_is_none() {
+        assert!(limits_of(None).is_empty());
+        let l = limits_of(Some(&bw(Some(1_000_000), None)));
+        assert_eq!(l.ingress.map(|l: Limit| l.rate_bps), Some(1_000_000));
+        assert!(l.ingress.is_some_and(|l| l.burst_bits.is_some()), "a default burst");
+        assert!(l.egress.is_none());
+        assert!(limits_of(Some(&bw(Some(0), Some(0)))).is_empty());
+    }
+
+    #[test]
+    fn in_place_only_with_the_same_directions_limited() {
+        let both = limits_of(Some(&bw(Some(1_000_000), Some(1_000_000))));
+        let faster = limits_of(Some(&bw(Some(5_000_000), Some(2_000_000))));
+        let ingress = limits_of(Some(&bw(Some(1_000_000), None)));
+        assert!(same_directions(&both, &faster));
+        assert!(!same_directions(&both, &ingress), "a direction removed");
+        assert!(!same_directions(&ingress, &both), "a direction added");
+        assert!(!same_directions(&both, &Limits::default()), "every limit removed");
+    }
+
+    #[test]
+    fn the_request_is_the_selection_and_the_reattach_annotation() {
+        let mut pod = PodInfo { namespace: "ns".into(), name: "p".into(), ..PodInfo::default() };
+        let empty = request_of(&pod);
+        pod.annotations.insert("other".into(), "x".into());
+        assert_eq!(request_of(&pod), empty, "other annotations are not the request");
+        pod.annotations.insert(NETWORKS_ANNOTATION.into(), "blue".into());
+        let blue = request_of(&pod);
+        assert_ne!(blue, empty);
+        pod.annotations.insert(REATTACH_ANNOTATION.into(), "true".into());
+        assert_ne!(request_of(&pod), blue);
+    }
+
+    #[test]
+    fn only_completed_npwg_records_of_a_pod_are_live() {
+        let mut record = crate::engine::tests::record_for_live();
+        assert!(is_live(&record));
+        record.complete = false;
+        assert!(!is_live(&record), "an ADD still running");
+        record.complete = true;
+        record.front_end = FrontEnd::PodNetworks;
+        assert!(!is_live(&record), "PodNetworks are immutable");
+        record.front_end = FrontEnd::Sandbox;
+        assert!(!is_live(&record), "the runtime's list");
+        record.front_end = FrontEnd::Npwg;
+        record.pod = None;
+        assert!(!is_live(&record), "no pod to read the selection of");
+    }
+}

@@ -688,6 +688,13 @@ mod tests {
         }
     }
 
+    /// A completed NPWG record of pod ns/p with the default network and one selection.
+    pub(super) fn record_for_live() -> ContainerRecord {
+        let mut r = record(None);
+        r.pod = Some(PodRef { namespace: "ns".into(), name: "p".into(), uid: None });
+        r
+    }
+
     fn route_dsts(result: &Value) -> Vec<&str> {
         result["routes"].as_array().unwrap().iter().map(|r| r["dst"].as_str().unwrap()).collect()
     }
