@@ -9,7 +9,9 @@
 //! last addition fails leaves the pod exactly as it was (links, addresses, records, IPAM) and
 //! records a `LiveAttachmentFailed` event. After each step the published network-status lists
 //! exactly the interfaces in the pod's namespace, with their addresses. DEL leaves nothing.
-//! Standalone also: the agent killed during a live ADD converges when it starts again, and
+//! In both modes too: the agent killed during a live ADD converges when it starts again, and
+//! so does a change made while it is down. Standalone also: a changed NAD re-attaches only a
+//! pod that asks (and a failed re-attach restores the old attachment), and
 //! `--no-live-attachments` leaves the pod alone.
 
 use std::net::{TcpListener, TcpStream};
@@ -491,57 +493,69 @@ fn slow_bridge(flag: &std::path::Path) -> String {
     )
 }
 
-#[test]
-fn standalone_the_agent_killed_during_a_live_add_converges_when_it_starts_again() {
-    let mut w = World::new();
-    w.pin_on_own_bpffs();
-    let bins = w.path("bin");
+/// The agent killed during a live ADD converges when it starts again; so does a change made
+/// while it is down.
+fn restart_mid_change(c: &mut dyn Cluster) {
+    c.world_mut().pin_on_own_bpffs();
+    let bins = c.world().path("bin");
     std::fs::create_dir_all(&bins).unwrap();
     let script = bins.join("slowbridge");
-    let flag = w.path("slow");
+    let flag = c.world().path("slow");
     std::fs::write(&script, slow_bridge(&flag)).unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::fs::write(&flag, "").unwrap();
-    w.agent_args.extend(["--cni-bin-dir".into(), bins.display().to_string()]);
-    let mut config: Value = serde_json::from_str(&bridge_nad(&w, "slow", "livebr3", "10.84.0.0/24")).unwrap();
+    c.world_mut().agent_args.extend(["--cni-bin-dir".into(), bins.display().to_string()]);
+    let mut config: Value =
+        serde_json::from_str(&bridge_nad(c.world(), "slow", "livebr3", "10.84.0.0/24")).unwrap();
     config["plugins"][0]["type"] = json!("slowbridge");
-    w.write_nad(NS, "slow", Some(&config.to_string()));
-    w.write_pod(NS, POD, None);
-    let mut c = Standalone { w };
+    c.write_nad("slow", &config.to_string());
+    c.set_networks(None);
     c.start();
     let pod = Netns::new("lvpod");
     no_dad(&pod);
-    c.w.add(&cid(POD), &pod, (NS, POD)).expect_ok();
+    c.world().add(&cid(POD), &pod, (NS, POD)).expect_ok();
 
     c.set_networks(Some(r#"[{"name":"slow"}]"#));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !pod.has_link("net1") {
-        assert!(Instant::now() < deadline, "the live ADD never started:\n{}", c.w.agent_log());
+        assert!(Instant::now() < deadline, "the live ADD never started:\n{}", c.world().agent_log());
         std::thread::sleep(Duration::from_millis(50));
     }
     // The bridge is made, its ADD not answered: the record says so.
-    let record = std::fs::read_to_string(
-        c.w.path("state").join("attachments").join(format!("{}@eth0.json", cid(POD))),
-    )
-    .unwrap();
+    let record_path = c.world().path("state").join("attachments").join(format!("{}@eth0.json", cid(POD)));
+    let record = std::fs::read_to_string(&record_path).unwrap();
     assert!(record.contains("\"live_pending\": true"), "{record}");
-    c.w.kill_agent();
+    c.world_mut().kill_agent();
     std::fs::remove_file(&flag).unwrap();
     c.start();
-    let status = converged(&c, &pod, &["eth0", "net1"]);
+    let status = converged(c, &pod, &["eth0", "net1"]);
     assert_eq!(plexus_tests::status_of(&status, "net1")["name"], "default/slow");
-    let log = plain(&c.w.agent_log());
+    let log = plain(&c.world().agent_log());
     assert!(log.contains("undoing live attachments an earlier agent did not finish"), "{log}");
-    assert_eq!(
-        c.w.ipam_allocations().iter().filter(|a| a.starts_with("slow/")).count(),
-        1,
-        "{:?}",
-        c.w.ipam_allocations()
-    );
+    let slow =
+        |c: &dyn Cluster| c.world().ipam_allocations().iter().filter(|a| a.starts_with("slow/")).count();
+    assert_eq!(slow(c), 1, "{:?}", c.world().ipam_allocations());
 
-    let out = c.w.del(&cid(POD), &pod, (NS, POD));
+    // Changed while the agent is down: applied when it starts.
+    c.world_mut().kill_agent();
+    c.set_networks(None);
+    c.start();
+    converged(c, &pod, &["eth0"]);
+    assert_eq!(slow(c), 0, "{:?}", c.world().ipam_allocations());
+
+    let out = c.world().del(&cid(POD), &pod, (NS, POD));
     assert!(out.ok(), "DEL: {} {}", out.stdout, out.stderr);
-    c.w.assert_nothing_left(&[&pod]);
+    c.world().assert_nothing_left(&[&pod]);
+}
+
+#[test]
+fn standalone_the_agent_restarting_mid_change_converges() {
+    restart_mid_change(&mut Standalone { w: World::new() });
+}
+
+#[test]
+fn kubernetes_the_agent_restarting_mid_change_converges() {
+    restart_mid_change(&mut Kube::new());
 }
 
 #[test]
