@@ -41,6 +41,8 @@ pub struct LiveOutcome {
     pub detached: Vec<String>,
     /// Attachments whose bandwidth limit changed in place.
     pub limited: Vec<String>,
+    /// Nothing was tried: the request that failed last, not due again yet.
+    pub waiting: bool,
 }
 
 impl LiveOutcome {
@@ -56,6 +58,15 @@ pub struct LiveFailure {
     pub error: CniError,
     /// [`request_of`] the pod; empty when the pod could not be read.
     pub request: String,
+}
+
+/// The request of a pod whose live change failed last time.
+#[derive(Debug, Clone, Copy)]
+pub struct LastFailure<'a> {
+    /// [`request_of`] the pod then.
+    pub request: &'a str,
+    /// Whether to try the same request again now.
+    pub due: bool,
 }
 
 /// The part of a pod that asks for its live attachments: the selection annotation and the
@@ -101,13 +112,14 @@ fn same_directions(was: &Limits, now: &Limits) -> bool {
 }
 
 impl Engine {
-    /// Brings the container's recorded attachments to its pod's selection now. `failed`: the
-    /// pod's request whose change failed last; the same request again is left alone.
+    /// Brings the container's recorded attachments to its pod's selection now. `last_failure`:
+    /// the pod's request whose change failed last: the same request is left alone unless it is
+    /// due to be tried again, and failing again it records no second event.
     pub async fn apply_live(
         &self,
         container_id: &str,
         ifname: &str,
-        failed: Option<&str>,
+        last_failure: Option<LastFailure<'_>>,
     ) -> Result<LiveOutcome, LiveFailure> {
         let _serialized = self.locks.lock(container_id).await;
         let fail = |error: CniError| LiveFailure { error, request: String::new() };
@@ -129,8 +141,9 @@ impl Engine {
             return Ok(LiveOutcome::default());
         }
         let request = request_of(&pod);
-        if failed == Some(request.as_str()) {
-            return Ok(LiveOutcome::default());
+        let repeated = last_failure.filter(|f| f.request == request);
+        if repeated.is_some_and(|f| !f.due) {
+            return Ok(LiveOutcome { waiting: true, ..LiveOutcome::default() });
         }
         let env = CniEnv {
             container_id: record.container_id.clone(),
@@ -152,7 +165,9 @@ impl Engine {
             Ok(()) => Ok(outcome),
             Err(error) => {
                 tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "live attachment change failed: {}", error.msg);
-                self.catalog.record_event(&pod, FAILED_EVENT, &error.msg).await;
+                if repeated.is_none() {
+                    self.catalog.record_event(&pod, FAILED_EVENT, &error.msg).await;
+                }
                 Err(LiveFailure { error, request })
             }
         }

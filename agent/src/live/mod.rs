@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::engine::live::is_live;
+use crate::engine::live::{is_live, LastFailure};
 use crate::engine::Engine;
 
 /// A failed change is tried again after this long even if the pod's request stays the same
-/// (a network created since, a transient failure), and at once when the request changes.
+/// (a network created since, a transient failure), without a second event; at once, with an
+/// event if it fails, when the request changes.
 pub const RETRY_FAILED_AFTER: Duration = Duration::from_secs(30);
 
 /// Reconciles forever: at once, then on every `changes` notification and every `resync`.
@@ -43,12 +44,12 @@ pub async fn run(engine: Arc<Engine>, changes: Option<Arc<Notify>>, resync: Dura
 struct Failed(HashMap<String, (String, Instant)>);
 
 impl Failed {
-    /// The request not to try again yet.
-    fn pending(&self, container_id: &str, now: Instant) -> Option<&str> {
-        self.0
-            .get(container_id)
-            .filter(|(_, at)| now.duration_since(*at) < RETRY_FAILED_AFTER)
-            .map(|(request, _)| request.as_str())
+    /// The container's last failure, and whether it is due to be tried again.
+    fn last(&self, container_id: &str, now: Instant) -> Option<LastFailure<'_>> {
+        self.0.get(container_id).map(|(request, at)| LastFailure {
+            request: request.as_str(),
+            due: now.duration_since(*at) >= RETRY_FAILED_AFTER,
+        })
     }
 }
 
@@ -64,8 +65,11 @@ async fn pass(engine: &Engine, failed: &mut Failed) {
     let now = Instant::now();
     failed.0.retain(|cid, _| records.iter().any(|r| r.container_id == *cid));
     for record in records.iter().filter(|r| is_live(r)) {
-        let skip = failed.pending(&record.container_id, now).map(str::to_owned);
-        match engine.apply_live(&record.container_id, &record.ifname, skip.as_deref()).await {
+        let outcome = engine
+            .apply_live(&record.container_id, &record.ifname, failed.last(&record.container_id, now))
+            .await;
+        match outcome {
+            Ok(o) if o.waiting => {}
             Ok(_) => {
                 failed.0.remove(&record.container_id);
             }
@@ -81,12 +85,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_failed_request_waits_for_a_change_or_the_retry_time() {
+    fn a_failed_request_is_due_again_after_the_retry_time() {
         let mut failed = Failed::default();
         let at = Instant::now();
         failed.0.insert("c".into(), ("blue".into(), at));
-        assert_eq!(failed.pending("c", at + Duration::from_secs(1)), Some("blue"));
-        assert_eq!(failed.pending("c", at + RETRY_FAILED_AFTER), None);
-        assert_eq!(failed.pending("other", at), None);
+        let soon = failed.last("c", at + Duration::from_secs(1)).unwrap();
+        assert_eq!((soon.request, soon.due), ("blue", false));
+        assert!(failed.last("c", at + RETRY_FAILED_AFTER).unwrap().due);
+        assert!(failed.last("other", at).is_none());
     }
 }
