@@ -8,6 +8,7 @@
 //! [`delegate`] (exec of CNI plugins), [`native`] (plugins over [`netlink`]) and [`netns`] (the
 //! default-route selection inside the pod) → [`state`]
 //! (durable record of every attachment). [`policy`] says which networks each namespace may use.
+//! [`live`] applies changes of a running pod's selection through the same engine.
 
 pub mod catalog;
 pub mod cni;
@@ -21,6 +22,7 @@ pub mod engine;
 pub mod install;
 pub mod ipam;
 pub mod kube;
+pub mod live;
 pub mod metrics;
 pub mod native;
 pub mod netapi;

@@ -230,7 +230,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let warmed_up = warm_up(portmap_service.clone(), bandwidth_service.clone(), warm);
     let portmap: Arc<dyn NativePlugin> = Arc::new(portmap_plugin::PortmapPlugin::new(portmap_service));
     let bandwidth: Arc<dyn NativePlugin> =
-        Arc::new(bandwidth_plugin::BandwidthPlugin::new(bandwidth_service));
+        Arc::new(bandwidth_plugin::BandwidthPlugin::new(bandwidth_service.clone()));
     natives.register(portmap_plugin::TYPE, portmap.clone());
     natives.register(bandwidth_plugin::TYPE, bandwidth.clone());
     // The native macvlan serves both capabilities itself when its config declares them.
@@ -245,7 +245,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         let listener = netapi::server::bind(socket)?;
         let api = NetworkApi {
             store: network_store.clone(),
-            catalog: nads,
+            catalog: nads.clone(),
             default_network_dir: opts.default_network_dir.clone(),
             network_conf_dirs: opts.network_conf_dirs.clone(),
             prober: Prober { delegator: delegator.clone() },
@@ -271,7 +271,8 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         state,
     )
     .with_policy(policy)
-    .with_device_sources(device_sources(&opts, client));
+    .with_device_sources(device_sources(&opts, client))
+    .with_bandwidth(bandwidth_service.clone());
     let engine = match claims_client {
         Some(client) => engine.with_ipam_claims(IpamClaims {
             source: Arc::new(KubeIpamClaims::new(client, Duration::from_secs(5))),
@@ -291,6 +292,13 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
                 engine.collect_ipam_claims().await;
             }
         });
+    }
+    if opts.no_live_attachments {
+        tracing::info!("live attachments are off (--no-live-attachments)");
+    } else {
+        let changes = nads.pod_changes();
+        let resync = Duration::from_secs(opts.live_resync_secs.max(1));
+        tokio::spawn(plexus_agent::live::run(engine.clone(), changes, resync));
     }
     let listener = server::bind_for(&opts.socket, opts.socket_group)?;
     if let Some(dir) = &opts.runtime_conf_dir {

@@ -426,6 +426,17 @@ pub struct AgentOptions {
     #[arg(long)]
     pub strict_annotations: bool,
 
+    /// Leave running pods' attachments alone when their networks annotation changes (live
+    /// attachments are on by default: docs/live-attachments.md).
+    #[arg(long, env = "PLEXUS_NO_LIVE_ATTACHMENTS")]
+    pub no_live_attachments: bool,
+
+    /// Live attachments: seconds between two looks at every running pod's selection, besides
+    /// the looks the catalog's change notifications trigger (a NAD change, for pods that asked
+    /// to be re-attached, is seen at this pace).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub live_resync_secs: u64,
+
     /// The root of the device information files (NPWG Device Information Specification): the
     /// device plugins' under `dp/`, the ones plexus writes for each attachment under `cni/`.
     #[arg(long, env = "PLEXUS_DEVICE_INFO_DIR", default_value = "/var/run/k8s.cni.cncf.io/devinfo")]

@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::cni::{CniCode, ErrorCode};
 use crate::phase::{self, Phase};
 use crate::spec::delegate_conf::DelegateConfig;
+use crate::spec::selection::NetworkSelection;
 
 /// One attachment of a container: the default network or a selected one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +49,19 @@ pub struct AttachmentRecord {
     /// references one and its IPAM honours it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipam_claim: Option<crate::ipam::claim::ClaimUse>,
+    /// The NPWG selection this attachment was made for, so a live change of the pod's
+    /// selection annotation can tell what changed (`crate::live`). `None` for the default
+    /// network, other front-ends, and records written before live attachments existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<NetworkSelection>,
+    /// Added by a live change whose ADD has not answered yet: recorded before the ADD runs, so
+    /// an agent that dies during it undoes and retries it on start (`crate::live`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub live_pending: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A device of a cluster resource, allocated to one attachment.
@@ -371,6 +385,8 @@ mod tests {
                 device: None,
                 device_info: None,
                 ipam_claim: None,
+                selection: None,
+                live_pending: false,
             }],
             complete: true,
         }

@@ -117,6 +117,10 @@ impl Catalog for ApiNetworks {
     fn collect_reports<'a>(&'a self, live: &'a [(String, String)]) -> BoxFuture<'a, ()> {
         self.inner.collect_reports(live)
     }
+
+    fn pod_changes(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        self.inner.pod_changes()
+    }
 }
 
 #[cfg(test)]

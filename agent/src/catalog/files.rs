@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::index::{Lookup, ManifestIndex};
+use super::watch::DirWatch;
 use super::{names, standalone, Catalog, CatalogError, NadSummary, PodInfo, StatusReport};
 use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::podnetwork::params_ready;
@@ -245,7 +246,35 @@ impl Catalog for FileCatalog {
         }
         .boxed()
     }
+
+    /// The pod directories, watched with inotify (asked every [`POD_CHANGE_POLL`]).
+    fn pod_changes(&self) -> Option<Arc<tokio::sync::Notify>> {
+        let mut watch = match DirWatch::new(self.pods.dirs()) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(
+                    "watching the pod directories for live attachments: {e}; resyncing on a timer only"
+                );
+                return None;
+            }
+        };
+        let changes = Arc::new(tokio::sync::Notify::new());
+        let notify = changes.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(POD_CHANGE_POLL).await;
+                if watch.changed() {
+                    notify.notify_one();
+                }
+            }
+        });
+        Some(changes)
+    }
 }
+
+/// How often the pod directories' inotify queue is read for live attachments: one `read`
+/// that finds nothing, while nothing changes.
+pub const POD_CHANGE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The report files (`<dir>/<namespace>/<pod>.network-status.json`, `.events`) of pods that
 /// have no manifest any more and that no record names, removed (with a namespace directory

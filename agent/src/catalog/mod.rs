@@ -153,6 +153,13 @@ pub trait Catalog: Send + Sync {
     /// Records an event on the pod (a warning the user should see next to the pod).
     fn record_event<'a>(&'a self, pod: &'a PodInfo, reason: &'a str, message: &'a str) -> BoxFuture<'a, ()>;
 
+    /// Notified when a pod of this node may have changed, for live attachments (`crate::live`);
+    /// `None` when the catalog cannot tell (the caller resyncs on a timer alone). Called once,
+    /// inside the agent's runtime.
+    fn pod_changes(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
+
     /// Forgets what was reported on pods that are gone: called by GC with the pods that
     /// records still name (`namespace`, `name`). A catalog whose reports live on the pod
     /// objects (Kubernetes: they go with the pod) has nothing to do.

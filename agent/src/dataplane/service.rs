@@ -276,6 +276,24 @@ impl<D: Feature> Service<D> {
         Ok(())
     }
 
+    /// Changes an attachment's entries in place (its hooks stay): `change` gets the object and
+    /// a copy of the record, installs what it changes, and the copy becomes the record (memory
+    /// and disk) only when it succeeds. `Ok(false)`: no record of the attachment.
+    pub fn change_entries<E: From<ServiceError>>(
+        &self,
+        key: &AttachmentKey,
+        change: impl FnOnce(&mut D, &mut Record<D::Entry>) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        let mut state = self.lock();
+        let State { object, records, .. } = &mut *state;
+        let Some(mut record) = records.get(key).cloned() else { return Ok(false) };
+        let object = available(object)?;
+        change(object, &mut record)?;
+        self.store.save(&record).map_err(ServiceError::from)?;
+        records.insert(key.clone(), record);
+        Ok(true)
+    }
+
     /// STATUS: ready when the object is loaded.
     pub fn status(&self) -> Result<(), ServiceError> {
         available(&mut self.lock().object).map(|_| ())

@@ -6,6 +6,7 @@ mod device_info;
 mod error;
 mod front_end;
 pub mod ipam_claim;
+pub mod live;
 pub mod locks;
 mod pod_networks_status;
 pub mod pod_uid;
@@ -72,6 +73,9 @@ pub struct Engine {
     device_sources: Vec<Arc<dyn DeviceSource>>,
     /// IPAMClaims (Kubernetes mode): without, a selection referencing one is refused.
     ipam_claims: Option<ipam_claim::IpamClaims>,
+    /// The bandwidth dataplane, whose limits a live change of a selection's bandwidth changes
+    /// in place.
+    bandwidth: Option<Arc<crate::dataplane::bandwidth::Bandwidth>>,
 }
 
 impl From<StateError> for CniError {
@@ -103,7 +107,14 @@ impl Engine {
             api_networks: None,
             device_sources: Vec::new(),
             ipam_claims: None,
+            bandwidth: None,
         }
+    }
+
+    /// Live changes of a selection's bandwidth change `service`'s limits in place.
+    pub fn with_bandwidth(mut self, service: Arc<crate::dataplane::bandwidth::Bandwidth>) -> Self {
+        self.bandwidth = Some(service);
+        self
     }
 
     /// Checks every secondary network against `policy` (without: everything is allowed).
@@ -696,6 +707,8 @@ mod tests {
             device: None,
             device_info: None,
             ipam_claim: None,
+            selection: None,
+            live_pending: false,
         }
     }
 
@@ -735,6 +748,13 @@ mod tests {
             unconfirmed_del_failures: 0,
             front_end: FrontEnd::Npwg,
         }
+    }
+
+    /// A completed NPWG record of pod ns/p with the default network and one selection.
+    pub(super) fn record_for_live() -> ContainerRecord {
+        let mut r = record(None);
+        r.pod = Some(PodRef { namespace: "ns".into(), name: "p".into(), uid: None });
+        r
     }
 
     fn route_dsts(result: &Value) -> Vec<&str> {

@@ -185,6 +185,11 @@ impl Catalog for KubeCatalog {
         async move { Ok(listed) }.boxed()
     }
 
+    /// The pod watch's: a pod of this node added or its annotations changed.
+    fn pod_changes(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        Some(self.pods.changes())
+    }
+
     fn pod<'a>(
         &'a self,
         namespace: &'a str,

@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 
+use tokio::sync::Notify;
+
 use ::kube::api::Api;
 use ::kube::core::PartialObjectMeta;
 use ::kube::runtime::watcher::{self, watcher, Event};
@@ -17,6 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::catalog::PodInfo;
+use crate::engine::live::REATTACH_ANNOTATION;
 use crate::engine::pod_uid::MIRROR_POD_ANNOTATION;
 use crate::metrics::metrics;
 use crate::podnetwork::model::POD_NETWORKS_ANNOTATION;
@@ -25,9 +28,10 @@ use crate::spec::NETWORK_STATUS_ANNOTATION;
 /// Annotations plexus reads start with one of these. The network-status plexus writes is
 /// left out: it is the largest, and plexus never reads it back.
 const KEPT_ANNOTATION_PREFIXES: &[&str] = &["k8s.v1.cni.cncf.io/", "v1.multus-cni.io/"];
-/// Other annotations plexus reads: a static pod's mirror, exempt from the UID check, and the
-/// pod's PodNetwork list (KEP-3698; its status, which plexus writes, is left out).
-const KEPT_ANNOTATIONS: &[&str] = &[MIRROR_POD_ANNOTATION, POD_NETWORKS_ANNOTATION];
+/// Other annotations plexus reads: a static pod's mirror, exempt from the UID check, the
+/// pod's PodNetwork list (KEP-3698; its status, which plexus writes, is left out), and whether
+/// a changed network config re-attaches the pod (live attachments).
+const KEPT_ANNOTATIONS: &[&str] = &[MIRROR_POD_ANNOTATION, POD_NETWORKS_ANNOTATION, REATTACH_ANNOTATION];
 
 /// The pod as plexus caches it, or `None` for an object without a name.
 pub fn pod_info(meta: &ObjectMeta) -> Option<PodInfo> {
@@ -67,6 +71,8 @@ struct Pods {
 #[derive(Default)]
 pub struct PodCache {
     pods: RwLock<Pods>,
+    /// Notified when a pod's kept fields change (live attachments, `crate::live`).
+    changes: Arc<Notify>,
 }
 
 impl PodCache {
@@ -103,6 +109,12 @@ impl PodCache {
         self.read().live.get(&key(namespace, name)).cloned()
     }
 
+    /// Notified (one permit kept while nobody waits) whenever a pod appears or its kept
+    /// fields change, and after every relist.
+    pub fn changes(&self) -> Arc<Notify> {
+        self.changes.clone()
+    }
+
     pub fn len(&self) -> usize {
         self.read().live.len()
     }
@@ -124,11 +136,16 @@ impl PodCache {
             Event::InitDone => {
                 if let Some(relist) = pods.relist.take() {
                     pods.live = relist;
+                    self.changes.notify_one();
                 }
             }
             Event::Apply(p) => {
                 if let Some(info) = pod_info(&p.metadata) {
-                    pods.live.insert(key(&info.namespace, &info.name), info);
+                    if pods.live.insert(key(&info.namespace, &info.name), info.clone()).as_ref()
+                        != Some(&info)
+                    {
+                        self.changes.notify_one();
+                    }
                 }
             }
             Event::Delete(p) => {
@@ -149,6 +166,7 @@ impl PodCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
     use serde_json::json;
 
     fn pod(name: &str, annotations: serde_json::Value) -> PartialObjectMeta<Pod> {
@@ -186,6 +204,25 @@ mod tests {
                 "v1.multus-cni.io/default-network"
             ]
         );
+    }
+
+    #[test]
+    fn a_changed_pod_notifies_and_an_unchanged_one_does_not() {
+        let cache = PodCache::default();
+        let changes = cache.changes();
+        let notified = || changes.notified().now_or_never().is_some();
+        cache.apply(Event::Apply(pod("a", json!({"k8s.v1.cni.cncf.io/networks": "blue"}))));
+        assert!(notified(), "a new pod");
+        cache.apply(Event::Apply(pod("a", json!({"k8s.v1.cni.cncf.io/networks": "blue", "other": "x"}))));
+        assert!(!notified(), "only annotations plexus does not keep changed");
+        cache.apply(Event::Apply(pod("a", json!({"k8s.v1.cni.cncf.io/networks": "blue,red"}))));
+        assert!(notified(), "the selection changed");
+        cache.apply(Event::Apply(pod(
+            "a",
+            json!({"k8s.v1.cni.cncf.io/networks": "blue,red",
+            "plexus.dev/reattach-on-config-change": "true"}),
+        )));
+        assert!(notified(), "the re-attach annotation is kept");
     }
 
     #[test]

@@ -141,7 +141,8 @@ pub fn default_burst_bits(rate_bps: u64) -> u64 {
     (rate_bps / 100).max(MIN_DEFAULT_BURST_BITS)
 }
 
-fn bandwidth_runtime_config(bw: &Bandwidth) -> Value {
+/// `runtimeConfig.bandwidth` of a selection's bandwidth (CNI CONVENTIONS keys, bits per second).
+pub fn bandwidth_runtime_config(bw: &Bandwidth) -> Value {
     let mut m = Map::new();
     let mut put = |rate_key: &str, burst_key: &str, rate: Option<u64>, burst: Option<u64>| {
         if let Some(rate) = rate {

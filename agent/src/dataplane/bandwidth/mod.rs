@@ -107,3 +107,32 @@ pub fn update_in_place(
     store.save(&record)?;
     Ok(record)
 }
+
+impl Bandwidth {
+    /// Changes the limits of a recorded attachment in place ([`update_in_place`] on the running
+    /// agent's own table and records). Only the directions it already limits can change.
+    pub fn set_limits(&self, key: &AttachmentKey, limits: &Limits) -> Result<(), BandwidthError> {
+        let changed = self.change_entries(key, |shaper, record| -> Result<(), BandwidthError> {
+            for (direction, limit) in
+                [(Direction::Ingress, limits.ingress), (Direction::Egress, limits.egress)]
+            {
+                let Some(limit) = limit else { continue };
+                let Some(entry) = record.entries.iter_mut().find(|e| e.direction == direction) else {
+                    return Err(BandwidthError::NoSuchDirection {
+                        attachment: key.clone(),
+                        direction: direction.as_str(),
+                    });
+                };
+                let updated = entry.with_limit(limit);
+                shaper.table.install(&updated)?;
+                *entry = updated;
+            }
+            Ok(())
+        })?;
+        if changed {
+            Ok(())
+        } else {
+            Err(BandwidthError::NotFound { attachment: key.clone() })
+        }
+    }
+}

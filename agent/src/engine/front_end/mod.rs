@@ -129,6 +129,8 @@ impl Engine {
             device: None,
             device_info: None,
             ipam_claim: None,
+            selection: None,
+            live_pending: false,
         };
         let secondaries = match pod {
             None => Secondaries::default(),
@@ -167,7 +169,7 @@ impl Engine {
 
     /// The devices of `pod` for one ADD: asked of the engine's sources when an attachment
     /// needs one.
-    fn pod_devices<'a>(&'a self, pod: Option<&'a PodInfo>) -> PodDevices<'a> {
+    pub(super) fn pod_devices<'a>(&'a self, pod: Option<&'a PodInfo>) -> PodDevices<'a> {
         PodDevices::new(pod, &self.device_sources)
     }
 
@@ -176,7 +178,7 @@ impl Engine {
     /// policy, and, when the NAD names a resource, the next device of it allocated to the pod
     /// (`devices`) as its `deviceID`. `fix` ends the message when the network does not exist:
     /// what to change instead of creating it.
-    async fn selected_delegate(
+    pub(super) async fn selected_delegate(
         &self,
         planned: &PlannedAttachment,
         on_disk: &[OnDiskConfig],

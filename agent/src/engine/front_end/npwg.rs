@@ -87,6 +87,8 @@ impl Engine {
                 device: selected.device,
                 device_info: selected.device_info,
                 ipam_claim,
+                selection: Some(p.selection.clone()),
+                live_pending: false,
             });
         }
         Ok(out)

@@ -97,6 +97,8 @@ impl Engine {
                 device: selected.device,
                 device_info: selected.device_info,
                 ipam_claim: None,
+                selection: None,
+                live_pending: false,
             });
         }
         Ok(out)

@@ -3,5 +3,6 @@
 //! tests of the pure parts live next to the code.
 
 mod fixture;
+mod live_hotplug;
 mod netlink_bytes;
 mod vf_lifecycle;
