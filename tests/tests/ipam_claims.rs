@@ -233,8 +233,11 @@ fn kernel_a_claim_keeps_its_addresses_for_the_re_created_pod_until_it_is_deleted
     // ...and is released once the pod is gone.
     cw.del("virt-launcher-a-2");
     cw.del("fresh");
-    cw.wait_for("the deleted claim's address to be released", || cw.allocations().is_empty());
-    assert!(plain(&cw.w.agent_log()).contains("the IPAMClaim is gone: its addresses are released"));
+    // The release is logged right after the allocations go: both are waited for.
+    cw.wait_for("the deleted claim's address to be released, and said", || {
+        cw.allocations().is_empty()
+            && plain(&cw.w.agent_log()).contains("the IPAMClaim is gone: its addresses are released")
+    });
     assert!(cw.w.path("state").join("ipam-claims").read_dir().is_ok_and(|mut d| d.next().is_none()));
     cw.assert_nothing_left();
 }
