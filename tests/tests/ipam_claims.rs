@@ -335,7 +335,11 @@ fn kernel_a_claims_conflicts_are_refused_clearly() {
     for claim in ["vm-b", "vm-far", "vm-blue", "vm-ipv"] {
         cw.api.delete(IPAM_CLAIMS, NS, claim);
     }
-    cw.wait_for("the deleted claim's address to be released", || cw.allocations().is_empty());
+    // The claims are forgotten just after their addresses go: both are waited for.
+    let registry = cw.w.path("state").join("ipam-claims");
+    cw.wait_for("the deleted claims' addresses to be released and the claims forgotten", || {
+        cw.allocations().is_empty() && registry.read_dir().is_ok_and(|mut d| d.next().is_none())
+    });
     cw.assert_nothing_left();
 }
 
