@@ -2,17 +2,18 @@
 //! with the reference's config, result and behaviour (containernetworking/plugins
 //! plugins/main/bridge; the config is described in [`config`]):
 //!
-//! - ADD makes sure the bridge exists (created with the config's MTU, and VLAN filtering when
-//!   VLANs are asked for; an existing one is used as it is, made promiscuous and up as the
-//!   config says), then creates the veth pair in one netlink request: the host end up and
-//!   already a port of the bridge, the pod end born in the pod's namespace under CNI_IFNAME, so
-//!   nothing moves or is renamed. Then the port's hairpin mode and VLANs, IPAM, the pod's
+//! - ADD makes sure the bridge exists (created with the config's MTU; an existing one is used as
+//!   it is, made promiscuous and up as the config says), then creates the veth pair in one
+//!   netlink request: the host end up and already a port of the bridge, the pod end born in the
+//!   pod's namespace under CNI_IFNAME, so nothing moves or is renamed. Then the port's hairpin
+//!   mode, IPAM, the pod's
 //!   addresses and routes (after its `accept_dad`/`arp_notify` sysctls), the announcements, and
 //!   with `isGateway` the gateway addresses on the bridge and forwarding. Any failure undoes
 //!   everything done for the pod (the veth pair deleted, IPAM released); the bridge stays, as
 //!   with the reference.
-//! - DEL releases IPAM and deletes the pod's veth (its host end goes with it); a missing
-//!   namespace or link is fine, and a link of that name that is no veth is left alone.
+//! - DEL deletes the pod's veth (its host end goes with it) and releases IPAM; a missing
+//!   namespace or link is fine, and a link of that name that is not a veth whose peer is a
+//!   bridge port of the node is left alone (it is not ours).
 //! - CHECK verifies the bridge (type, MAC, promiscuous mode), the pod's veth and the host veth
 //!   that is its peer and a port of the bridge, then the addresses and routes of the previous
 //!   result, and asks IPAM.
@@ -23,7 +24,7 @@
 //! configuration guarantee; the kernel's report of it (linkwatch) merely lags.
 //!
 //! A config asking for what is not done natively (`ipMasq`, `macspoofchk`, `portIsolation`,
-//! a gateway on a VLAN: [`BridgeConf::needs_reference`]) is handed whole to the reference
+//! VLANs: [`BridgeConf::needs_reference`]) is handed whole to the reference
 //! binary, for every command, so its ADD and DEL stay consistent.
 
 mod config;
@@ -39,7 +40,7 @@ use ipnet::IpNet;
 use nix::errno::Errno;
 use serde_json::Value;
 
-pub use config::{collect_trunk, BridgeConf, ConfigError, Settings, TrunkEntry, DEFAULT_BRIDGE};
+pub use config::{BridgeConf, ConfigError, Settings, TrunkEntry, DEFAULT_BRIDGE};
 pub use error::{BridgeError, Mismatch};
 pub use gateway::{address_plan, plan, AddressPlan, Gateways, POD_INTERFACE};
 
@@ -51,8 +52,8 @@ use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
 use crate::netlink::{
-    configure_ip, netns_exists, read_sysctl, run_in, tagged_ranges, temp_name, verify_ips, verify_routes,
-    write_sysctl, LinkError, LinkSnapshot, Netlink, PortVlan, VethPair,
+    configure_ip, netns_exists, read_sysctl, run_in, temp_name, verify_ips, verify_routes, write_sysctl,
+    LinkError, LinkSnapshot, Netlink, VethPair,
 };
 
 /// The CNI `type` this plugin answers to.
@@ -173,7 +174,9 @@ impl Bridge {
         bridge: &LinkSnapshot,
         pair: &Pair,
     ) -> Result<CniResult, BridgeError> {
-        configure_port(node, bridge, &pair.host, call.settings).await?;
+        if call.settings.hairpin {
+            node.set_hairpin(&pair.host).await?;
+        }
         let mut result = CniResult {
             interfaces: vec![
                 Interface { name: bridge.name.clone(), mac: bridge.mac.clone(), ..Default::default() },
@@ -368,7 +371,7 @@ async fn ensure_bridge(
     let mut bridge = match node.link(name).await? {
         Some(link) => link,
         None => {
-            node.create_bridge(name, settings.mtu, settings.vlan_filtering)
+            node.create_bridge(name, settings.mtu)
                 .await
                 .map_err(|e| BridgeError::internal_msg(format!("failed to create bridge {name:?}: {e}")))?;
             node.require(name).await?
@@ -444,6 +447,10 @@ async fn create_pair(
                 return Err(e.into());
             }
         };
+        // The plugin owns the routes of the host end (its IPv6 router advertisements ignored).
+        if let Err(e) = write_sysctl(&["net", "ipv6", "conf", &host_name, "accept_ra"], "0") {
+            tracing::debug!("net.ipv6.conf.{host_name}.accept_ra: {e}");
+        }
         return Ok(Pair { host, pod: pod_end });
     }
     Err(BridgeError::internal_msg("failed to find a unique veth name"))
@@ -462,47 +469,6 @@ fn creation_failure(e: LinkError, settings: &Settings) -> BridgeError {
         _ => String::new(),
     };
     BridgeError::internal_msg(format!("failed to make veth pair: {e}{hint}"))
-}
-
-/// The port's hairpin mode and VLANs (the reference's `setupVeth`, after the pair).
-async fn configure_port(
-    node: &Netlink,
-    bridge: &LinkSnapshot,
-    port: &LinkSnapshot,
-    settings: &Settings,
-) -> Result<(), BridgeError> {
-    if settings.hairpin {
-        node.set_hairpin(port).await?;
-    }
-    let vlans = port_vlans(settings);
-    if vlans.is_empty() {
-        return Ok(());
-    }
-    if !settings.preserve_default_vlan {
-        if let Some(pvid) = bridge.bridge_default_pvid() {
-            match node.remove_port_vlan(port, pvid).await {
-                // Nothing to remove (the bridge gave the port none).
-                Err(e) if e.is(Errno::ENOENT) => {}
-                other => other?,
-            }
-        }
-    }
-    node.add_port_vlans(port, &vlans).await?;
-    Ok(())
-}
-
-/// The port's VLANs in the reference's order: the native VLAN, the trunk, and VLAN 1 as
-/// native when there is a trunk but no `vlan`.
-fn port_vlans(settings: &Settings) -> Vec<PortVlan> {
-    let mut vlans = Vec::new();
-    if settings.vlan != 0 {
-        vlans.push(PortVlan::Native(settings.vlan));
-    }
-    vlans.extend(tagged_ranges(&settings.trunk));
-    if settings.vlan == 0 && !settings.trunk.is_empty() {
-        vlans.push(PortVlan::Native(1));
-    }
-    vlans
 }
 
 /// The pod interface's sysctls before it gets addresses, as the reference sets them.
@@ -605,19 +571,38 @@ async fn remove_link(env: &InvocationEnv) -> Result<(), BridgeError> {
         return Ok(());
     }
     let pod_ns = Netlink::pod(netns).await?;
-    match pod_ns.link(&env.ifname).await? {
-        Some(link) if link.is_veth() => pod_ns.delete(&link).await.map_err(BridgeError::from),
-        Some(link) => {
-            tracing::warn!(
-                "not deleting {} in {}: it is a {} interface, not the veth this attachment made",
-                link.name,
-                env.netns,
-                link.kind.map_or("plain".to_owned(), |k| k.to_string())
-            );
-            Ok(())
-        }
-        None => Ok(()),
+    let Some(link) = pod_ns.link(&env.ifname).await? else {
+        return Ok(());
+    };
+    if is_bridged_veth(&link).await? {
+        return pod_ns.delete(&link).await.map_err(BridgeError::from);
     }
+    tracing::warn!(
+        "not deleting {} in {}: it is a {} interface whose peer is no bridge port of this node, not the veth \
+         a bridge attachment made",
+        link.name,
+        env.netns,
+        link.kind.map_or("plain".to_owned(), |k| k.to_string())
+    );
+    Ok(())
+}
+
+/// Whether the pod's `link` is a veth whose peer is on the node, enslaved to a bridge there.
+async fn is_bridged_veth(link: &LinkSnapshot) -> Result<bool, BridgeError> {
+    let (true, Some(peer), Some(_)) = (link.is_veth(), link.parent_index, link.parent_netnsid) else {
+        return Ok(false);
+    };
+    let node = Netlink::agent()?;
+    let Some(host) = node.link_by_index(peer).await? else {
+        return Ok(false);
+    };
+    if !host.is_veth() || host.parent_index != Some(link.index) {
+        return Ok(false);
+    }
+    Ok(match host.master {
+        Some(master) => node.link_by_index(master).await?.is_some_and(|m| m.is_bridge()),
+        None => false,
+    })
 }
 
 /// CHECK of the bridge: `validateCniBrInterface`.

@@ -12,7 +12,7 @@
 //!     [`RouteSnapshot`];
 //!   - changing one link (`change`): create, rename, MAC, MTU, up/down, delete, move;
 //!   - bridges (`bridge`): a bridge, a veth pair born a port of it with its other end in a
-//!     pod ([`VethPair`]), promiscuous mode, a port's hairpin mode and VLANs ([`PortVlan`]);
+//!     pod ([`VethPair`]), promiscuous mode, a port's hairpin mode;
 //!   - configuring IP (`configure`): [`Netlink::add_address`], [`Netlink::add_route`], and
 //!     [`configure_ip`] for a whole CNI result as libcni's `ConfigureIface`;
 //!   - moving between namespaces through a temporary name ([`move_into`], [`move_out`]);
@@ -42,7 +42,7 @@ mod verify;
 #[cfg(test)]
 mod kernel_tests;
 
-pub use bridge::{tagged_ranges, PortVlan, VethPair};
+pub use bridge::VethPair;
 pub use configure::configure_ip;
 pub use error::{describe, errno_of, LinkCause, LinkError, NamespaceError};
 pub use handle::Netlink;

@@ -8,18 +8,17 @@
 //!   `forceAddress`: a bridge address in the way is replaced rather than refused;
 //! - `mtu`: both veth ends and a new bridge (0: the kernel's default);
 //! - `hairpinMode`, `promiscMode` (the bridge's): not both;
-//! - `vlan`: the port's native VLAN (1 to 4094; 0: none), `vlanTrunk`: tagged VLANs
-//!   (`{"id": N}` or `{"minID": A, "maxID": B}`), `preserveDefaultVlan`: the port keeps the
-//!   bridge's default VLAN too; either turns VLAN filtering on for a new bridge;
 //! - `enabledad`: IPv6 duplicate address detection on the pod's interface (off by default);
 //! - `disableContainerInterface`: the pod's end stays down (layer 2 only);
 //! - the MAC: `MAC=` in CNI_ARGS, then `args.cni.mac`, then `runtimeConfig.mac` (the last wins);
 //! - `ipam`: any IPAM plugin; without a `type` the interface gets no address (layer 2 only);
 //! - `dns`: the result's DNS when set, else IPAM's.
 //!
-//! `ipMasq` (with `ipMasqBackend`), `macspoofchk`, `portIsolation` and a `vlan` gateway
-//! (`vlan` with `isGateway` and IPAM) are not done natively: a config that asks for one is
-//! handed to the reference binary whole ([`BridgeConf::needs_reference`]).
+//! `ipMasq` (with `ipMasqBackend`), `macspoofchk`, `portIsolation` and VLANs (`vlan`,
+//! `vlanTrunk`, with `preserveDefaultVlan`) are not done natively: a config that asks for one
+//! is handed to the reference binary whole ([`BridgeConf::needs_reference`]). VLANs need the
+//! kernel's bridge VLAN filtering, which the kernels plexus is tested on lack, so the native
+//! code for them could not be compared with the reference.
 //!
 //! Types are checked the way Go's JSON decoding does (null reads as unset, a wrong type is an
 //! error; unknown keys are ignored). Values are checked separately, in [`BridgeConf::settings`],
@@ -80,19 +79,11 @@ pub struct BridgeConf {
 pub struct Settings {
     /// 0: the kernel's default.
     pub mtu: u32,
-    /// The port's native VLAN; 0: none.
-    pub vlan: u16,
-    /// Tagged VLANs, sorted, each once.
-    pub trunk: Vec<u16>,
-    /// A new bridge filters by VLAN.
-    pub vlan_filtering: bool,
     /// The pod end's MAC.
     pub mac: Option<Mac>,
     /// isGateway, or implied by isDefaultGateway.
     pub is_gateway: bool,
     pub hairpin: bool,
-    /// The port keeps the bridge's default VLAN next to its own.
-    pub preserve_default_vlan: bool,
 }
 
 /// What is wrong with a bridge config or its per-pod arguments: the user fixes it (code 7).
@@ -100,10 +91,6 @@ pub struct Settings {
 pub enum ConfigError {
     #[error("failed to load netconf: {0}")]
     Load(#[source] FieldError),
-    #[error("invalid VLAN ID {0} (must be between 0 and 4094)")]
-    Vlan(i64),
-    #[error("vlanTrunk[{index}]: {problem}; write {{\"id\": N}} or {{\"minID\": A, \"maxID\": B}} with 1 <= A <= B <= 4094")]
-    Trunk { index: usize, problem: &'static str },
     #[error("mtu {0} is invalid: use 0 (the default) or a positive MTU")]
     Mtu(i64),
     #[error("cannot set hairpin mode and promiscuous mode at the same time: drop one of \"hairpinMode\" and \"promiscMode\"")]
@@ -190,8 +177,8 @@ impl BridgeConf {
             Some("macspoofchk")
         } else if self.port_isolation {
             Some("portIsolation")
-        } else if self.vlan != 0 && (self.is_gateway || self.is_default_gateway) && self.is_layer3() {
-            Some("a gateway on a VLAN (vlan with isGateway)")
+        } else if self.vlan != 0 || self.vlan_trunk.is_some() {
+            Some("VLANs (vlan, vlanTrunk)")
         } else {
             None
         }
@@ -199,10 +186,6 @@ impl BridgeConf {
 
     /// Everything ADD and CHECK need, checked. `cni_args` is CNI_ARGS, whose `MAC=` counts.
     pub fn settings(&self, cni_args: &str) -> Result<Settings, ConfigError> {
-        if !(0..=4094).contains(&self.vlan) {
-            return Err(ConfigError::Vlan(self.vlan));
-        }
-        let trunk = collect_trunk(self.vlan_trunk.as_deref().unwrap_or_default())?;
         let mtu = u32::try_from(self.mtu).map_err(|_| ConfigError::Mtu(self.mtu))?;
         if self.hairpin_mode && self.promisc_mode {
             return Err(ConfigError::HairpinAndPromisc);
@@ -218,55 +201,11 @@ impl BridgeConf {
         let mac = mac_text.map(|text| parse_mac(&text)).transpose()?;
         Ok(Settings {
             mtu,
-            vlan: self.vlan as u16,
-            trunk,
-            vlan_filtering: self.vlan != 0 || self.vlan_trunk.is_some(),
             mac,
             is_gateway: self.is_gateway || self.is_default_gateway,
             hairpin: self.hairpin_mode,
-            preserve_default_vlan: self.preserve_default_vlan,
         })
     }
-}
-
-/// The reference's `collectVlanTrunk`: the VLANs of `vlanTrunk`, sorted, each once.
-pub fn collect_trunk(entries: &[TrunkEntry]) -> Result<Vec<u16>, ConfigError> {
-    let valid = |v: i64| (1..=4094).contains(&v);
-    let mut vlans = Vec::new();
-    for (index, entry) in entries.iter().enumerate() {
-        let problem = |problem| ConfigError::Trunk { index, problem };
-        match (entry.min_id, entry.max_id) {
-            (Some(min), Some(max)) => {
-                if !valid(min) {
-                    return Err(problem("incorrect trunk minID parameter"));
-                }
-                if !valid(max) {
-                    return Err(problem("incorrect trunk maxID parameter"));
-                }
-                if max < min {
-                    return Err(problem("minID is greater than maxID in trunk parameter"));
-                }
-                vlans.extend(min..=max);
-            }
-            (None, Some(_)) => {
-                return Err(problem("minID and maxID should be configured simultaneously, minID is missing"))
-            }
-            (Some(_), None) => {
-                return Err(problem("minID and maxID should be configured simultaneously, maxID is missing"))
-            }
-            (None, None) => {}
-        }
-        if let Some(id) = entry.id {
-            if !valid(id) {
-                return Err(problem("incorrect trunk id parameter"));
-            }
-            vlans.push(id);
-        }
-    }
-    vlans.sort_unstable();
-    vlans.dedup();
-    // Every value is within 1..=4094.
-    Ok(vlans.into_iter().filter_map(|v| u16::try_from(v).ok()).collect())
 }
 
 fn parse_mac(text: &str) -> Result<Mac, ConfigError> {
@@ -287,8 +226,7 @@ mod tests {
         let conf = BridgeConf::parse(&json!({
             "cniVersion": "1.0.0", "name": "blue", "type": "bridge", "bridge": "br9",
             "isGateway": true, "isDefaultGateway": true, "forceAddress": true, "mtu": 1400,
-            "hairpinMode": true, "vlan": 100, "vlanTrunk": [{"id": 7}, {"minID": 20, "maxID": 22}],
-            "preserveDefaultVlan": true, "enabledad": true,
+            "hairpinMode": true, "preserveDefaultVlan": true, "enabledad": true,
             "args": {"cni": {"mac": "0a:00:00:00:00:01"}},
             "ipam": {"type": "host-local", "subnet": "10.1.0.0/24"},
             "dns": {"nameservers": ["10.1.0.1"]},
@@ -298,12 +236,10 @@ mod tests {
         assert_eq!(conf.bridge, "br9");
         assert!(conf.is_gateway && conf.is_default_gateway && conf.force_address && conf.hairpin_mode);
         assert!(conf.preserve_default_vlan && conf.enable_dad && conf.is_layer3());
-        assert_eq!(conf.needs_reference(), Some("a gateway on a VLAN (vlan with isGateway)"));
+        assert_eq!(conf.needs_reference(), None);
         let settings = conf.settings("").unwrap();
         assert_eq!(settings.mtu, 1400);
-        assert_eq!(settings.vlan, 100);
-        assert_eq!(settings.trunk, [7, 20, 21, 22]);
-        assert!(settings.vlan_filtering && settings.is_gateway);
+        assert!(settings.is_gateway && settings.hairpin);
         assert_eq!(settings.mac, Some(Mac([0x0a, 0, 0, 0, 0, 1])));
     }
 
@@ -315,26 +251,7 @@ mod tests {
         assert!(!conf.is_layer3(), "an ipam without type is layer 2 only");
         assert_eq!(conf.needs_reference(), None);
         let settings = conf.settings("").unwrap();
-        assert_eq!(
-            settings,
-            Settings {
-                mtu: 0,
-                vlan: 0,
-                trunk: vec![],
-                vlan_filtering: false,
-                mac: None,
-                is_gateway: false,
-                hairpin: false,
-                preserve_default_vlan: false,
-            }
-        );
-    }
-
-    #[test]
-    fn an_empty_trunk_still_turns_filtering_on_as_in_the_reference() {
-        let conf = BridgeConf::parse(&json!({"vlanTrunk": []})).unwrap();
-        let settings = conf.settings("").unwrap();
-        assert!(settings.vlan_filtering && settings.trunk.is_empty());
+        assert_eq!(settings, Settings { mtu: 0, mac: None, is_gateway: false, hairpin: false });
     }
 
     #[test]
@@ -350,45 +267,19 @@ mod tests {
             (json!({"ipMasqBackend": "nftables"}), "ipMasq"),
             (json!({"macspoofchk": true}), "macspoofchk"),
             (json!({"portIsolation": true}), "portIsolation"),
-            (
-                json!({"vlan": 5, "isGateway": true, "ipam": {"type": "static"}}),
-                "a gateway on a VLAN (vlan with isGateway)",
-            ),
+            (json!({"vlan": 5}), "VLANs (vlan, vlanTrunk)"),
+            (json!({"vlanTrunk": []}), "VLANs (vlan, vlanTrunk)"),
         ] {
             assert_eq!(BridgeConf::parse(&config).unwrap().needs_reference(), Some(why), "{config}");
         }
-        // A VLAN gateway needs addresses: without IPAM nothing goes on the bridge.
-        let layer2 = BridgeConf::parse(&json!({"vlan": 5, "isGateway": true})).unwrap();
-        assert_eq!(layer2.needs_reference(), None);
-    }
-
-    #[test]
-    fn trunks_follow_the_references_rules() {
-        let entry =
-            |min: Option<i64>, max: Option<i64>, id: Option<i64>| TrunkEntry { min_id: min, max_id: max, id };
-        assert_eq!(
-            collect_trunk(&[entry(Some(5), Some(7), Some(6)), entry(None, None, Some(2))]).unwrap(),
-            [2, 5, 6, 7]
-        );
-        assert_eq!(collect_trunk(&[entry(None, None, None)]).unwrap(), Vec::<u16>::new());
-        for (bad, needle) in [
-            (entry(Some(0), Some(3), None), "incorrect trunk minID parameter"),
-            (entry(Some(1), Some(4095), None), "incorrect trunk maxID parameter"),
-            (entry(Some(9), Some(3), None), "minID is greater than maxID"),
-            (entry(None, Some(3), None), "minID is missing"),
-            (entry(Some(3), None, None), "maxID is missing"),
-            (entry(None, None, Some(4095)), "incorrect trunk id parameter"),
-        ] {
-            let err = collect_trunk(&[entry(None, None, Some(1)), bad]).unwrap_err().to_string();
-            assert!(err.contains(needle) && err.starts_with("vlanTrunk[1]"), "{err}");
-        }
+        let plain =
+            BridgeConf::parse(&json!({"vlan": 0, "vlanTrunk": null, "preserveDefaultVlan": true})).unwrap();
+        assert_eq!(plain.needs_reference(), None);
     }
 
     #[test]
     fn bad_values_say_what_to_write() {
         let settings = |v: Value| BridgeConf::parse(&v).unwrap().settings("").unwrap_err().to_string();
-        assert!(settings(json!({"vlan": 4095})).contains("invalid VLAN ID 4095 (must be between 0 and 4094)"));
-        assert!(settings(json!({"vlan": -1})).contains("invalid VLAN ID -1"));
         assert!(settings(json!({"mtu": -1})).contains("use 0 (the default)"));
         assert!(settings(json!({"hairpinMode": true, "promiscMode": true})).contains("drop one of"));
         assert!(settings(json!({"disableContainerInterface": true, "ipam": {"type": "static"}}))
