@@ -494,6 +494,21 @@ fn kernel_a_bridge_address_in_the_way_fails_without_force_address_and_leaves_not
 }
 
 #[test]
+fn kernel_a_layer_2_network_at_cni_0_2_0_fails_with_code_1_and_leaves_nothing() {
+    // 0.2.0 results are IP addresses only: a bridge without IPAM has nothing to say in them.
+    let mut w = World::new();
+    let config = json!({"cniVersion": "0.2.0", "name": NAD, "type": "bridge", "bridge": BRIDGE});
+    w.write_nad(NS, NAD, Some(&config.to_string()));
+    w.write_pod(NS, POD, Some(NAD));
+    w.start_agent();
+    let pod = Netns::new("pxbr");
+    let out = w.add("c1", &pod, (NS, POD));
+    assert_fails_with(&out, 1, &["use cniVersion 0.3.0 or later"]);
+    w.assert_nothing_left(&[&pod]);
+    assert_eq!(host_veth(&w.node), None, "the pair is gone");
+}
+
+#[test]
 fn kernel_an_interface_name_taken_in_the_pod_fails_and_leaves_the_other_interface_alone() {
     let w = world(true, &case(json!({}), Addressing::HostLocal));
     let pod = Netns::new("pxbr");

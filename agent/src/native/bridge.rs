@@ -153,15 +153,27 @@ impl Bridge {
         let bridge = ensure_bridge(&node, &conf, &settings).await?;
         let pair = create_pair(&node, &pod_ns, &pod, &bridge, &settings).await?;
         let call = Call { conf: &conf, settings: &settings, config, env, pod: &pod };
-        match self.attach(&call, &node, &pod_ns, &bridge, &pair).await {
-            Ok(result) => output(&result, &version),
-            Err(failure) => {
-                if let Err(e) = pod_ns.delete(&pair.pod).await {
-                    tracing::warn!("undoing a failed bridge ADD: {e}");
+        let outcome = match self.attach(&call, &node, &pod_ns, &bridge, &pair).await {
+            Ok(result) => match output(&result, &version) {
+                Ok(printed) => Ok(printed),
+                // A layer-2 result has nothing to say in 0.1.0 or 0.2.0: undone like any failure.
+                Err(failure) => {
+                    if conf.is_layer3() {
+                        if let Err(e) = self.ipam.del(config, env).await {
+                            tracing::warn!("releasing the addresses of a failed bridge ADD: {e}");
+                        }
+                    }
+                    Err(failure)
                 }
-                Err(failure)
+            },
+            Err(failure) => Err(failure),
+        };
+        if outcome.is_err() {
+            if let Err(e) = pod_ns.delete(&pair.pod).await {
+                tracing::warn!("undoing a failed bridge ADD: {e}");
             }
         }
+        outcome
     }
 
     /// Everything after the pair exists; on failure the caller deletes the pair, IPAM is
