@@ -233,10 +233,13 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         Arc::new(bandwidth_plugin::BandwidthPlugin::new(bandwidth_service.clone()));
     natives.register(portmap_plugin::TYPE, portmap.clone());
     natives.register(bandwidth_plugin::TYPE, bandwidth.clone());
-    // The native macvlan serves both capabilities itself when its config declares them.
-    if let Some(macvlan) = natives.get(native::macvlan::TYPE).cloned() {
-        let capabilities = vec![("portMappings", portmap), ("bandwidth", bandwidth)];
-        natives.register(native::macvlan::TYPE, Arc::new(WithCapabilities::new(macvlan, capabilities)));
+    // The native macvlan and bridge serve both capabilities themselves when their config
+    // declares them.
+    for plugin_type in [native::macvlan::TYPE, native::bridge::TYPE] {
+        if let Some(plugin) = natives.get(plugin_type).cloned() {
+            let capabilities = vec![("portMappings", portmap.clone()), ("bandwidth", bandwidth.clone())];
+            natives.register(plugin_type, Arc::new(WithCapabilities::new(plugin, capabilities)));
+        }
     }
     let delegator =
         Delegator { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout(), natives };

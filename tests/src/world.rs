@@ -85,6 +85,8 @@ pub struct World {
     pub network_api: bool,
     /// The world's own bpffs, when the agent pins on one (see [`World::pin_on_own_bpffs`]).
     pub bpffs: Option<Bpffs>,
+    /// The agent's --cni-bin-dir (the reference plugins unless a test says otherwise).
+    pub cni_bin_dir: PathBuf,
 }
 
 impl World {
@@ -101,6 +103,7 @@ impl World {
             agent_args: Vec::new(),
             network_api: true,
             bpffs: None,
+            cni_bin_dir: PathBuf::from(REFERENCE_PLUGINS),
         };
         world.write_default_network(
             "10-cluster.conflist",
@@ -211,7 +214,7 @@ impl World {
             .arg("--state-dir")
             .arg(self.path("state"))
             .arg("--cni-bin-dir")
-            .arg(REFERENCE_PLUGINS)
+            .arg(&self.cni_bin_dir)
             .arg("--default-network-dir")
             .arg(self.path("default"))
             .arg("--network-conf-dir")

@@ -1,5 +1,5 @@
 //! CNI plugin types the agent implements itself, over netlink, instead of exec'ing a binary:
-//! `macvlan` and `sriov`. Each honours the reference plugin's config and result, so existing
+//! `bridge`, `macvlan` and `sriov`. Each honours the reference plugin's config and result, so existing
 //! NetworkAttachmentDefinitions work unchanged, and each can be switched off per type
 //! (`--exec-plugin TYPE`, or `--no-native` for all) to get the reference binary back.
 //!
@@ -9,6 +9,7 @@
 //! unsolicited neighbour advertisements).
 
 pub mod announce;
+pub mod bridge;
 pub mod macvlan;
 pub mod sriov;
 
@@ -19,7 +20,7 @@ use crate::delegate::NativePlugins;
 use crate::ipam::Ipam;
 
 /// Every type [`register_all`] knows.
-pub const TYPES: [&str; 2] = [macvlan::TYPE, "sriov"];
+pub const TYPES: [&str; 3] = [bridge::TYPE, macvlan::TYPE, "sriov"];
 
 /// Registers the native plugins, except the types in `exec_types` (those keep being exec'd).
 /// `state_dir` is the agent's; plugins that keep records put them in a directory of their own
@@ -39,6 +40,10 @@ pub fn register_all(
     }
     let wanted = |plugin_type: &str| !exec_types.iter().any(|t| t == plugin_type);
     let mut registered = Vec::new();
+    if wanted(bridge::TYPE) {
+        natives.register(bridge::TYPE, Arc::new(bridge::Bridge::new(ipam.clone())));
+        registered.push(bridge::TYPE);
+    }
     if wanted(macvlan::TYPE) {
         natives.register(macvlan::TYPE, Arc::new(macvlan::Macvlan::new(ipam.clone())));
         registered.push(macvlan::TYPE);

@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
+use futures::TryStreamExt;
 use ipnet::IpNet;
 use netlink_packet_route::route::{RouteAttribute, RouteMessage, RouteMetric, RouteProtocol, RouteScope};
 use nix::errno::Errno;
@@ -28,6 +29,25 @@ impl Netlink {
             .execute()
             .await
             .map_err(|e| self.error(format!("adding address {address} to {}", link.name), e))
+    }
+
+    /// Removes `address` (with its prefix length) from the link.
+    pub async fn delete_address(&self, link: &LinkSnapshot, address: IpNet) -> Result<(), LinkError> {
+        let action = format!("removing address {address} from {}", link.name);
+        let mut request = self.handle().address().get().set_link_index_filter(link.index).execute();
+        while let Some(message) = request.try_next().await.map_err(|e| self.error(action.clone(), e))? {
+            let ours = AddressSnapshot::from_message(&message).is_some_and(|a| a.address == address);
+            if ours {
+                return self
+                    .handle()
+                    .address()
+                    .del(message)
+                    .execute()
+                    .await
+                    .map_err(|e| self.error(action, e));
+            }
+        }
+        Ok(())
     }
 
     /// Adds one route through `link`. `gateway` is the route's own or the one the caller chose

@@ -11,6 +11,8 @@
 //!     [`Netlink::default_route_interface`], each a [`LinkSnapshot`], [`AddressSnapshot`] or
 //!     [`RouteSnapshot`];
 //!   - changing one link (`change`): create, rename, MAC, MTU, up/down, delete, move;
+//!   - bridges (`bridge`): a bridge, a veth pair born a port of it with its other end in a
+//!     pod ([`VethPair`]), promiscuous mode, a port's hairpin mode;
 //!   - configuring IP (`configure`): [`Netlink::add_address`], [`Netlink::add_route`], and
 //!     [`configure_ip`] for a whole CNI result as libcni's `ConfigureIface`;
 //!   - moving between namespaces through a temporary name ([`move_into`], [`move_out`]);
@@ -23,6 +25,7 @@
 //! "renaming plx1a2b3c4d to net1 in network namespace /run/netns/p: File exists (os error 17)",
 //! and keeps the kernel's errno for callers to branch on ([`LinkError::is`]).
 
+mod bridge;
 mod change;
 mod configure;
 mod error;
@@ -39,6 +42,7 @@ mod verify;
 #[cfg(test)]
 mod kernel_tests;
 
+pub use bridge::VethPair;
 pub use configure::configure_ip;
 pub use error::{describe, errno_of, LinkCause, LinkError, NamespaceError};
 pub use handle::Netlink;

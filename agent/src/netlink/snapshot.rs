@@ -106,7 +106,7 @@ pub struct AddressSnapshot {
 }
 
 impl AddressSnapshot {
-    fn from_message(message: &AddressMessage) -> Option<AddressSnapshot> {
+    pub(super) fn from_message(message: &AddressMessage) -> Option<AddressSnapshot> {
         // IFA_LOCAL is the interface's own address; IFA_ADDRESS is the peer's on point-to-point
         // links, and the only one IPv6 sends.
         let local = message.attributes.iter().find_map(|a| match a {
