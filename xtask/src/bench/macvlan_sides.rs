@@ -12,10 +12,10 @@ use super::runner::{Driver, PlexusDriver, Pod, ReferenceDriver, Runtime, Selecti
 use super::topology::{macvlan_network, Agent, Lab};
 use super::{check_interrupt, Bench, Side};
 
-pub const PLEXUS: &str = "plexus shim + agent: default network (bridge) exec'd, macvlan + host-local native";
+pub const PLEXUS: &str = "plexus shim + agent: default network (bridge), macvlan + host-local native";
 const REFERENCE: &str = "reference bridge, macvlan, host-local exec'd per configlist by a libcni-like runner";
 pub const BASELINE: &str =
-    "plexus shim + agent with --exec-plugin macvlan (the reference binaries exec'd by the agent)";
+    "plexus shim + agent with --exec-plugin macvlan,bridge (the reference binaries exec'd by the agent)";
 
 /// The pods' secondary networks: `bench-mv1` .. `bench-mv<m>`.
 pub fn macvlan_selections(m: u32) -> Vec<Selection> {
@@ -40,7 +40,7 @@ impl Sides {
                 &b.bins,
                 &format!("{tag}-plexus-exec"),
                 Side::Baseline,
-                &["--exec-plugin", "macvlan"],
+                &["--exec-plugin", "macvlan,bridge"],
             )?)
         } else {
             Err("the agent has no --exec-plugin option yet".to_owned())
