@@ -110,3 +110,31 @@ pub fn run_until_ok(ns: &str, script: &Path, args: &[&str]) -> Result<Vec<String
     }
     Err(last)
 }
+
+/// Lets processes of `ns` reach the API server at `url` (on the host's loopback) at the same
+/// address: a listener on that port of the namespace's loopback, each connection relayed to
+/// the host's. The listener is made inside the namespace; the relaying threads connect from
+/// the test's.
+pub fn forward_into(ns: &Netns, url: &str) {
+    let addr =
+        url.trim_start_matches("http://").trim_start_matches("https://").trim_end_matches('/').to_owned();
+    ns.ip(&["link", "set", "lo", "up"]);
+    let listener = {
+        let _inside = ns.enter();
+        std::net::TcpListener::bind(&addr).expect("listening in the node namespace")
+    };
+    std::thread::spawn(move || {
+        for inbound in listener.incoming() {
+            let Ok(inbound) = inbound else { return };
+            let Ok(outbound) = std::net::TcpStream::connect(&addr) else { continue };
+            let (Ok(in2), Ok(out2)) = (inbound.try_clone(), outbound.try_clone()) else { continue };
+            std::thread::spawn(move || relay(inbound, outbound));
+            std::thread::spawn(move || relay(out2, in2));
+        }
+    });
+}
+
+fn relay(mut from: std::net::TcpStream, mut to: std::net::TcpStream) {
+    let _ = std::io::copy(&mut from, &mut to);
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}

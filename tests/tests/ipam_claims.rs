@@ -8,13 +8,12 @@
 //! The API server listens on the host's loopback; a forwarder on the same port of the node
 //! namespace's loopback lets the agent reach it with the server's own kubeconfig.
 
-use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use plexus_tests::test_apiserver::{
     pod, rbac, ServerOptions, TestApiServer, EVENTS, IPAM_CLAIMS, NADS, PODS,
 };
-use plexus_tests::traffic::{cid, plain};
+use plexus_tests::traffic::{cid, forward_into, plain};
 use plexus_tests::{CniOutput, Netns, World};
 use serde_json::{json, Value};
 
@@ -164,31 +163,6 @@ impl ClaimWorld {
         let pods: Vec<&Netns> = self.pods.iter().map(|(_, ns)| ns).collect();
         self.w.assert_nothing_left(&pods);
     }
-}
-
-/// Forwards TCP connections to `url`'s address from the same address inside `ns`.
-fn forward_into(ns: &Netns, url: &str) {
-    let addr =
-        url.trim_start_matches("http://").trim_start_matches("https://").trim_end_matches('/').to_owned();
-    ns.ip(&["link", "set", "lo", "up"]);
-    let listener = {
-        let _inside = ns.enter();
-        TcpListener::bind(&addr).expect("listening in the node namespace")
-    };
-    std::thread::spawn(move || {
-        for inbound in listener.incoming() {
-            let Ok(inbound) = inbound else { return };
-            let Ok(outbound) = TcpStream::connect(&addr) else { continue };
-            let (Ok(in2), Ok(out2)) = (inbound.try_clone(), outbound.try_clone()) else { continue };
-            std::thread::spawn(move || relay(inbound, outbound));
-            std::thread::spawn(move || relay(out2, in2));
-        }
-    });
-}
-
-fn relay(mut from: TcpStream, mut to: TcpStream) {
-    let _ = std::io::copy(&mut from, &mut to);
-    let _ = to.shutdown(std::net::Shutdown::Write);
 }
 
 const CLAIMED: &str =

@@ -14,12 +14,11 @@
 //! pod that asks (and a failed re-attach restores the old attachment), and
 //! `--no-live-attachments` leaves the pod alone.
 
-use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plexus_tests::test_apiserver::{nad, pod, rbac, ServerOptions, TestApiServer, EVENTS, PODS};
-use plexus_tests::traffic::{cid, client_namespace, no_dad, plain};
+use plexus_tests::traffic::{cid, client_namespace, forward_into, no_dad, plain};
 use plexus_tests::world::bin;
 use plexus_tests::{Netns, Proc, World};
 use serde_json::{json, Value};
@@ -171,31 +170,6 @@ fn start_and_wait(w: &mut World, also: &[&str]) {
         assert!(Instant::now() < deadline, "the agent never got ready:\n{log}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Lets the agent in the node namespace reach the API server on the host's loopback.
-fn forward_into(ns: &Netns, url: &str) {
-    let addr =
-        url.trim_start_matches("http://").trim_start_matches("https://").trim_end_matches('/').to_owned();
-    ns.ip(&["link", "set", "lo", "up"]);
-    let listener = {
-        let _inside = ns.enter();
-        TcpListener::bind(&addr).expect("listening in the node namespace")
-    };
-    std::thread::spawn(move || {
-        for inbound in listener.incoming() {
-            let Ok(inbound) = inbound else { return };
-            let Ok(outbound) = TcpStream::connect(&addr) else { continue };
-            let (Ok(in2), Ok(out2)) = (inbound.try_clone(), outbound.try_clone()) else { continue };
-            std::thread::spawn(move || relay(inbound, outbound));
-            std::thread::spawn(move || relay(out2, in2));
-        }
-    });
-}
-
-fn relay(mut from: TcpStream, mut to: TcpStream) {
-    let _ = std::io::copy(&mut from, &mut to);
-    let _ = to.shutdown(std::net::Shutdown::Write);
 }
 
 /// A bridge network chaining the eBPF port mappings and bandwidth limits.

@@ -9,7 +9,6 @@
 //! agent reach it with the server's own kubeconfig. No controller runs here: the tests write
 //! the objects' Ready conditions themselves, as the controller would.
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +17,9 @@ use plexus_tests::test_apiserver::{
     nad, pod, rbac, ServerOptions, TestApiServer, ATTACHMENT_PARAMETERS, EVENTS, PODS, POD_NETWORKS,
     POD_NETWORK_ATTACHMENTS,
 };
-use plexus_tests::traffic::{cid, client_namespace, no_dad, plain, run_until_ok, start_server, tx_off};
+use plexus_tests::traffic::{
+    cid, client_namespace, forward_into, no_dad, plain, run_until_ok, start_server, tx_off,
+};
 use plexus_tests::world::bin;
 use plexus_tests::{CniOutput, Netns, Proc, World};
 use serde_json::{json, Value};
@@ -270,34 +271,6 @@ impl KepWorld {
             .collect();
         plexus_testkit::assert_nothing_left(left);
     }
-}
-
-/// Lets processes of `ns` reach the API server at `url` (on the host's loopback) at the same
-/// address: a listener on that port of the namespace's loopback, each connection relayed to
-/// the host's. The listener is made inside the namespace; the relaying threads connect from
-/// the test's.
-fn forward_into(ns: &Netns, url: &str) {
-    let addr =
-        url.trim_start_matches("http://").trim_start_matches("https://").trim_end_matches('/').to_owned();
-    ns.ip(&["link", "set", "lo", "up"]);
-    let listener = {
-        let _inside = ns.enter();
-        TcpListener::bind(&addr).expect("listening in the node namespace")
-    };
-    std::thread::spawn(move || {
-        for inbound in listener.incoming() {
-            let Ok(inbound) = inbound else { return };
-            let Ok(outbound) = TcpStream::connect(&addr) else { continue };
-            let (Ok(in2), Ok(out2)) = (inbound.try_clone(), outbound.try_clone()) else { continue };
-            std::thread::spawn(move || relay(inbound, outbound));
-            std::thread::spawn(move || relay(out2, in2));
-        }
-    });
-}
-
-fn relay(mut from: TcpStream, mut to: TcpStream) {
-    let _ = std::io::copy(&mut from, &mut to);
-    let _ = to.shutdown(std::net::Shutdown::Write);
 }
 
 /// A bridge network `kpbr0` (10.77.0.0/24 and fd00:77::/64, the bridge the gateway: 10.77.0.1
