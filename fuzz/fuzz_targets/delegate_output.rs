@@ -34,5 +34,6 @@ fuzz_target!(|data: &[u8]| {
         is_default: false,
         default_route: Some(&gateways),
         gateways: &gateways,
+        device_info: None,
     });
 });
