@@ -14,7 +14,7 @@ pub mod request;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use plexus_cni_shim::{Request, Response};
@@ -30,6 +30,7 @@ use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
 use crate::delegate::{DelegateError, Delegator, InvocationEnv};
 use crate::devices::DeviceSource;
 use crate::netapi::store::NetworkStore;
+use crate::netlink::deletions;
 use crate::phase::Phase;
 use crate::policy::PolicyHandle;
 use crate::spec::delegate_conf::{default_delegate, DelegateConfig};
@@ -401,20 +402,45 @@ impl Engine {
         let base = CniEnv { netns, ..env.clone() };
         let mut failed = Vec::new();
         let mut failures = Vec::new();
-        while let Some(a) = record.attachments.pop() {
-            match self.delegator.del(&a.delegate, &invocation(&base, &a.ifname), a.result.as_ref()).await {
-                Ok(()) => {
-                    tracing::info!(network = %a.network, ifname = %a.ifname, "detached");
-                    device_info::remove(&a, &self.device_info_file(&record.container_id, &a.ifname)).await;
-                    self.let_go_of_claim(&record.container_id, &a).await;
+        let mut detached = Vec::new();
+        // The plugins' link deletions are deferred and done together after them, behind one
+        // kernel wait per namespace rather than one per link (netlink::deletions).
+        let ((), links) = deletions::deferring(async {
+            while let Some(a) = record.attachments.pop() {
+                match self.delegator.del(&a.delegate, &invocation(&base, &a.ifname), a.result.as_ref()).await
+                {
+                    Ok(()) => detached.push(a),
+                    Err(source) => {
+                        failures.push(DetachFailure {
+                            network: a.network.clone(),
+                            ifname: a.ifname.clone(),
+                            source,
+                        });
+                        failed.push(a);
+                    }
                 }
-                Err(source) => {
+            }
+        })
+        .await;
+        let mut undeleted = deletions::delete_deferred(links).await;
+        for a in detached {
+            let pod_side = Path::new(&base.netns);
+            match undeleted.iter().position(|(link, _)| link.name == a.ifname && link.netns == pod_side) {
+                Some(i) => {
+                    let (_, error) = undeleted.swap_remove(i);
+                    // The plugin that made the interface (the list's first) asked for its deletion.
+                    let source = DelegateError::native(a.delegate.list.plugin_type(0), Command::Del, error);
                     failures.push(DetachFailure {
                         network: a.network.clone(),
                         ifname: a.ifname.clone(),
                         source,
                     });
                     failed.push(a);
+                }
+                None => {
+                    tracing::info!(network = %a.network, ifname = %a.ifname, "detached");
+                    device_info::remove(&a, &self.device_info_file(&record.container_id, &a.ifname)).await;
+                    self.let_go_of_claim(&record.container_id, &a).await;
                 }
             }
         }

@@ -587,7 +587,7 @@ async fn remove_link(env: &InvocationEnv) -> Result<(), BridgeError> {
         return Ok(());
     };
     if is_bridged_veth(&link).await? {
-        return pod_ns.delete(&link).await.map_err(BridgeError::from);
+        return pod_ns.delete_soon(&link).await.map_err(BridgeError::from);
     }
     tracing::warn!(
         "not deleting {} in {}: it is a {} interface whose peer is no bridge port of this node, not the veth \

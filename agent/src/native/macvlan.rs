@@ -438,7 +438,7 @@ async fn remove_link(env: &InvocationEnv) -> Result<(), MacvlanError> {
     }
     let pod_ns = Netlink::pod(netns).await?;
     match pod_ns.link(&env.ifname).await? {
-        Some(link) if link.is_macvlan() => pod_ns.delete(&link).await.map_err(MacvlanError::from),
+        Some(link) if link.is_macvlan() => pod_ns.delete_soon(&link).await.map_err(MacvlanError::from),
         Some(link) => {
             tracing::warn!(
                 "not deleting {} in {}: it is a {} interface, not the macvlan this attachment made",

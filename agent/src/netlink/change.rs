@@ -83,9 +83,14 @@ impl Netlink {
 
     /// Deletes the link; one that is already gone counts as deleted.
     pub async fn delete(&self, link: &LinkSnapshot) -> Result<(), LinkError> {
-        match self.handle().link().del(link.index).execute().await {
+        self.delete_index(link.index, &link.name).await
+    }
+
+    /// Deletes the link of that index (`name` is for the error); gone already counts as deleted.
+    pub async fn delete_index(&self, index: u32, name: &str) -> Result<(), LinkError> {
+        match self.handle().link().del(index).execute().await {
             Err(e) if !matches!(errno_of(&e), Some(Errno::ENODEV)) => {
-                Err(self.error(format!("deleting {}", link.name), e))
+                Err(self.error(format!("deleting {name}"), e))
             }
             _ => Ok(()),
         }

@@ -173,3 +173,66 @@ async fn clsact_is_added_once_and_a_second_add_is_fine() {
     let err = ns.add_clsact(9999).await.unwrap_err();
     assert!(err.is(Errno::ENODEV), "{err}");
 }
+
+/// A pod with veth pairs a0/a0p .. and nothing else but `lo`.
+fn pod_with_veths(names: &[&str]) -> Netns {
+    let pod = empty();
+    for name in names {
+        pod.ip(&format!("link add {name} type veth peer name {name}p"));
+    }
+    pod
+}
+
+#[tokio::test]
+async fn deferred_deletions_wait_for_the_flush_then_go_together() {
+    let pod = pod_with_veths(&["a0", "a1", "a2", "keep"]);
+    let ns = Netlink::pod(&pod.path()).await.unwrap();
+    let ((), pending) = deletions::deferring(async {
+        for name in ["a0", "a1", "a2"] {
+            ns.delete_soon(&ns.require(name).await.unwrap()).await.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(pending.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["a0", "a1", "a2"]);
+    assert!(
+        pod.has_link("a0") && pod.has_link("a1") && pod.has_link("a2"),
+        "nothing deleted before the flush"
+    );
+
+    let failures = deletions::delete_deferred(pending).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    for name in ["a0", "a0p", "a1", "a1p", "a2", "a2p"] {
+        assert!(!pod.has_link(name), "{name} deleted with its peer");
+    }
+    assert!(pod.has_link("keep") && pod.has_link("keepp"), "a link nobody asked for stays");
+    assert!(!pod.ip("-d link").contains(&format!("group {}", deletions::DELETION_GROUP)));
+}
+
+#[tokio::test]
+async fn a_foreign_link_in_the_deletion_group_is_spared_and_the_batch_goes_one_by_one() {
+    let pod = pod_with_veths(&["b0", "b1", "other"]);
+    pod.ip(&format!("link set other group {}", deletions::DELETION_GROUP));
+    let ns = Netlink::pod(&pod.path()).await.unwrap();
+    let ((), pending) = deletions::deferring(async {
+        for name in ["b0", "b1"] {
+            ns.delete_soon(&ns.require(name).await.unwrap()).await.unwrap();
+        }
+    })
+    .await;
+    let failures = deletions::delete_deferred(pending).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    assert!(!pod.has_link("b0") && !pod.has_link("b1"));
+    assert!(pod.has_link("other"), "the link the batch did not put in the group is not deleted");
+}
+
+#[tokio::test]
+async fn outside_deferring_delete_soon_deletes_at_once_and_gone_links_count_as_deleted() {
+    let pod = pod_with_veths(&["c0"]);
+    let ns = Netlink::pod(&pod.path()).await.unwrap();
+    let link = ns.require("c0").await.unwrap();
+    ns.delete_soon(&link).await.unwrap();
+    assert!(!pod.has_link("c0"));
+
+    let ((), pending) = deletions::deferring(async { ns.delete_soon(&link).await.unwrap() }).await;
+    assert!(deletions::delete_deferred(pending).await.is_empty(), "an already deleted link is no failure");
+}

@@ -11,6 +11,7 @@
 //!     [`Netlink::default_route_interface`], each a [`LinkSnapshot`], [`AddressSnapshot`] or
 //!     [`RouteSnapshot`];
 //!   - changing one link (`change`): create, rename, MAC, MTU, up/down, delete, move;
+//!   - deleting a pod's links together on DEL, behind one kernel wait ([`deletions`]);
 //!   - bridges (`bridge`): a bridge, a veth pair born a port of it with its other end in a
 //!     pod ([`VethPair`]), promiscuous mode, a port's hairpin mode;
 //!   - configuring IP (`configure`): [`Netlink::add_address`], [`Netlink::add_route`], and
@@ -28,6 +29,7 @@
 mod bridge;
 mod change;
 mod configure;
+pub mod deletions;
 mod error;
 mod handle;
 mod mac;
