@@ -1,9 +1,13 @@
 //! cni: what a pod's networks cost the runtime.
 //!
 //! - add_latency / del_latency: wall time of one pod's ADD and DEL with 1, 2 and 4 macvlan +
-//!   host-local secondary networks (plus the bridge default network), through the same
-//!   runtime helper for every side. The NAD configs are the same for all sides but for their
-//!   address range and IPAM directory.
+//!   host-local secondary networks, with 1, 2 and 4 bridge + host-local ones, and with two
+//!   bridge networks chaining port mappings (two each) and a bandwidth limit (reference:
+//!   `portmap` and `bandwidth`; plexus: `plexus-portmap` and `plexus-bandwidth`), each pod
+//!   with the bridge default network too, through the same runtime helper for every side. The
+//!   NAD configs are the same for all sides but for their address range, IPAM directory and
+//!   the chain's plugin types. Targets (issue #17): ADD at most 0.6x the reference's with
+//!   macvlan, 0.5x with bridge, 0.3x with the chain; DEL at most 0.6x.
 //! - shim_roundtrip: the cheapest request that reaches the agent, a CHECK of a container the
 //!   agent has no record of (it answers CNI error 3 from its state lookup; no plugin runs),
 //!   against one exec of a reference plugin answering VERSION, and one exec of a trivial
@@ -20,7 +24,10 @@ use anyhow::bail;
 use serde_json::{json, Value};
 
 use super::bins::trivial_static;
-use super::macvlan_sides::{bulk, macvlan_selections, pods, Op, Sides, BASELINE, PLEXUS};
+use super::macvlan_sides::{
+    bridge_selections, bulk, chained_selections, macvlan_selections, pods, Op, Sides, BASELINE,
+    CHAIN_MAPPINGS, PLEXUS,
+};
 use super::report::{Figure, Target};
 use super::runner::{Call, Driver, PlexusDriver, Pod, Runtime, PLUGIN_DIR};
 use super::stats::{load, mean};
@@ -28,6 +35,43 @@ use super::topology::Lab;
 use super::{check_interrupt, Bench, Side};
 
 const NO_DAEMON: &str = "the reference plugins run no daemon";
+const ISSUE: &str = "issue #17";
+const CHAIN: &str = "bridge+portmap+bandwidth";
+/// Every pod's DEL, whatever its networks, at most this much of the reference's (issue #17).
+const DEL_TARGET: f64 = 0.6;
+
+/// One kind of pod the section times: its secondary attachments and the ADD target.
+struct Workload {
+    attachments: u32,
+    kind: &'static str,
+    /// plexus's ADD at most this much of the reference's (issue #17).
+    add_target: f64,
+}
+
+impl Workload {
+    fn label(&self) -> String {
+        format!("{} {}", self.attachments, self.kind)
+    }
+
+    fn selections(&self) -> Vec<super::runner::Selection> {
+        match self.kind {
+            "macvlan" => macvlan_selections(self.attachments),
+            "bridge" => bridge_selections(self.attachments),
+            _ => chained_selections(),
+        }
+    }
+}
+
+/// 1, 2 and 4 macvlan attachments, 1, 2 and 4 bridge ones, and two bridge attachments with
+/// port mappings and a bandwidth limit each; every pod also has the default network.
+fn workloads() -> Vec<Workload> {
+    let mut out = Vec::new();
+    for (kind, add_target) in [("macvlan", 0.6), ("bridge", 0.5)] {
+        out.extend([1, 2, 4].map(|attachments| Workload { attachments, kind, add_target }));
+    }
+    out.push(Workload { attachments: 2, kind: CHAIN, add_target: 0.3 });
+    out
+}
 
 /// Pod names unique across the run.
 fn pod_name(side: Side, tag: &str) -> String {
@@ -83,12 +127,21 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
         }
     }
 
-    for m in [1u32, 2, 4] {
-        let params = json!({"attachments": m, "pods_per_run": set.cni_pods_per_repeat});
-        let mut add = Figure::new("cni", "add_latency", "ms", params.clone()).sides(sides.what());
-        let mut del = Figure::new("cni", "del_latency", "ms", params).sides(sides.what());
+    for w in workloads() {
+        let mut params =
+            json!({"attachments": w.attachments, "kind": w.kind, "pods_per_run": set.cni_pods_per_repeat});
+        if w.kind == CHAIN {
+            params["mappings_per_attachment"] = json!(CHAIN_MAPPINGS);
+        }
+        let mut add = Figure::new("cni", "add_latency", "ms", params.clone())
+            .sides(sides.what())
+            .with_target(Target::at_most(Side::Reference, w.add_target, ISSUE));
+        let mut del = Figure::new("cni", "del_latency", "ms", params)
+            .sides(sides.what())
+            .with_target(Target::at_most(Side::Reference, DEL_TARGET, ISSUE));
         sides.mark_missing(std::slice::from_mut(&mut add));
         sides.mark_missing(std::slice::from_mut(&mut del));
+        let label = w.label();
         let before = load();
         for r in 1..=set.repeat {
             let mut line = Vec::new();
@@ -98,7 +151,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
                 let phases_before = agent.map(|a| (a.phase_totals("ADD"), a.phase_totals("DEL")));
                 let mut runs = Vec::new();
                 for _ in 0..set.cni_pods_per_repeat {
-                    let pod = Pod::new(&pod_name(*side, "lat"), macvlan_selections(m))?;
+                    let pod = Pod::new(&pod_name(*side, "lat"), w.selections())?;
                     match add_del(d.as_ref(), &rt, &pod) {
                         Ok(t) => runs.push(t),
                         Err(e) => {
@@ -109,8 +162,8 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
                 }
                 if let (Some(a), Some((Ok(add0), Ok(del0)))) = (agent, &phases_before) {
                     if let (Ok(add1), Ok(del1)) = (a.phase_totals("ADD"), a.phase_totals("DEL")) {
-                        b.breakdown.push("ADD", m, *side, add0.per_pod_ms(&add1, runs.len()));
-                        b.breakdown.push("DEL", m, *side, del0.per_pod_ms(&del1, runs.len()));
+                        b.breakdown.push("ADD", &label, *side, add0.per_pod_ms(&add1, runs.len()));
+                        b.breakdown.push("DEL", &label, *side, del0.per_pod_ms(&del1, runs.len()));
                     }
                 }
                 if !runs.is_empty() {
@@ -124,7 +177,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
                     line.push(format!("{} failed", side.name()));
                 }
             }
-            b.progress("cni", &format!("{m} attachments, repeat {r}/{}: {}", set.repeat, line.join(", ")));
+            b.progress("cni", &format!("{label}, repeat {r}/{}: {}", set.repeat, line.join(", ")));
         }
         let after = load();
         add.set_load(&before, &after);

@@ -1,6 +1,8 @@
 //! The workload the cni and scale sections share: the three sides (plexus with its native
-//! macvlan, the reference plugins, plexus exec'ing the reference macvlan), pods with macvlan +
-//! host-local secondary networks, and adding or deleting many pods at once.
+//! macvlan and bridge, the reference plugins, plexus exec'ing the reference macvlan and
+//! bridge), pods with macvlan + host-local secondary networks (the cni section also with bridge
+//! ones, and with the chain bridge + host-local + portmap + bandwidth), and adding or deleting
+//! many pods at once.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,17 +11,68 @@ use std::time::Instant;
 
 use super::report::{Figure, NOT_BUILT};
 use super::runner::{Driver, PlexusDriver, Pod, ReferenceDriver, Runtime, Selection};
-use super::topology::{macvlan_network, Agent, Lab};
+use super::topology::{chained_bridge_network, macvlan_network, secondary_bridge_network, Agent, Lab};
 use super::{check_interrupt, Bench, Side};
 
-pub const PLEXUS: &str = "plexus shim + agent: default network (bridge), macvlan + host-local native";
-const REFERENCE: &str = "reference bridge, macvlan, host-local exec'd per configlist by a libcni-like runner";
+pub const PLEXUS: &str =
+    "plexus shim + agent: default network (bridge), macvlan, bridge, host-local, portmap and bandwidth native";
+const REFERENCE: &str =
+    "reference bridge, macvlan, host-local, portmap, bandwidth exec'd per configlist by a libcni-like runner";
 pub const BASELINE: &str =
     "plexus shim + agent with --exec-plugin macvlan,bridge (the reference binaries exec'd by the agent)";
 
 /// The pods' secondary networks: `bench-mv1` .. `bench-mv<m>`.
 pub fn macvlan_selections(m: u32) -> Vec<Selection> {
     (1..=m).map(|k| Selection::plain(&format!("bench-mv{k}"))).collect()
+}
+
+/// Secondary bridge networks: `bench-br1` .. `bench-br<m>`.
+pub fn bridge_selections(m: u32) -> Vec<Selection> {
+    (1..=m).map(|k| Selection::plain(&format!("bench-br{k}"))).collect()
+}
+
+/// Port mappings per attachment of [`chained_selections`].
+pub const CHAIN_MAPPINGS: u16 = 2;
+
+/// `bench-chain1` and `bench-chain2`, each with [`CHAIN_MAPPINGS`] port mappings (host ports
+/// unique in the run: the reference portmap does not refuse a taken one) and an ingress and
+/// egress limit of 100 Mbit/s with kubelet's burst.
+pub fn chained_selections() -> Vec<Selection> {
+    static NEXT_PORT: AtomicUsize = AtomicUsize::new(20_000);
+    (1..=2)
+        .map(|k| {
+            let first = NEXT_PORT.fetch_add(usize::from(CHAIN_MAPPINGS), Ordering::SeqCst);
+            let mappings: Vec<serde_json::Value> = (0..usize::from(CHAIN_MAPPINGS))
+                .map(|i| serde_json::json!({"hostPort": first + i, "containerPort": 8080 + i, "protocol": "tcp"}))
+                .collect();
+            let mut s = Selection::with(&format!("bench-chain{k}"), "portMappings", mappings.into());
+            let limit = serde_json::json!({
+                "ingressRate": 100_000_000u64, "ingressBurst": u64::from(u32::MAX),
+                "egressRate": 100_000_000u64, "egressBurst": u64::from(u32::MAX),
+            });
+            s.requests.insert("bandwidth".into(), limit);
+            s
+        })
+        .collect()
+}
+
+/// Registers every secondary network of the sections with a side: `bench-mv1..4`,
+/// `bench-br1..4`, `bench-chain1..2` (`portmap` / `bandwidth` naming the chain's plugin types).
+fn add_networks(
+    add: &mut dyn FnMut(&serde_json::Value) -> anyhow::Result<()>,
+    side: Side,
+    ipam: &std::path::Path,
+    portmap: &str,
+    bandwidth: &str,
+) -> anyhow::Result<()> {
+    for k in 1..=4 {
+        add(&macvlan_network(k, side, ipam))?;
+        add(&secondary_bridge_network(k, side, ipam))?;
+    }
+    for k in 1..=2 {
+        add(&chained_bridge_network(k, side, ipam, portmap, bandwidth))?;
+    }
+    Ok(())
 }
 
 /// The three sides of the cni and scale sections: plexus (native macvlan), the reference
@@ -66,20 +119,29 @@ impl Sides {
     pub fn drivers(&self, b: &Bench) -> anyhow::Result<Vec<(Side, Box<dyn Driver + '_>)>> {
         let mut out: Vec<(Side, Box<dyn Driver + '_>)> = Vec::new();
         let plexus = PlexusDriver { agent: &self.plexus, shim: b.bins.shim.clone() };
-        for k in 1..=4 {
-            plexus.add_network(&macvlan_network(k, Side::Plexus, &self.plexus.ipam_dir()))?;
-        }
+        let ipam = self.plexus.ipam_dir();
+        add_networks(
+            &mut |n| plexus.add_network(n),
+            Side::Plexus,
+            &ipam,
+            "plexus-portmap",
+            "plexus-bandwidth",
+        )?;
         out.push((Side::Plexus, Box::new(plexus)));
         let mut reference = ReferenceDriver::new(Side::Reference, self.reference_ipam.clone())?;
-        for k in 1..=4 {
-            reference.add_network(&macvlan_network(k, Side::Reference, &self.reference_ipam))?;
-        }
+        let ipam = self.reference_ipam.clone();
+        add_networks(&mut |n| reference.add_network(n), Side::Reference, &ipam, "portmap", "bandwidth")?;
         out.push((Side::Reference, Box::new(reference)));
         if let Ok(agent) = &self.baseline {
             let baseline = PlexusDriver { agent, shim: b.bins.shim.clone() };
-            for k in 1..=4 {
-                baseline.add_network(&macvlan_network(k, Side::Baseline, &agent.ipam_dir()))?;
-            }
+            let ipam = agent.ipam_dir();
+            add_networks(
+                &mut |n| baseline.add_network(n),
+                Side::Baseline,
+                &ipam,
+                "plexus-portmap",
+                "plexus-bandwidth",
+            )?;
             out.push((Side::Baseline, Box::new(baseline)));
         }
         Ok(out)

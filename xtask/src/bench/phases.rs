@@ -1,7 +1,7 @@
 //! Where an agent's ADD and DEL time goes, from its `plexus_cni_phase_duration_seconds`
 //! (issue #17): the histograms' sums and counts are read before and after a run of pods, and
 //! their differences divided by the pods give each phase's time per pod. Per (verb,
-//! attachments, side) the runs' values are kept and their median printed after the table.
+//! workload, side) the runs' values are kept and their median printed after the table.
 //!
 //! `netns` and `ipam` are timed within `plugins` (the agent says so in the metric's help):
 //! they are shown in the table after it, and left out of `sum`.
@@ -72,16 +72,17 @@ impl Totals {
     }
 }
 
-/// The runs' per-pod phase times, by (verb, attachments, side).
+/// The runs' per-pod phase times, by (verb, workload, side); the workload names the pod's
+/// secondary attachments, e.g. "2 macvlan".
 #[derive(Debug, Default)]
 pub struct Breakdown {
-    runs: BTreeMap<(String, u32, usize), Vec<BTreeMap<String, f64>>>,
+    runs: BTreeMap<(String, String, usize), Vec<BTreeMap<String, f64>>>,
 }
 
 impl Breakdown {
-    pub fn push(&mut self, verb: &str, attachments: u32, side: Side, run: BTreeMap<String, f64>) {
+    pub fn push(&mut self, verb: &str, workload: &str, side: Side, run: BTreeMap<String, f64>) {
         if !run.is_empty() {
-            self.runs.entry((verb.to_owned(), attachments, side.index())).or_default().push(run);
+            self.runs.entry((verb.to_owned(), workload.to_owned(), side.index())).or_default().push(run);
         }
     }
 
@@ -101,16 +102,16 @@ impl Breakdown {
             .collect()
     }
 
-    /// One object per (verb, attachments, side): the medians per phase in ms, their sum over
+    /// One object per (verb, workload, side): the medians per phase in ms, their sum over
     /// the engine's phases, and every run.
     pub fn to_json(&self) -> Value {
         let rows: Vec<Value> = self
             .runs
             .iter()
-            .map(|((verb, attachments, side), runs)| {
+            .map(|((verb, workload, side), runs)| {
                 let medians = Self::medians(runs);
                 json!({
-                    "verb": verb, "attachments": attachments, "side": Side::ALL[*side].name(),
+                    "verb": verb, "workload": workload, "side": Side::ALL[*side].name(),
                     "median_ms": medians, "sum_ms": engine_sum(&medians), "runs": runs,
                 })
             })
@@ -118,21 +119,21 @@ impl Breakdown {
         Value::Array(rows)
     }
 
-    /// The table printed after the figures: one row per (verb, attachments, side), one column
+    /// The table printed after the figures: one row per (verb, workload, side), one column
     /// per phase (medians, ms per pod).
     pub fn table(&self) -> String {
         if self.runs.is_empty() {
             return String::new();
         }
-        let mut header = vec!["verb".to_owned(), "attachments".to_owned(), "side".to_owned()];
+        let mut header = vec!["verb".to_owned(), "workload".to_owned(), "side".to_owned()];
         header.extend(
             PHASES.iter().map(|p| if NESTED.contains(p) { format!("({p})") } else { (*p).to_owned() }),
         );
         header.push("sum".to_owned());
         let mut rows = vec![header];
-        for ((verb, attachments, side), runs) in &self.runs {
+        for ((verb, workload, side), runs) in &self.runs {
             let medians = Self::medians(runs);
-            let mut row = vec![verb.clone(), attachments.to_string(), Side::ALL[*side].name().to_owned()];
+            let mut row = vec![verb.clone(), workload.clone(), Side::ALL[*side].name().to_owned()];
             row.extend(
                 PHASES
                     .iter()
@@ -212,10 +213,10 @@ mod tests {
                 ("ipam".to_owned(), ipam),
             ])
         };
-        b.push("ADD", 2, Side::Plexus, run(1.0, 10.0, 2.0));
-        b.push("ADD", 2, Side::Plexus, run(3.0, 30.0, 4.0));
-        b.push("ADD", 2, Side::Plexus, run(2.0, 20.0, 3.0));
-        b.push("DEL", 2, Side::Plexus, BTreeMap::new());
+        b.push("ADD", "2 macvlan", Side::Plexus, run(1.0, 10.0, 2.0));
+        b.push("ADD", "2 macvlan", Side::Plexus, run(3.0, 30.0, 4.0));
+        b.push("ADD", "2 macvlan", Side::Plexus, run(2.0, 20.0, 3.0));
+        b.push("DEL", "2 macvlan", Side::Plexus, BTreeMap::new());
         let json = b.to_json();
         assert_eq!(json.as_array().map(Vec::len), Some(1), "an empty run adds no row: {json}");
         assert_eq!(json[0]["median_ms"]["plan"], 2.0);

@@ -314,6 +314,39 @@ pub fn macvlan_network(k: u32, side: Side, ipam_dir: &Path) -> Value {
     })
 }
 
+/// Secondary network `bench-br<k>` (k = 1..=4) of the cni section: a bridge of its own
+/// (`pxcbr<k>`, the gateway on it) + host-local, one subnet per network.
+pub fn secondary_bridge_network(k: u32, side: Side, ipam_dir: &Path) -> Value {
+    let a = 70 + k as u8;
+    json!({
+        "cniVersion": "1.0.0",
+        "name": format!("bench-br{k}"),
+        "plugins": [{
+            "type": "bridge", "bridge": format!("pxcbr{k}"), "isGateway": true,
+            "ipam": {"type": "host-local", "ranges": [range(side, a, 0)], "dataDir": ipam_dir},
+        }]
+    })
+}
+
+/// Secondary network `bench-chain<k>` (k = 1..=2) of the cni section: the common chain of a
+/// secondary network with port mappings and a bandwidth limit, bridge (`pxccb<k>`) +
+/// host-local, then `portmap` and `bandwidth` (plexus: `plexus-portmap`, `plexus-bandwidth`).
+pub fn chained_bridge_network(k: u32, side: Side, ipam_dir: &Path, portmap: &str, bandwidth: &str) -> Value {
+    let a = 74 + k as u8;
+    json!({
+        "cniVersion": "1.0.0",
+        "name": format!("bench-chain{k}"),
+        "plugins": [
+            {
+                "type": "bridge", "bridge": format!("pxccb{k}"), "isGateway": true,
+                "ipam": {"type": "host-local", "ranges": [range(side, a, 0)], "dataDir": ipam_dir},
+            },
+            {"type": portmap, "capabilities": {"portMappings": true}},
+            {"type": bandwidth, "capabilities": {"bandwidth": true}},
+        ]
+    })
+}
+
 /// A network on the client's bridge, with an optional chained plugin (portmap, bandwidth);
 /// `block` 0 or 1 (see [`range`]).
 pub fn bridge_network(
