@@ -422,7 +422,8 @@ impl Engine {
             }
         })
         .await;
-        let mut undeleted = deletions::delete_deferred(links).await;
+        // The plugins' own work, done late: timed with them.
+        let mut undeleted = crate::phase::timed(Phase::Plugins, deletions::delete_deferred(links)).await;
         for a in detached {
             let pod_side = Path::new(&base.netns);
             match undeleted.iter().position(|(link, _)| link.name == a.ifname && link.netns == pod_side) {
