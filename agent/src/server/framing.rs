@@ -52,6 +52,9 @@ impl CniCode for ReadError {
     }
 }
 
+/// The request buffer's first size: a shim request with a large configlist fits.
+const INITIAL_READ_BYTES: usize = 16 << 10;
+
 /// Reads one request: up to EOF, at most [`MAX_REQUEST_BYTES`], before `deadline`, unless
 /// the connection is evicted first. `timeout` is only for the message.
 pub async fn read_request<R: AsyncRead + Unpin>(
@@ -62,7 +65,9 @@ pub async fn read_request<R: AsyncRead + Unpin>(
     ticket: &Ticket,
 ) -> Result<Vec<u8>, ReadError> {
     let read = async {
-        let mut buf = Vec::new();
+        // Room for a whole ordinary request up front: one read takes it, where a growing
+        // buffer took five (32, 32, 64, 128 bytes, ...).
+        let mut buf = Vec::with_capacity(limit.min(INITIAL_READ_BYTES) + 1);
         // One byte past the limit tells "exactly the limit" from "over it".
         (&mut *stream).take(limit as u64 + 1).read_to_end(&mut buf).await.map(|_| buf)
     };
