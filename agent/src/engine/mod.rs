@@ -157,6 +157,7 @@ impl Engine {
             Some(verb) => crate::phase::for_verb(verb, self.dispatch(&req)).instrument(span.clone()).await,
             None => self.dispatch(&req).instrument(span.clone()).await,
         };
+        crate::failpoint::reached(verb, crate::failpoint::Point::Answer);
         let _enter = span.enter();
         match outcome {
             Ok(Some(v)) => {

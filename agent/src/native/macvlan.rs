@@ -345,6 +345,7 @@ async fn create(
         master_ns.create(&what, builder.build()).await
     };
     created.map_err(|e| creation_failure(e, settings, master))?;
+    crate::failpoint::reached_in_request(crate::failpoint::Point::LinkCreated);
     pod_ns.link(&temporary).await?.ok_or_else(|| {
         MacvlanError::internal_msg(format!("the new macvlan {temporary} is not in {}", pod_ns.place()))
     })
