@@ -47,7 +47,7 @@ pub use configure::configure_ip;
 pub use error::{describe, errno_of, LinkCause, LinkError, NamespaceError};
 pub use handle::Netlink;
 pub use mac::{hardware_address, Mac, MacError};
-pub use moves::{move_into, move_out, temp_name};
+pub use moves::{attachment_temp_name, move_into, move_out, temp_name};
 pub use namespace::{netns_exists, run_in};
 pub use snapshot::{AddressSnapshot, LinkSnapshot, RouteSnapshot};
 pub use sysctl::{read_sysctl, write_sysctl};
