@@ -34,7 +34,7 @@ use crate::phase::Phase;
 use crate::policy::PolicyHandle;
 use crate::spec::delegate_conf::{default_delegate, DelegateConfig};
 use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
-use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, PodRef, StateError, StateStore};
+use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, PodRef, StateError, StateStore, Sync};
 use error::{DetachError, DetachFailure};
 use locks::ContainerLocks;
 use request::{request_version, CniEnv, PlexusConf};
@@ -209,7 +209,9 @@ impl Engine {
         for a in &mut record.attachments {
             device_info::offer(a, &self.device_info_file(&record.container_id, &a.ifname));
         }
-        self.state.save(&record).await?;
+        // The write-ahead intent: everything this ADD may attempt, durable before the first
+        // plugin runs, so a DEL after a crash anywhere below knows what to undo.
+        self.state.save(&record, Sync::Durable).await?;
 
         for i in 0..record.attachments.len() {
             let file = self.device_info_file(&record.container_id, &record.attachments[i].ifname);
@@ -278,7 +280,8 @@ impl Engine {
             return Err(self.rollback(record, env, err).await);
         }
         record.complete = true;
-        if let Err(e) = self.state.save(&record).await {
+        // The intent is durable and enough for DEL: this one need not survive a power loss.
+        if let Err(e) = self.state.save(&record, Sync::Replacing).await {
             return Err(self.rollback(record, env, e.into()).await);
         }
         self.publish_status(pod.as_ref(), &record).await;
@@ -440,7 +443,9 @@ impl Engine {
         failed.reverse();
         record.attachments = failed;
         record.complete = false;
-        self.state.save(&record).await?;
+        // Fewer attachments than the durable record lists: losing this to a power loss only
+        // repeats DELs.
+        self.state.save(&record, Sync::Replacing).await?;
         let err = DetachError { container_id: record.container_id, failures };
         Err(CniError::from_error(&err).with_details(format!("container {}", err.container_id)))
     }
