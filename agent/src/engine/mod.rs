@@ -153,9 +153,11 @@ impl Engine {
             ifname = req.ifname.as_deref().unwrap_or(""),
         );
         let verb = Command::parse(&req.command).ok();
+        // One netlink socket per namespace for the whole request, closed when it is done.
+        let request = crate::netlink::shared::per_request(self.dispatch(&req));
         let outcome = match verb {
-            Some(verb) => crate::phase::for_verb(verb, self.dispatch(&req)).instrument(span.clone()).await,
-            None => self.dispatch(&req).instrument(span.clone()).await,
+            Some(verb) => crate::phase::for_verb(verb, request).instrument(span.clone()).await,
+            None => request.instrument(span.clone()).await,
         };
         crate::failpoint::reached(verb, crate::failpoint::Point::Answer);
         let _enter = span.enter();

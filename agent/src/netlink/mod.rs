@@ -19,6 +19,7 @@
 //!   - CHECK ([`verify_ips`], [`verify_routes`]), as libcni's `ValidateExpected*`;
 //!   - traffic control for the dataplane ([`Netlink::add_clsact`], [`Netlink::filters`],
 //!     [`Netlink::root_qdisc_kind`]).
+//! - [`shared`]: within one CNI request, one socket per namespace, shared by its plugins.
 //! - [`Mac`]: the one MAC address type; [`route_table`]: tables above 255, handled once.
 //!
 //! Every [`LinkError`] names the action, the link and the namespace, so a failure reads as
@@ -34,6 +35,7 @@ mod mac;
 mod moves;
 mod namespace;
 pub mod route_table;
+pub mod shared;
 mod snapshot;
 mod sysctl;
 mod tc;
