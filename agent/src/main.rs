@@ -156,7 +156,7 @@ fn policy(opts: &AgentOptions, client: Option<kube::Client>) -> anyhow::Result<(
 }
 
 async fn run(opts: AgentOptions) -> anyhow::Result<()> {
-    // A test knob (docs/durability.md), never set in production: refused when malformed.
+    // A test knob (docs/architecture.md#durability), never set in production: refused when malformed.
     if let Some(failpoint) = plexus_agent::failpoint::arm_from_env()? {
         tracing::warn!(failpoint = %failpoint.to_env(), "a failpoint is armed: the agent will kill itself there");
     }
