@@ -19,6 +19,7 @@ pub mod devices;
 pub mod devinfo;
 pub mod doctor;
 pub mod engine;
+pub mod failpoint;
 pub mod install;
 pub mod ipam;
 pub mod kube;

@@ -156,6 +156,10 @@ fn policy(opts: &AgentOptions, client: Option<kube::Client>) -> anyhow::Result<(
 }
 
 async fn run(opts: AgentOptions) -> anyhow::Result<()> {
+    // A test knob (docs/architecture.md#durability), never set in production: refused when malformed.
+    if let Some(failpoint) = plexus_agent::failpoint::arm_from_env()? {
+        tracing::warn!(failpoint = %failpoint.to_env(), "a failpoint is armed: the agent will kill itself there");
+    }
     let mut server_config = opts.server_config();
     match server::fd_limit::raise_to_hard() {
         Ok((before, after)) => {

@@ -89,7 +89,7 @@ pub async fn for_verb<F: Future>(verb: Command, request: F) -> F::Output {
 }
 
 /// The verb of the request this task serves, if any.
-fn current_verb() -> Option<Command> {
+pub(crate) fn current_verb() -> Option<Command> {
     VERB.try_with(|v| *v).ok()
 }
 
@@ -113,8 +113,11 @@ pub async fn timed<F: Future>(phase: Phase, work: F) -> F::Output {
 }
 
 impl Drop for Timer {
+    /// The phase's end is also a failpoint (`crate::failpoint`): a test can crash the agent
+    /// right after any phase of a request.
     fn drop(&mut self) {
         record(self.verb, self.phase, self.started.elapsed());
+        crate::failpoint::reached(self.verb, crate::failpoint::Point::End(self.phase));
     }
 }
 
@@ -126,6 +129,30 @@ fn record(verb: Option<Command>, phase: Phase, elapsed: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No wildcard: a new phase fails to compile here until it is placed in [`Phase::ALL`]
+    /// (and so gets its metric label and its failpoint).
+    fn position(phase: Phase) -> usize {
+        match phase {
+            Phase::Lock => 0,
+            Phase::Catalog => 1,
+            Phase::Plan => 2,
+            Phase::StateRead => 3,
+            Phase::StateWrite => 4,
+            Phase::Plugins => 5,
+            Phase::DefaultRoute => 6,
+            Phase::Status => 7,
+            Phase::Netns => 8,
+            Phase::Ipam => 9,
+        }
+    }
+
+    #[test]
+    fn every_phase_is_listed_once() {
+        for (i, phase) in Phase::ALL.iter().enumerate() {
+            assert_eq!(position(*phase), i, "{phase:?}");
+        }
+    }
 
     #[test]
     fn every_phase_has_its_own_label() {

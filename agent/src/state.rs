@@ -2,7 +2,13 @@
 //! restarts or the node reboots.
 //!
 //! One JSON file per runtime attachment (container ID + interface), written atomically
-//! (temporary file, fsync, rename, fsync of the directory) before the runtime hears back.
+//! (temporary file, fsync, rename). The first write of a record, the ADD's write-ahead
+//! intent (everything the ADD may attempt), is durable before the first plugin runs: the
+//! directory is fsynced too ([`Sync::Durable`]). The ADD's and DEL's later writes replace it ([`Sync::Replacing`]):
+//! their data is fsynced, so a power loss leaves the old record or the new one, never a torn
+//! file; the directory is not, since the old record (a superset, or one without results)
+//! is enough for DEL and GC to finish. One durable record before the runtime hears back,
+//! three fsyncs per ADD.
 
 use std::io::Write;
 use std::net::IpAddr;
@@ -130,6 +136,18 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// How far a record write goes before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sync {
+    /// The content and the name in the directory survive a power loss (the file and the
+    /// directory fsynced): a new record, or one that must not revert.
+    Durable,
+    /// A record replacing a durable one whose content is enough for DEL and GC: the content is
+    /// fsynced (the file is never torn), the directory not (a power loss may bring the old
+    /// record back).
+    Replacing,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("state file {path}: {source}")]
@@ -169,12 +187,16 @@ impl StateStore {
         self.dir.join(format!("{container_id}@{ifname}.json"))
     }
 
-    pub async fn save(&self, record: &ContainerRecord) -> Result<(), StateError> {
+    pub async fn save(&self, record: &ContainerRecord, sync: Sync) -> Result<(), StateError> {
         let _timer = phase::start(Phase::StateWrite);
         let path = self.path(&record.container_id, &record.ifname);
         let body = serde_json::to_vec_pretty(record)
             .map_err(|source| StateError::Encode { container_id: record.container_id.clone(), source })?;
-        blocking(move || atomic_write(&path, &body).map_err(|source| StateError::Io { path, source })).await
+        let syncs = match sync {
+            Sync::Durable => Syncs::FileAndDirectory,
+            Sync::Replacing => Syncs::File,
+        };
+        blocking(move || replace(&path, &body, syncs).map_err(|source| StateError::Io { path, source })).await
     }
 
     pub async fn load(
@@ -245,26 +267,37 @@ async fn blocking<T: Send + 'static>(
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new content,
 /// never a torn file, and the new content survives a power loss once this returns.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    replace(path, bytes, true)
+    replace(path, bytes, Syncs::FileAndDirectory)
 }
 
 /// [`atomic_write`] without the fsyncs: the new content survives the process (the page cache
 /// has it), not a power loss. For records of state that does not survive a reboot either.
 pub fn atomic_write_volatile(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    replace(path, bytes, false)
+    replace(path, bytes, Syncs::None)
 }
 
-fn replace(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+/// What a replacement fsyncs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Syncs {
+    None,
+    /// The new content, before the rename: after a power loss the name holds the old content
+    /// or the new one, never a torn file.
+    File,
+    /// The new content, and the directory after the rename: the new content survives.
+    FileAndDirectory,
+}
+
+fn replace(path: &Path, bytes: &[u8], syncs: Syncs) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile_in(dir, path)?;
     let result = (|| {
         tmp.1.write_all(bytes)?;
-        if durable {
+        if syncs != Syncs::None {
             tmp.1.sync_all()?;
         }
         std::fs::rename(&tmp.0, path)?;
-        if durable {
+        if syncs == Syncs::FileAndDirectory {
             sync_dir(dir)?;
         }
         Ok(())
@@ -397,8 +430,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let store = StateStore::new(d.path());
         assert!(store.list().await.unwrap().is_empty());
-        store.save(&record("c1")).await.unwrap();
-        store.save(&record("c2")).await.unwrap();
+        store.save(&record("c1"), Sync::Durable).await.unwrap();
+        store.save(&record("c2"), Sync::Durable).await.unwrap();
         assert_eq!(store.load("c1", "eth0").await.unwrap(), Some(record("c1")));
         assert_eq!(store.list().await.unwrap().len(), 2);
         store.remove("c1", "eth0").await.unwrap();
@@ -437,11 +470,11 @@ mod tests {
         let mut kep = record("c1");
         kep.front_end = FrontEnd::PodNetworks;
         kep.attachments[0].pod_network = Some("default".into());
-        store.save(&kep).await.unwrap();
+        store.save(&kep, Sync::Durable).await.unwrap();
         assert_eq!(store.load("c1", "eth0").await.unwrap(), Some(kep));
         let text = std::fs::read_to_string(store.dir().join("c1@eth0.json")).unwrap();
         assert!(text.contains("\"pod-networks\"") && text.contains("\"pod_network\": \"default\""), "{text}");
-        store.save(&record("c2")).await.unwrap();
+        store.save(&record("c2"), Sync::Durable).await.unwrap();
         let text = std::fs::read_to_string(store.dir().join("c2@eth0.json")).unwrap();
         assert!(!text.contains("front_end") && !text.contains("pod_network"), "{text}");
     }
@@ -452,7 +485,7 @@ mod tests {
         let store = StateStore::new(d.path());
         let mut sandbox = record("c1");
         sandbox.front_end = FrontEnd::Sandbox;
-        store.save(&sandbox).await.unwrap();
+        store.save(&sandbox, Sync::Replacing).await.unwrap();
         assert_eq!(store.load("c1", "eth0").await.unwrap(), Some(sandbox));
         let text = std::fs::read_to_string(store.dir().join("c1@eth0.json")).unwrap();
         assert!(text.contains("\"front_end\": \"sandbox\""), "{text}");
@@ -503,7 +536,7 @@ mod tests {
     async fn temporary_files_of_interrupted_writes_are_swept() {
         let d = tempfile::tempdir().unwrap();
         let store = StateStore::new(d.path());
-        store.save(&record("c1")).await.unwrap();
+        store.save(&record("c1"), Sync::Durable).await.unwrap();
         // What a crash between creating and renaming leaves, here and in a deeper directory.
         let left = store.dir().join(".c2@eth0.json.4242.tmp");
         std::fs::write(&left, "{").unwrap();

@@ -80,6 +80,8 @@ pub struct World {
     pub agent: Option<Agent>,
     /// Options added to every agent start.
     pub agent_args: Vec<String>,
+    /// Environment variables added to every agent start (a test's `PLEXUS_FAILPOINT`).
+    pub agent_env: Vec<(String, String)>,
     /// Whether the agent serves the CRI network API (on [`World::network_api_socket`]); true
     /// unless a test turns it off.
     pub network_api: bool,
@@ -101,6 +103,7 @@ impl World {
             node: Netns::new("pxnode"),
             agent: None,
             agent_args: Vec::new(),
+            agent_env: Vec::new(),
             network_api: true,
             bpffs: None,
             cni_bin_dir: PathBuf::from(REFERENCE_PLUGINS),
@@ -226,6 +229,7 @@ impl World {
             .arg("--pod-dir")
             .arg(self.path("pods"))
             .args(&self.agent_args)
+            .envs(self.agent_env.iter().map(|(k, v)| (k, v)))
             // PLEXUS_TEST_LOG (a RUST_LOG filter) for more detail in a test agent's log.
             .env("RUST_LOG", std::env::var("PLEXUS_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())

@@ -19,7 +19,7 @@ use super::{names, standalone, Catalog, CatalogError, NadSummary, PodInfo, Statu
 use crate::podnetwork::model::{AttachmentParameters, PodNetwork, PodNetworkAttachment};
 use crate::podnetwork::params_ready;
 use crate::spec::resolve::NetworkAttachmentDefinition;
-use crate::state::atomic_write;
+use crate::state::atomic_write_volatile;
 
 #[derive(Debug, Clone)]
 pub struct FileCatalog {
@@ -206,10 +206,14 @@ impl Catalog for FileCatalog {
         async move {
             for (path, body) in writes {
                 let path = path?;
-                tokio::task::spawn_blocking(move || atomic_write(&path, &body).map_err(|e| (path, e)))
-                    .await
-                    .map_err(|e| CatalogError::unavailable("status file", e))?
-                    .map_err(|(path, e)| CatalogError::unavailable(path.display().to_string(), e))?;
+                // A report, rewritten by every ADD of the pod: never torn, but not worth an
+                // fsync on every ADD (a power loss takes the pod's sandbox with it anyway).
+                tokio::task::spawn_blocking(move || {
+                    atomic_write_volatile(&path, &body).map_err(|e| (path, e))
+                })
+                .await
+                .map_err(|e| CatalogError::unavailable("status file", e))?
+                .map_err(|(path, e)| CatalogError::unavailable(path.display().to_string(), e))?;
             }
             Ok(())
         }

@@ -22,7 +22,7 @@ use crate::spec::delegate_conf::{bandwidth_runtime_config, DelegateConfig};
 use crate::spec::plan::{plan_attachments, PlannedAttachment};
 use crate::spec::selection::{parse_selection, Bandwidth, NetworkSelection};
 use crate::spec::NETWORKS_ANNOTATION;
-use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd};
+use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, Sync};
 
 use super::device_info;
 use super::front_end::{NotAttachable, Selected};
@@ -298,7 +298,7 @@ impl Engine {
             a.live_pending = true;
             record.attachments.push(a);
             let i = record.attachments.len() - 1;
-            if let Err(e) = self.state.save(record).await {
+            if let Err(e) = self.state.save(record, Sync::Durable).await {
                 tracing::warn!("recording the restore of a replaced attachment: {e}");
             }
             let a = &record.attachments[i];
@@ -317,7 +317,7 @@ impl Engine {
                     record.attachments.truncate(i);
                 }
             }
-            if let Err(e) = self.state.save(record).await {
+            if let Err(e) = self.state.save(record, Sync::Durable).await {
                 tracing::warn!("recording the restore of a replaced attachment: {e}");
             }
         }
@@ -428,7 +428,7 @@ impl Engine {
             self.let_go_of_claim(&record.container_id, a).await;
             outcome.detached.push(described(a));
             record.attachments.remove(secondary(*e));
-            self.state.save(record).await?;
+            self.state.save(record, Sync::Durable).await?;
         }
         Ok(())
     }
@@ -453,7 +453,7 @@ impl Engine {
             }
             a.selection = Some(selection);
         }
-        Ok(self.state.save(record).await?)
+        Ok(self.state.save(record, Sync::Durable).await?)
     }
 
     /// Attaches `additions` in order, all or none: a failure undoes this change's additions.
@@ -486,7 +486,7 @@ impl Engine {
             let file = self.device_info_file(&record.container_id, &attachment.ifname);
             device_info::offer(&mut attachment, &file);
             record.attachments.push(attachment);
-            self.state.save(record).await?;
+            self.state.save(record, Sync::Durable).await?;
             let i = record.attachments.len() - 1;
             let a = &record.attachments[i];
             tracing::info!(network = %a.network, ifname = %a.ifname, "attaching live");
@@ -495,7 +495,7 @@ impl Engine {
                 Ok(()) => self.delegator.add(&a.delegate, &invocation(env, &a.ifname)).await,
                 Err(refused) => {
                     record.attachments.truncate(i);
-                    self.state.save(record).await?;
+                    self.state.save(record, Sync::Durable).await?;
                     let earlier: Vec<usize> = (first..i).map(|j| j - 1).collect();
                     let mut undone = LiveOutcome::default();
                     self.live_detach(env, record, &earlier, &mut undone).await?;
@@ -518,7 +518,7 @@ impl Engine {
                     if let Err(e) = self.fill_claim(&record.attachments[i], parsed.as_ref()).await {
                         tracing::warn!(network = %network, "writing the IPAMClaim's addresses: {}", e.msg);
                     }
-                    self.state.save(record).await?;
+                    self.state.save(record, Sync::Durable).await?;
                 }
                 Err(e) => {
                     let err = attachment_error(&a.network, &e);
@@ -533,13 +533,13 @@ impl Engine {
                     let earlier: Vec<usize> = (first..i).map(|j| j - 1).collect();
                     let mut undone = LiveOutcome::default();
                     if let Err(undo) = self.live_detach(env, record, &earlier, &mut undone).await {
-                        self.state.save(record).await?;
+                        self.state.save(record, Sync::Durable).await?;
                         return Err(CniError {
                             msg: format!("{}; undoing this change also failed: {}", err.msg, undo.msg),
                             ..err
                         });
                     }
-                    self.state.save(record).await?;
+                    self.state.save(record, Sync::Durable).await?;
                     outcome.attached.truncate(outcome.attached.len() - (i - first));
                     return Err(err);
                 }

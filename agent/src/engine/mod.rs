@@ -35,7 +35,7 @@ use crate::phase::Phase;
 use crate::policy::PolicyHandle;
 use crate::spec::delegate_conf::{default_delegate, DelegateConfig};
 use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
-use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, PodRef, StateError, StateStore};
+use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, PodRef, StateError, StateStore, Sync};
 use error::{DetachError, DetachFailure};
 use locks::ContainerLocks;
 use request::{request_version, CniEnv, PlexusConf};
@@ -154,10 +154,13 @@ impl Engine {
             ifname = req.ifname.as_deref().unwrap_or(""),
         );
         let verb = Command::parse(&req.command).ok();
+        // One netlink socket per namespace for the whole request, closed when it is done.
+        let request = crate::netlink::shared::per_request(self.dispatch(&req));
         let outcome = match verb {
-            Some(verb) => crate::phase::for_verb(verb, self.dispatch(&req)).instrument(span.clone()).await,
-            None => self.dispatch(&req).instrument(span.clone()).await,
+            Some(verb) => crate::phase::for_verb(verb, request).instrument(span.clone()).await,
+            None => request.instrument(span.clone()).await,
         };
+        crate::failpoint::reached(verb, crate::failpoint::Point::Answer);
         let _enter = span.enter();
         match outcome {
             Ok(Some(v)) => {
@@ -209,7 +212,9 @@ impl Engine {
         for a in &mut record.attachments {
             device_info::offer(a, &self.device_info_file(&record.container_id, &a.ifname));
         }
-        self.state.save(&record).await?;
+        // The write-ahead intent: everything this ADD may attempt, durable before the first
+        // plugin runs, so a DEL after a crash anywhere below knows what to undo.
+        self.state.save(&record, Sync::Durable).await?;
 
         for i in 0..record.attachments.len() {
             let file = self.device_info_file(&record.container_id, &record.attachments[i].ifname);
@@ -278,7 +283,8 @@ impl Engine {
             return Err(self.rollback(record, env, err).await);
         }
         record.complete = true;
-        if let Err(e) = self.state.save(&record).await {
+        // The intent is durable and enough for DEL: this one need not survive a power loss.
+        if let Err(e) = self.state.save(&record, Sync::Replacing).await {
             return Err(self.rollback(record, env, e.into()).await);
         }
         self.publish_status(pod.as_ref(), &record).await;
@@ -426,7 +432,10 @@ impl Engine {
         let mut undeleted = crate::phase::timed(Phase::Plugins, deletions::delete_deferred(links)).await;
         for a in detached {
             let pod_side = Path::new(&base.netns);
-            match undeleted.iter().position(|(link, _)| link.name == a.ifname && link.netns == pod_side) {
+            // Under its name, or under the temporary one an ADD that died before renaming left.
+            let temporary = crate::netlink::attachment_temp_name(&record.container_id, &a.ifname);
+            let ours = |name: &str| name == a.ifname || name == temporary;
+            match undeleted.iter().position(|(link, _)| ours(&link.name) && link.netns == pod_side) {
                 Some(i) => {
                     let (_, error) = undeleted.swap_remove(i);
                     // The plugin that made the interface (the list's first) asked for its deletion.
@@ -466,7 +475,9 @@ impl Engine {
         failed.reverse();
         record.attachments = failed;
         record.complete = false;
-        self.state.save(&record).await?;
+        // Fewer attachments than the durable record lists: losing this to a power loss only
+        // repeats DELs.
+        self.state.save(&record, Sync::Replacing).await?;
         let err = DetachError { container_id: record.container_id, failures };
         Err(CniError::from_error(&err).with_details(format!("container {}", err.container_id)))
     }

@@ -152,6 +152,7 @@ impl Bridge {
         let pod_ns = Netlink::pod(pod.netns).await?;
         let bridge = ensure_bridge(&node, &conf, &settings).await?;
         let pair = create_pair(&node, &pod_ns, &pod, &bridge, &settings).await?;
+        crate::failpoint::reached_in_request(crate::failpoint::Point::LinkCreated);
         let call = Call { conf: &conf, settings: &settings, config, env, pod: &pod };
         let outcome = match self.attach(&call, &node, &pod_ns, &bridge, &pair).await {
             Ok(result) => match output(&result, &version) {

@@ -7,8 +7,9 @@
 //!   cannot collide with a node interface, renames it to CNI_IFNAME there, then runs IPAM and
 //!   applies its addresses and routes, brings it up and announces the addresses. Any failure
 //!   undoes everything done so far (link deleted, IPAM released).
-//! - DEL releases IPAM and deletes the link; a missing namespace or link is fine, and a link
-//!   of that name that is not a macvlan is left alone (it is not ours).
+//! - DEL releases IPAM and deletes the link (under its temporary name when an ADD died before
+//!   renaming it: the name is fixed per attachment); a missing namespace or link is fine, and
+//!   a link of that name that is not a macvlan is left alone (it is not ours).
 //! - CHECK verifies the link (macvlan, mode, master, MTU, MAC) and the addresses and routes of
 //!   the previous result, then asks IPAM.
 //! - STATUS and GC would be IPAM's business (macvlan keeps no state of its own), but the IPAM
@@ -34,7 +35,8 @@ use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
 use crate::netlink::{
-    configure_ip, netns_exists, temp_name, verify_ips, verify_routes, LinkError, LinkSnapshot, Netlink,
+    attachment_temp_name, configure_ip, netns_exists, verify_ips, verify_routes, LinkError, LinkSnapshot,
+    Netlink,
 };
 
 /// The CNI `type` this plugin answers to.
@@ -105,7 +107,8 @@ impl Macvlan {
         let master = master(master_ns, &conf).await?;
         check_mtu(&settings, &master)?;
 
-        let created = create(master_ns, &pod_ns, &master, &settings).await?;
+        let temporary = attachment_temp_name(&env.container_id, &env.ifname);
+        let created = create(master_ns, &pod_ns, &master, &settings, &temporary).await?;
         let call = Call { conf: &conf, config, env, version: &version };
         match self.attach(&call, &pod_ns, &pod, &created).await {
             Ok(output) => Ok(output),
@@ -318,20 +321,21 @@ fn check_mtu(settings: &Settings, master: &LinkSnapshot) -> Result<(), MacvlanEr
     Ok(())
 }
 
-/// Creates the macvlan inside the pod's namespace under a temporary name; returns it as found
-/// there. With the master in the node's namespace the link is created from there with
+/// Creates the macvlan inside the pod's namespace under the attachment's temporary name
+/// ([`attachment_temp_name`]: a DEL after a crash before the renaming finds it); returns it as
+/// found there. With the master in the node's namespace the link is created from there with
 /// IFLA_NET_NS_FD, so it never exists on the node.
 async fn create(
     master_ns: &Netlink,
     pod_ns: &Netlink,
     master: &LinkSnapshot,
     settings: &Settings,
+    temporary: &str,
 ) -> Result<LinkSnapshot, MacvlanError> {
-    let temporary = temp_name();
     // IFLA_TXQLEN 0, because the reference's netlink library always sends the LinkAttrs field
     // and the plugin leaves it 0; without it the kernel copies the master's (1000). The link
     // has no queue either way (noqueue), but `ip link` would show the difference.
-    let mut builder = LinkMacVlan::new(&temporary, master.index, settings.mode).txqueuelen(0);
+    let mut builder = LinkMacVlan::new(temporary, master.index, settings.mode).txqueuelen(0);
     if settings.mtu > 0 {
         builder = builder.mtu(settings.mtu);
     }
@@ -345,7 +349,8 @@ async fn create(
         master_ns.create(&what, builder.build()).await
     };
     created.map_err(|e| creation_failure(e, settings, master))?;
-    pod_ns.link(&temporary).await?.ok_or_else(|| {
+    crate::failpoint::reached_in_request(crate::failpoint::Point::LinkCreated);
+    pod_ns.link(temporary).await?.ok_or_else(|| {
         MacvlanError::internal_msg(format!("the new macvlan {temporary} is not in {}", pod_ns.place()))
     })
 }
@@ -437,7 +442,13 @@ async fn remove_link(env: &InvocationEnv) -> Result<(), MacvlanError> {
         return Ok(());
     }
     let pod_ns = Netlink::pod(netns).await?;
-    match pod_ns.link(&env.ifname).await? {
+    let found = match pod_ns.link(&env.ifname).await? {
+        Some(link) => Some(link),
+        // An ADD that died between creating the link and naming it left it under its
+        // temporary name.
+        None => pod_ns.link(&attachment_temp_name(&env.container_id, &env.ifname)).await?,
+    };
+    match found {
         Some(link) if link.is_macvlan() => pod_ns.delete_soon(&link).await.map_err(MacvlanError::from),
         Some(link) => {
             tracing::warn!(

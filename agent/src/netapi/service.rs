@@ -286,9 +286,12 @@ mod tests {
                 attachment("team/empty", "net2", false, &[]),
             ],
         );
-        api.state.save(&sandbox).await.unwrap();
+        api.state.save(&sandbox, crate::state::Sync::Durable).await.unwrap();
         api.state
-            .save(&record("sandbox-2", vec![attachment("cluster", "eth0", true, &["10.0.0.6/24"])]))
+            .save(
+                &record("sandbox-2", vec![attachment("cluster", "eth0", true, &["10.0.0.6/24"])]),
+                crate::state::Sync::Durable,
+            )
             .await
             .unwrap();
         let ips: Vec<(String, String)> =

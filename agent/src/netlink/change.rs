@@ -54,11 +54,9 @@ impl Netlink {
     /// Renames the link; the kernel wants it down (EBUSY otherwise). Returns it as renamed.
     pub async fn rename(&self, link: &LinkSnapshot, new_name: &str) -> Result<LinkSnapshot, LinkError> {
         let action = format!("renaming {} to {new_name}", link.name);
-        self.change(action.clone(), LinkUnspec::new_with_index(link.index).name(new_name.to_owned()).build())
-            .await?;
-        self.link_by_index(link.index)
-            .await?
-            .ok_or_else(|| self.refuse(action, Errno::ENODEV, "the link vanished right after"))
+        self.change(action, LinkUnspec::new_with_index(link.index).name(new_name.to_owned()).build()).await?;
+        // A rename changes the name and nothing else: no second round trip to read it back.
+        Ok(renamed(link, new_name))
     }
 
     pub async fn set_mac(&self, link: &LinkSnapshot, mac: Mac) -> Result<(), LinkError> {
@@ -107,4 +105,16 @@ impl Netlink {
         let message = LinkUnspec::new_with_index(link.index).setns_by_fd(ns.as_raw_fd()).build();
         self.change(action, message).await
     }
+}
+
+/// `link` as the kernel has it after renaming it to `name`.
+fn renamed(link: &LinkSnapshot, name: &str) -> LinkSnapshot {
+    let mut renamed = link.clone();
+    renamed.name = name.to_owned();
+    for attribute in &mut renamed.message.attributes {
+        if let LinkAttribute::IfName(old) = attribute {
+            *old = name.to_owned();
+        }
+    }
+    renamed
 }

@@ -12,11 +12,13 @@ use rtnetlink::Handle;
 
 use super::error::{errno_of, place_of};
 use super::namespace::socket_in;
+use super::shared;
 use super::{LinkCause, LinkError, NamespaceError};
 
 /// An rtnetlink socket in one network namespace. The agent's is opened on the calling thread
 /// (the agent's threads never change namespace); a pod's on a throwaway thread that entered
-/// the pod ([`super::run_in`]) and then used from any task.
+/// the pod ([`super::run_in`]) and then used from any task. Within a request, one per
+/// namespace is shared by all ([`super::shared`]).
 pub struct Netlink {
     handle: Handle,
     /// None: the agent's own namespace.
@@ -33,6 +35,9 @@ impl Netlink {
     /// A socket in the agent's own namespace (the node's). Must be called inside the tokio
     /// runtime, which then drives the socket until the `Netlink` is dropped.
     pub fn agent() -> Result<Netlink, LinkError> {
+        if let Some(handle) = shared::find(None) {
+            return Ok(Netlink { handle, netns: None });
+        }
         let (connection, handle, _unsolicited) = rtnetlink::new_connection().map_err(|e| LinkError {
             action: "opening a netlink socket".into(),
             place: place_of(None),
@@ -40,12 +45,18 @@ impl Netlink {
             cause: LinkCause::Socket(e),
         })?;
         tokio::spawn(connection);
+        shared::keep(None, &handle);
         Ok(Netlink { handle, netns: None })
     }
 
-    /// A socket inside the network namespace at `netns` (a pod's, or a test's "node").
+    /// A socket inside the network namespace at `netns` (a pod's, or a test's "node"); within
+    /// a request, the one the request already has there ([`super::shared`]).
     pub async fn pod(netns: &Path) -> Result<Netlink, NamespaceError> {
+        if let Some(handle) = shared::find(Some(netns)) {
+            return Ok(Netlink { handle, netns: Some(netns.to_path_buf()) });
+        }
         let handle = socket_in(netns).await?;
+        shared::keep(Some(netns), &handle);
         Ok(Netlink { handle, netns: Some(netns.to_path_buf()) })
     }
 

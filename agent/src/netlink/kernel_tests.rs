@@ -1,7 +1,7 @@
 //! The link operations against the kernel: root, each test in network namespaces of its own
 //! (made with `ip`, an oracle independent of the code under test).
 
-use netlink_packet_route::link::MacVlanMode;
+use netlink_packet_route::link::{LinkAttribute, MacVlanMode};
 use nix::errno::Errno;
 use plexus_testkit::{run, Netns};
 
@@ -36,6 +36,22 @@ async fn move_into_renames_inside_and_move_out_brings_the_link_back_under_its_na
     let back = move_out(&to, &inside, &from, "x0").await.unwrap();
     assert_eq!(back.name, "x0");
     assert!(host.has_link("x0") && !pod.has_link("net5"));
+}
+
+#[tokio::test]
+async fn a_renamed_link_is_what_the_kernel_reads_back() {
+    let ns = empty();
+    ns.ip("link add r0 type veth peer name r0p");
+    let nl = Netlink::pod(&ns.path()).await.unwrap();
+    let before = nl.require("r0").await.unwrap();
+    let renamed = nl.rename(&before, "r9").await.unwrap();
+    let read = nl.require("r9").await.unwrap();
+    let fields = |l: &LinkSnapshot| {
+        (l.index, l.name.clone(), l.kind.clone(), l.mac.clone(), l.mtu, l.up, l.parent_index, l.master)
+    };
+    assert_eq!(fields(&renamed), fields(&read));
+    assert!(renamed.message.attributes.iter().any(|a| matches!(a, LinkAttribute::IfName(n) if n == "r9")));
+    assert!(!ns.has_link("r0"));
 }
 
 #[tokio::test]

@@ -20,6 +20,7 @@
 //!   - CHECK ([`verify_ips`], [`verify_routes`]), as libcni's `ValidateExpected*`;
 //!   - traffic control for the dataplane ([`Netlink::add_clsact`], [`Netlink::filters`],
 //!     [`Netlink::root_qdisc_kind`]).
+//! - [`shared`]: within one CNI request, one socket per namespace, shared by its plugins.
 //! - [`Mac`]: the one MAC address type; [`route_table`]: tables above 255, handled once.
 //!
 //! Every [`LinkError`] names the action, the link and the namespace, so a failure reads as
@@ -36,6 +37,7 @@ mod mac;
 mod moves;
 mod namespace;
 pub mod route_table;
+pub mod shared;
 mod snapshot;
 mod sysctl;
 mod tc;
@@ -49,7 +51,7 @@ pub use configure::configure_ip;
 pub use error::{describe, errno_of, LinkCause, LinkError, NamespaceError};
 pub use handle::Netlink;
 pub use mac::{hardware_address, Mac, MacError};
-pub use moves::{move_into, move_out, temp_name};
+pub use moves::{attachment_temp_name, move_into, move_out, temp_name};
 pub use namespace::{netns_exists, run_in};
 pub use snapshot::{AddressSnapshot, LinkSnapshot, RouteSnapshot};
 pub use sysctl::{read_sysctl, write_sysctl};

@@ -20,6 +20,21 @@ pub fn temp_name() -> String {
     format!("plx{:08x}", hasher.finish() as u32)
 }
 
+/// The temporary name of the link an attachment (container ID, interface) creates inside the
+/// pod's namespace before naming it: the same for every agent build and run, so a DEL after
+/// a crash between the creation and the renaming finds the link under it. Inside one pod's
+/// namespace the (container, interface) pairs differ, and so, but for a 32-bit hash's chance,
+/// do their names. Shaped like [`temp_name`]'s ("plx" + 8 hex digits).
+pub fn attachment_temp_name(container_id: &str, ifname: &str) -> String {
+    // FNV-1a: fixed by its definition, unlike std's hashers.
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in container_id.bytes().chain([0]).chain(ifname.bytes()) {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    format!("plx{hash:08x}")
+}
+
 /// Moves `link` from `from`'s namespace into `to`'s and names it `final_name` there.
 ///
 /// The link travels under a temporary name, so neither its old name nor the final one can
@@ -97,6 +112,17 @@ async fn travel_back(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attachment_temp_names_are_fixed_per_attachment() {
+        let a = attachment_temp_name("c1", "net1");
+        assert_eq!(a, attachment_temp_name("c1", "net1"));
+        assert_eq!(attachment_temp_name("", ""), "plx050c5d1f", "FNV-1a of one NUL byte");
+        assert!(a.len() == 11 && a.starts_with("plx"), "{a}");
+        for other in [attachment_temp_name("c1", "net2"), attachment_temp_name("c1n", "et1")] {
+            assert_ne!(a, other);
+        }
+    }
 
     #[test]
     fn temp_names_fit_the_kernel_and_differ() {

@@ -143,7 +143,7 @@ async fn kernel_a_running_pod_gains_a_vf_and_gives_it_back() {
         delegator,
         state.clone(),
     );
-    state.save(&recorded_pod(&pod.path_str())).await.expect("the pod's record");
+    state.save(&recorded_pod(&pod.path_str()), crate::state::Sync::Durable).await.expect("the pod's record");
     let status_path = state_dir.join("pods/team/p.network-status.json");
     let status = || -> Value {
         serde_json::from_str(&std::fs::read_to_string(&status_path).expect("network-status")).expect("JSON")
