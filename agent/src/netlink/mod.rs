@@ -33,6 +33,7 @@ mod handle;
 mod mac;
 mod moves;
 mod namespace;
+pub mod nftables;
 pub mod route_table;
 mod snapshot;
 mod sysctl;
