@@ -383,13 +383,38 @@ impl World {
             .collect()
     }
 
-    /// Everything a pod's attachments may leave behind: records, addresses, veths, and any
-    /// interface but `lo` in the pods' namespaces.
+    /// nftables chains of pods' attachments in the node: every chain of plexus's `plexus`
+    /// tables, and the reference bridge's (its `ipMasq` chains `CNI-<24 hex digits>` in
+    /// `ip`/`ip6 nat`, its `macspoofchk` chains `cni-br-iface-*` in `bridge nat`), as "family
+    /// table chain".
+    pub fn nft_chains(&self) -> Vec<String> {
+        let (ok, out) = self.node.exec(&["nft", "-j", "list", "ruleset"]);
+        assert!(ok, "nft list ruleset in the node: {out}");
+        let ruleset: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("nft -j: {e}: {out}"));
+        ruleset["nftables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| {
+                let chain = entry.get("chain")?;
+                let (family, table, name) =
+                    (chain["family"].as_str()?, chain["table"].as_str()?, chain["name"].as_str()?);
+                let pods = table == "plexus"
+                    || table == "nat" && (family == "ip" || family == "ip6") && is_masquerading_chain(name)
+                    || table == "nat" && family == "bridge" && name.starts_with("cni-br-iface-");
+                pods.then(|| format!("{family} {table} {name}"))
+            })
+            .collect()
+    }
+
+    /// Everything a pod's attachments may leave behind: records, addresses, veths, nftables
+    /// chains, and any interface but `lo` in the pods' namespaces.
     pub fn leftovers(&self, pods: &[&Netns]) -> Vec<String> {
         let mut out: Vec<String> =
             self.state_files().into_iter().map(|f| format!("state file {f}")).collect();
         out.extend(self.ipam_allocations().into_iter().map(|a| format!("IPAM allocation {a}")));
         out.extend(self.node_veths().into_iter().map(|v| format!("node veth {v}")));
+        out.extend(self.nft_chains().into_iter().map(|c| format!("nft chain {c}")));
         for p in pods {
             out.extend(
                 p.link_names().into_iter().filter(|n| n != "lo").map(|n| format!("link {n} in {}", p.name)),
@@ -420,6 +445,11 @@ impl Drop for World {
         // Unmounted before the directory is removed: a mount point cannot be.
         self.bpffs.take();
     }
+}
+
+/// The name the reference plugins give a pod's `ipMasq` chain: "CNI-" and 24 hex digits.
+fn is_masquerading_chain(name: &str) -> bool {
+    name.strip_prefix("CNI-").is_some_and(|id| id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Runs a CNI binary (or a wrapper of one) with `stdin`, as a runtime does: the config on

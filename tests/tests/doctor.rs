@@ -26,8 +26,8 @@ use serde_json::{json, Value};
 
 const NS: &str = "default";
 
-/// A bridge network `dcbr0` (10.66.0.0/24, the bridge 10.66.0.1 as host IP) chaining the
-/// agent's port mappings and bandwidth limits.
+/// A bridge network `dcbr0` (10.66.0.0/24, the bridge 10.66.0.1 as host IP, masquerading)
+/// chaining the agent's port mappings and bandwidth limits.
 fn nad(w: &World) -> String {
     json!({
         "cniVersion": "1.0.0",
@@ -37,6 +37,7 @@ fn nad(w: &World) -> String {
                 "type": "bridge",
                 "bridge": "dcbr0",
                 "isGateway": true,
+                "ipMasq": true,
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": "10.66.0.0/24", "rangeStart": "10.66.0.10", "rangeEnd": "10.66.0.99"}]],
@@ -281,6 +282,13 @@ fn kernel_doctor_finds_every_planted_leftover_and_fix_removes_them_but_not_a_hea
     // A link left under plexus's temporary name in the node.
     t.w.node.ip(&["link", "add", "plx0badc0de", "type", "veth", "peer", "name", "dcpeer0"]);
 
+    // A masquerading chain of an attachment no container record lists.
+    let (ok, out) = t.w.node.exec(&[
+        "nft",
+        "add chain inet plexus masq-0123456789abcdef { type nat hook postrouting priority 100; comment \"dcnet c-ghost net1\"; }",
+    ]);
+    assert!(ok, "nft: {out}");
+
     let (code, rows) = t.run(false);
     assert_eq!(code, 1, "leftovers found: exit status 1: {rows:#?}");
     let expected = [
@@ -293,6 +301,7 @@ fn kernel_doctor_finds_every_planted_leftover_and_fix_removes_them_but_not_a_hea
         "temp-file",
         "vf-record",
         "link",
+        "nft-chain",
     ];
     assert_eq!(kinds(&rows), expected.iter().map(|k| (*k).to_owned()).collect(), "{rows:#?}");
     let what = whats(&rows);
@@ -307,6 +316,7 @@ fn kernel_doctor_finds_every_planted_leftover_and_fix_removes_them_but_not_a_hea
         temp.to_str().unwrap(),
         "VF 0000:99:00.1 claimed by pod default/ghost (container c-ghost, interface net2)",
         "link plx0badc0de (veth)",
+        "nftables chain inet plexus masq-0123456789abcdef (dcnet c-ghost net1)",
     ] {
         assert!(what.contains(needle), "{needle:?} is not listed:\n{what}");
     }
@@ -314,7 +324,7 @@ fn kernel_doctor_finds_every_planted_leftover_and_fix_removes_them_but_not_a_hea
     for not_listed in ["c-healthy", ":8080/", ":8081/", ":9097/"] {
         assert!(!what.contains(not_listed), "{not_listed:?} listed:\n{what}");
     }
-    assert_eq!(rows.len(), 10, "{what}");
+    assert_eq!(rows.len(), 11, "{what}");
 
     let (code, fixed) = t.run(true);
     assert_eq!(code, 0, "everything found was removed: {fixed:#?}\n{}", t.w.agent_log());
@@ -337,6 +347,8 @@ fn kernel_doctor_finds_every_planted_leftover_and_fix_removes_them_but_not_a_hea
     assert!(!held.iter().any(|f| f == "10.66.0.98"), "the stray address stays: {held:?}");
     assert!(!temp.exists() && !vf_file.exists(), "the temporary file or the VF record stays");
     assert!(!t.w.node.has_link("plx0badc0de") && !t.w.node.has_link("dcpeer0"), "the link stays");
+    let chains = t.w.nft_chains();
+    assert_eq!(chains.len(), 1, "only the healthy pod's masquerading chain stays: {chains:?}");
     assert!(t.w.agent_log().contains("c-gone"), "the agent ran the DEL of the lost pod");
 
     // The healthy pod is untouched: its mapping, its record, and CHECK passes.

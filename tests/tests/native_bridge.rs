@@ -13,7 +13,8 @@
 //! The reference binary here is v1.1.1, which predates `disableContainerInterface`: that one is
 //! tested natively, against what the current reference's source does. VLAN configs are handed to
 //! the reference binary (this kernel has no bridge VLAN filtering to compare them on), as are
-//! `ipMasq`, `macspoofchk` and `portIsolation`.
+//! `ipMasqBackend: "iptables"` and `portIsolation`. `ipMasq` and `macspoofchk` are compared with
+//! real traffic in native_bridge_nft.rs.
 
 use std::time::{Duration, Instant};
 
@@ -521,8 +522,9 @@ fn kernel_an_interface_name_taken_in_the_pod_fails_and_leaves_the_other_interfac
 }
 
 #[test]
-fn kernel_a_config_with_ip_masq_is_handed_to_the_reference_binary() {
-    let case = case(json!({"isGateway": true, "ipMasq": true}), Addressing::HostLocal);
+fn kernel_a_config_with_the_iptables_masquerading_backend_is_handed_to_the_reference_binary() {
+    let case =
+        case(json!({"isGateway": true, "ipMasq": true, "ipMasqBackend": "iptables"}), Addressing::HostLocal);
     let w = world(true, &case);
     let pod = Netns::new("pxbr");
     let out = w.add("c1", &pod, (NS, POD));
@@ -531,7 +533,7 @@ fn kernel_a_config_with_ip_masq_is_handed_to_the_reference_binary() {
     assert!(rules.contains("10.30.0."), "the reference's masquerading rule: {rules}");
     w.del("c1", &pod, (NS, POD)).expect_ok();
     w.assert_nothing_left(&[&pod]);
-    assert_eq!(w.agent_log().matches("asks for ipMasq").count(), 1, "{}", w.agent_log());
+    assert_eq!(w.agent_log().matches("asks for ipMasqBackend \"iptables\"").count(), 1, "{}", w.agent_log());
 }
 
 #[test]
@@ -565,11 +567,16 @@ fn no_plugins(w: &World) -> std::path::PathBuf {
 
 #[test]
 fn kernel_the_default_network_and_bridge_attachments_run_without_any_plugin_binary() {
-    // The world's default network is a bridge (cni0, gateway, host-local); the attachment
-    // another bridge with host-local. Nothing can be exec'd: the plugin directory is empty.
+    // The world's default network is a bridge (cni0, gateway, host-local) that masquerades, as
+    // the usual default network does; the attachment another bridge with host-local and a MAC
+    // spoof check. Nothing can be exec'd: the plugin directory is empty.
     let mut w = World::new();
     w.cni_bin_dir = no_plugins(&w);
-    let attachment = case(json!({"isGateway": true}), Addressing::HostLocal);
+    let mut default: Value =
+        serde_json::from_str(&w.bridge_config("cluster", "cni0", "10.88.0.0/24", true)).unwrap();
+    default["plugins"][0]["ipMasq"] = json!(true);
+    w.write_default_network("10-cluster.conflist", &default.to_string());
+    let attachment = case(json!({"isGateway": true, "macspoofchk": true}), Addressing::HostLocal);
     w.write_nad(NS, NAD, Some(&nad_config(&w, &attachment)));
     w.write_pod(NS, POD, Some(&annotation(&attachment)));
     w.start_agent();
@@ -578,6 +585,7 @@ fn kernel_the_default_network_and_bridge_attachments_run_without_any_plugin_bina
     assert!(out.ok(), "ADD: {} {}\n{}", out.stdout, out.stderr, w.agent_log());
     assert_eq!(pod.addresses("eth0").len(), 1, "the default network's address");
     assert_eq!(pod.addresses("net1"), ["10.30.0.2/24"]);
+    assert_eq!(w.nft_chains().len(), 2, "eth0's masquerading, net1's spoof check: {:?}", w.nft_chains());
     assert!(w.cni("CHECK", "c1", &pod, (NS, POD)).ok());
     w.del("c1", &pod, (NS, POD)).expect_ok();
     w.assert_nothing_left(&[&pod]);
@@ -586,7 +594,7 @@ fn kernel_the_default_network_and_bridge_attachments_run_without_any_plugin_bina
     let w2 = {
         let mut w2 = World::new();
         w2.cni_bin_dir = no_plugins(&w2);
-        let case = case(json!({"ipMasq": true}), Addressing::HostLocal);
+        let case = case(json!({"ipMasq": true, "ipMasqBackend": "iptables"}), Addressing::HostLocal);
         w2.write_nad(NS, NAD, Some(&nad_config(&w2, &case)));
         w2.write_pod(NS, POD, Some(&annotation(&case)));
         w2.start_agent();

@@ -24,6 +24,9 @@ const PACKAGES: &[(&str, &str)] = &[
     // `cargo xtask bench`: throughput, and the reference portmap's iptables.
     ("/usr/bin/iperf3", "iperf3"),
     ("/usr/sbin/iptables", "iptables"),
+    // The native bridge's tests: the nftables state a test leaves, and the reference bridge's
+    // `macspoofchk`, which runs nft.
+    ("/usr/sbin/nft", "nftables"),
 ];
 
 /// The bpf-linker release the BPF build is known to work with.

@@ -4,8 +4,9 @@
 //! The records explain everything else: a container record (`<state-dir>/attachments/`)
 //! explains its attachments (container ID + the runtime's interface, and each attachment's
 //! interface); those explain the port mapping and bandwidth records, the VF records and the
-//! IPAM allocations of their attachments; the port mapping and bandwidth records explain the
-//! map entries (and flows) they list. Only a container record is judged by the node itself: it
+//! IPAM allocations of their attachments and the native bridge's nftables chains (named after
+//! their attachment); the port mapping and bandwidth records explain the map entries (and
+//! flows) they list. Only a container record is judged by the node itself: it
 //! is a leftover once its pod's network namespace is gone.
 
 use std::collections::BTreeSet;
@@ -14,6 +15,8 @@ use std::path::PathBuf;
 use plexus_ebpf_common::shape::ShapeKey;
 use plexus_ebpf_common::Endpoint;
 use serde::Serialize;
+
+use crate::native::bridge::nft::{chain_name, Guard};
 
 /// A container record (one runtime attachment) as doctor sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +113,15 @@ pub struct LinkView {
     pub kind: Option<String>,
 }
 
+/// A chain of the native bridge's nftables tables (`ipMasq`, `macspoofchk`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NftChainView {
+    pub guard: Guard,
+    pub name: String,
+    /// Its comment: "<network> <container ID> <interface>" when plexus made it.
+    pub comment: Option<String>,
+}
+
 /// Everything doctor read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
@@ -124,6 +136,7 @@ pub struct Snapshot {
     pub temp_files: Vec<TempFileView>,
     pub vfs: Vec<VfView>,
     pub links: Vec<LinkView>,
+    pub nft_chains: Vec<NftChainView>,
 }
 
 /// The kind of a leftover, as `--json` names it.
@@ -150,6 +163,8 @@ pub enum Kind {
     VfRecord,
     /// A link under plexus's temporary name (`plx` + 8 hex digits) in the node's namespace.
     Link,
+    /// A native bridge's nftables chain of an attachment no container record lists.
+    NftChain,
 }
 
 impl Kind {
@@ -165,6 +180,7 @@ impl Kind {
             Kind::TempFile => "temp-file",
             Kind::VfRecord => "vf-record",
             Kind::Link => "link",
+            Kind::NftChain => "nft-chain",
         }
     }
 }
@@ -201,6 +217,10 @@ pub enum Fix {
     },
     Link {
         index: u32,
+        name: String,
+    },
+    NftChain {
+        guard: Guard,
         name: String,
     },
 }
@@ -347,6 +367,23 @@ pub fn leftovers(s: &Snapshot) -> Vec<Leftover> {
             fix: Fix::Link { index: l.index, name: l.name.clone() },
         });
     }
+    let owned: BTreeSet<String> = attachments
+        .iter()
+        .flat_map(|(cid, ifname)| Guard::ALL.map(|guard| chain_name(guard, cid, ifname)))
+        .collect();
+    for c in s.nft_chains.iter().filter(|c| !owned.contains(&c.name)) {
+        let family = c.guard.family().name();
+        out.push(Leftover {
+            kind: Kind::NftChain,
+            what: format!(
+                "nftables chain {family} {} {} ({}): no container record lists its attachment",
+                crate::native::bridge::nft::TABLE,
+                c.name,
+                c.comment.as_deref().unwrap_or("no comment")
+            ),
+            fix: Fix::NftChain { guard: c.guard, name: c.name.clone() },
+        });
+    }
     out
 }
 
@@ -419,6 +456,18 @@ mod tests {
                 LinkView { index: 5, name: "veth1234abcd".into(), kind: Some("veth".into()) },
                 LinkView { index: 6, name: "plxnotours".into(), kind: Some("dummy".into()) },
             ],
+            nft_chains: vec![
+                NftChainView {
+                    guard: Guard::Masquerade,
+                    name: chain_name(Guard::Masquerade, "c1", "eth0"),
+                    comment: Some("cluster c1 eth0".into()),
+                },
+                NftChainView {
+                    guard: Guard::SpoofCheck,
+                    name: chain_name(Guard::SpoofCheck, "c1", "net1"),
+                    comment: Some("blue c1 net1".into()),
+                },
+            ],
         }
     }
 
@@ -462,7 +511,9 @@ mod tests {
                 Kind::BandwidthRecord,
                 Kind::IpamAllocation,
                 Kind::IpamAllocation,
-                Kind::VfRecord
+                Kind::VfRecord,
+                Kind::NftChain,
+                Kind::NftChain
             ]
         );
     }
@@ -568,6 +619,32 @@ mod tests {
             [&Fix::Link { index: 9, name: "plx0a1b2c3d".into() }]
         );
         assert!(found[0].what.contains("(macvlan)"), "{}", found[0].what);
+    }
+
+    #[test]
+    fn nft_chains_of_attachments_no_record_lists_are_leftovers() {
+        let mut s = healthy();
+        let orphan = chain_name(Guard::Masquerade, "c9", "net1");
+        s.nft_chains.push(NftChainView {
+            guard: Guard::Masquerade,
+            name: orphan.clone(),
+            comment: Some("blue c9 net1".into()),
+        });
+        s.nft_chains.push(NftChainView { guard: Guard::SpoofCheck, name: "handmade".into(), comment: None });
+        let found = leftovers(&s);
+        assert_eq!(
+            found.iter().map(|l| &l.fix).collect::<Vec<_>>(),
+            [
+                &Fix::NftChain { guard: Guard::Masquerade, name: orphan.clone() },
+                &Fix::NftChain { guard: Guard::SpoofCheck, name: "handmade".into() },
+            ]
+        );
+        assert!(found[0].what.contains(&format!("inet plexus {orphan} (blue c9 net1)")), "{}", found[0].what);
+        assert!(found[1].what.contains("bridge plexus handmade (no comment)"), "{}", found[1].what);
+        // A chain of the right kind but another kind's name is not explained either.
+        let mut s = healthy();
+        s.nft_chains[0].guard = Guard::SpoofCheck;
+        assert_eq!(leftovers(&s).len(), 0, "names are per kind, and both kinds are owned");
     }
 
     #[test]

@@ -30,6 +30,7 @@ use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::ipam::host_local::allocator::Store as _;
 use crate::ipam::host_local::store::DiskStore;
 use crate::ipam::Ipam;
+use crate::native::bridge::nft;
 use crate::native::sriov::state::VfStore;
 use crate::native::sriov::SriovPlugin;
 use crate::netlink::Netlink;
@@ -110,6 +111,7 @@ impl Fixer {
             }
             Fix::VfRecord { pci } => self.vf(pci).await,
             Fix::Link { index, name } => delete_link(*index, name).await,
+            Fix::NftChain { guard, name } => Ok(nft::remove_chain(*guard, name).await?),
         }
     }
 

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::find::{
     AllocationView, ContainerView, DataplaneRecordView, FlowsView, LimitView, LinkView, MappingView,
-    Snapshot, TempFileView, VfView,
+    NftChainView, Snapshot, TempFileView, VfView,
 };
 use super::DoctorError;
 use crate::dataplane::bandwidth::{self, shaper::PIN_SUBDIR, store::Store as BandwidthStore, table::Table};
@@ -28,6 +28,7 @@ use crate::dataplane::portmap::store::Store as PortmapStore;
 use crate::dataplane::portmap::table::Tables;
 use crate::ipam::host_local::allocator::Store as _;
 use crate::ipam::host_local::store::DiskStore;
+use crate::native::bridge::nft::{self, Guard};
 use crate::native::sriov::state::VfStore;
 use crate::netlink::{netns_exists, Netlink};
 use crate::state::{temp_file_pid, ContainerRecord, StateStore};
@@ -69,6 +70,7 @@ pub async fn snapshot(src: &Sources) -> Result<Snapshot, DoctorError> {
     let ipam_dirs = ipam_dirs(&src.ipam_dirs, &store.list().await?);
     let mut s = Snapshot {
         links: links().await?,
+        nft_chains: nft_chains().await?,
         allocations: blocking(move || allocations(&ipam_dirs)).await?,
         ..Snapshot::default()
     };
@@ -111,6 +113,16 @@ fn container_view(r: &ContainerRecord) -> Result<ContainerView, DoctorError> {
         attachment_ifnames: r.attachments.iter().map(|a| a.ifname.clone()).collect(),
         pod: r.pod.as_ref().map(|p| format!("{}/{}", p.namespace, p.name)),
     })
+}
+
+/// The chains of the native bridge's nftables tables.
+async fn nft_chains() -> Result<Vec<NftChainView>, DoctorError> {
+    let mut out = Vec::new();
+    for guard in Guard::ALL {
+        let chains = nft::chains(guard).await?;
+        out.extend(chains.into_iter().map(|c| NftChainView { guard, name: c.name, comment: c.comment }));
+    }
+    Ok(out)
 }
 
 async fn links() -> Result<Vec<LinkView>, DoctorError> {

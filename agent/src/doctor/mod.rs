@@ -23,6 +23,7 @@ use crate::dataplane::maps::{columns, TableError};
 use crate::dataplane::records::StoreError;
 use crate::ipam::host_local::store::StoreError as IpamStoreError;
 use crate::native::sriov::SriovError;
+use crate::netlink::nftables::NftError;
 use crate::netlink::LinkError;
 use crate::state::StateError;
 use find::{leftovers, still_there, Kind, Leftover};
@@ -42,6 +43,8 @@ pub enum DoctorError {
     Sriov(#[from] SriovError),
     #[error(transparent)]
     Link(#[from] LinkError),
+    #[error(transparent)]
+    Nft(#[from] NftError),
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error(

@@ -19,17 +19,23 @@
 //!   result, and asks IPAM.
 //! - STATUS and GC only check that the config parses (the IPAM façade has neither).
 //!
+//! `ipMasq` and `macspoofchk` are nftables chains of the attachment's own, made over netlink
+//! ([`nft`]): ADD makes them (the spoof check once the pair exists, masquerading once the pod has
+//! its addresses; a failure undoes the ADD), DEL removes them by name, GC removes those of the
+//! network that no valid attachment owns.
+//!
 //! Unlike the reference, ADD does not poll the host end's operational state for up to 2.5 s:
 //! the port forwards as soon as both ends are up, which the one request and the pod's
 //! configuration guarantee; the kernel's report of it (linkwatch) merely lags.
 //!
-//! A config asking for what is not done natively (`ipMasq`, `macspoofchk`, `portIsolation`,
-//! VLANs: [`BridgeConf::needs_reference`]) is handed whole to the reference
-//! binary, for every command, so its ADD and DEL stay consistent.
+//! A config asking for what is not done natively (`ipMasqBackend: "iptables"`, `portIsolation`,
+//! VLANs: [`BridgeConf::needs_reference`]) is handed whole to the reference binary, for every
+//! command, so its ADD and DEL stay consistent.
 
 mod config;
 mod error;
 mod gateway;
+pub mod nft;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +51,7 @@ pub use error::{BridgeError, Mismatch};
 pub use gateway::{address_plan, plan, AddressPlan, Gateways, POD_INTERFACE};
 
 use super::announce;
+use crate::cni::attachment::valid_attachments;
 use crate::cni::result::{is_supported_version, CniResult, Interface};
 use crate::cni::{Command, ErrorCode};
 use crate::delegate::exec::{self, Exec};
@@ -94,7 +101,8 @@ impl NativePlugin for Bridge {
                 Command::Add => self.add(call.config, call.env).await.map(Some),
                 Command::Del => self.del(call.config, call.env).await.map(|()| None),
                 Command::Check => self.check(call.config, call.env).await.map(|()| None),
-                Command::Status | Command::Gc => parse(call.config).map(|_| None),
+                Command::Status => parse(call.config).map(|_| None),
+                Command::Gc => self.gc(call.config).await.map(|()| None),
                 other => Err(BridgeError::new(
                     ErrorCode::InvalidEnvironment,
                     format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", other.as_str()),
@@ -154,7 +162,7 @@ impl Bridge {
         let pair = create_pair(&node, &pod_ns, &pod, &bridge, &settings).await?;
         crate::failpoint::reached_in_request(crate::failpoint::Point::LinkCreated);
         let call = Call { conf: &conf, settings: &settings, config, env, pod: &pod };
-        let outcome = match self.attach(&call, &node, &pod_ns, &bridge, &pair).await {
+        let outcome = match self.guard_and_attach(&call, &node, &pod_ns, &bridge, &pair).await {
             Ok(result) => match output(&result, &version) {
                 Ok(printed) => Ok(printed),
                 // A layer-2 result has nothing to say in 0.1.0 or 0.2.0: undone like any failure.
@@ -173,8 +181,38 @@ impl Bridge {
             if let Err(e) = pod_ns.delete(&pair.pod).await {
                 tracing::warn!("undoing a failed bridge ADD: {e}");
             }
+            for guard in guards(&conf) {
+                if let Err(e) = nft::remove(&owner(&conf, env), guard).await {
+                    tracing::warn!("undoing a failed bridge ADD: {e}");
+                }
+            }
         }
         outcome
+    }
+
+    /// The spoof check on the pair's host end when asked for, then everything else; on failure
+    /// the caller removes the pair and the chains.
+    async fn guard_and_attach(
+        &self,
+        call: &Call<'_>,
+        node: &Netlink,
+        pod_ns: &Netlink,
+        bridge: &LinkSnapshot,
+        pair: &Pair,
+    ) -> Result<CniResult, BridgeError> {
+        if call.conf.mac_spoof_check {
+            let mac = pair.pod.ethernet_mac().ok_or_else(|| {
+                BridgeError::internal_msg(format!(
+                    "the pod's interface {} has no Ethernet MAC",
+                    pair.pod.name
+                ))
+            })?;
+            let owner = owner(call.conf, call.env);
+            nft::apply(nft::spoof_check_batch(&owner, &pair.host.name, mac))
+                .await
+                .map_err(|e| BridgeError::internal_msg(format!("failed to setup spoof-check: {e}")))?;
+        }
+        self.attach(call, node, pod_ns, bridge, pair).await
     }
 
     /// Everything after the pair exists; on failure the caller deletes the pair, IPAM is
@@ -266,19 +304,46 @@ impl Bridge {
                 }
             }
         }
+        if call.conf.ip_masq {
+            let addresses: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();
+            nft::apply(nft::masquerade_batch(&owner(call.conf, call.env), &addresses))
+                .await
+                .map_err(|e| BridgeError::internal_msg(format!("failed to set up IP masquerading: {e}")))?;
+        }
         Ok(())
     }
 
     async fn del(&self, config: &Value, env: &InvocationEnv) -> Result<(), BridgeError> {
         let conf = parse(config)?;
-        // Both halves run even when one fails, so a retry has as little left to do as possible.
+        // Every part runs even when one fails, so a retry has as little left to do as possible.
         let removed = remove_link(env).await;
         let released = if conf.is_layer3() {
             self.ipam.del(config, env).await.map_err(BridgeError::delegate)
         } else {
             Ok(())
         };
-        removed.and(released)
+        let mut unguarded = Ok(());
+        for guard in guards(&conf) {
+            if let Err(e) = nft::remove(&owner(&conf, env), guard).await {
+                unguarded = Err(BridgeError::internal_msg(format!("failed to remove {guard:?} rules: {e}")));
+            }
+        }
+        removed.and(released).and(unguarded)
+    }
+
+    /// GC: the network's nftables chains that no valid attachment owns go.
+    async fn gc(&self, config: &Value) -> Result<(), BridgeError> {
+        let conf = parse(config)?;
+        if guards(&conf).is_empty() {
+            return Ok(());
+        }
+        let removed = nft::collect(&conf.name, &valid_attachments(config))
+            .await
+            .map_err(|e| BridgeError::internal_msg(format!("GC of the nftables chains: {e}")))?;
+        if removed > 0 {
+            tracing::info!(network = %conf.name, "GC removed {removed} nftables chains of gone attachments");
+        }
+        Ok(())
     }
 
     async fn check(&self, config: &Value, env: &InvocationEnv) -> Result<(), BridgeError> {
@@ -328,6 +393,23 @@ impl Bridge {
 
 fn parse(config: &Value) -> Result<BridgeConf, BridgeError> {
     Ok(BridgeConf::parse(config)?)
+}
+
+/// The nftables chains the config asks for.
+fn guards(conf: &BridgeConf) -> Vec<nft::Guard> {
+    let mut guards = Vec::new();
+    if conf.ip_masq {
+        guards.push(nft::Guard::Masquerade);
+    }
+    if conf.mac_spoof_check {
+        guards.push(nft::Guard::SpoofCheck);
+    }
+    guards
+}
+
+/// Whose chains an invocation's are.
+fn owner<'a>(conf: &'a BridgeConf, env: &'a InvocationEnv) -> nft::Owner<'a> {
+    nft::Owner { network: &conf.name, container_id: &env.container_id, ifname: &env.ifname }
 }
 
 /// The version the result is printed in: the config's.

@@ -36,6 +36,7 @@ mod handle;
 mod mac;
 mod moves;
 mod namespace;
+pub mod nftables;
 pub mod route_table;
 pub mod shared;
 mod snapshot;

@@ -12,11 +12,15 @@
 //! - `disableContainerInterface`: the pod's end stays down (layer 2 only);
 //! - the MAC: `MAC=` in CNI_ARGS, then `args.cni.mac`, then `runtimeConfig.mac` (the last wins);
 //! - `ipam`: any IPAM plugin; without a `type` the interface gets no address (layer 2 only);
-//! - `dns`: the result's DNS when set, else IPAM's.
+//! - `dns`: the result's DNS when set, else IPAM's;
+//! - `ipMasq`: the pod's traffic leaving its subnet is masqueraded, in nftables; with
+//!   `ipMasqBackend` `"nftables"` (or none), natively, with `"iptables"` by the reference binary;
+//! - `macspoofchk`: frames from the pod with another source MAC than its own are dropped, in
+//!   nftables.
 //!
-//! `ipMasq` (with `ipMasqBackend`), `macspoofchk`, `portIsolation` and VLANs (`vlan`,
-//! `vlanTrunk`, with `preserveDefaultVlan`) are not done natively: a config that asks for one
-//! is handed to the reference binary whole ([`BridgeConf::needs_reference`]). VLANs need the
+//! `ipMasqBackend: "iptables"`, `portIsolation` and VLANs (`vlan`, `vlanTrunk`, with
+//! `preserveDefaultVlan`) are not done natively: a config that asks for one is handed to the
+//! reference binary whole ([`BridgeConf::needs_reference`]). VLANs need the
 //! kernel's bridge VLAN filtering, which the kernels plexus is tested on lack, so the native
 //! code for them could not be compared with the reference.
 //!
@@ -34,6 +38,10 @@ use crate::netlink::{Mac, MacError};
 
 /// The reference's default bridge name.
 pub const DEFAULT_BRIDGE: &str = "cni0";
+
+/// The `ipMasqBackend` values: the one done natively, the one handed to the reference.
+const NFTABLES: &str = "nftables";
+const IPTABLES: &str = "iptables";
 
 /// One entry of `vlanTrunk`, as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -99,6 +107,8 @@ pub enum ConfigError {
     IpamWithoutInterface,
     #[error("invalid MAC address: {0}")]
     Mac(#[source] MacError),
+    #[error("unknown ipMasqBackend {0:?}: use \"nftables\" or \"iptables\", or leave it out")]
+    MasqBackend(String),
     #[error(
         "invalid MAC address {0:?}: an interface needs a unicast address (the lowest bit of the first byte \
          clear, not all zeros), e.g. \"0a:58:0a:01:00:05\""
@@ -171,10 +181,8 @@ impl BridgeConf {
     /// Why this config goes to the reference binary instead, when it does: what it asks for
     /// that is not done natively.
     pub fn needs_reference(&self) -> Option<&'static str> {
-        if self.ip_masq || self.ip_masq_backend.is_some() {
-            Some("ipMasq")
-        } else if self.mac_spoof_check {
-            Some("macspoofchk")
+        if self.ip_masq_backend.as_deref() == Some(IPTABLES) {
+            Some("ipMasqBackend \"iptables\"")
         } else if self.port_isolation {
             Some("portIsolation")
         } else if self.vlan != 0 || self.vlan_trunk.is_some() {
@@ -192,6 +200,9 @@ impl BridgeConf {
         }
         if self.is_layer3() && self.disable_container_interface {
             return Err(ConfigError::IpamWithoutInterface);
+        }
+        if let Some(backend) = self.ip_masq_backend.as_deref().filter(|b| *b != NFTABLES && *b != IPTABLES) {
+            return Err(ConfigError::MasqBackend(backend.to_owned()));
         }
         // Later sources win, as in the reference: CNI_ARGS, then args.cni, then runtimeConfig.
         let mac_text = [self.runtime_mac.clone(), self.args_mac.clone(), mac_from_cni_args(cni_args)?]
@@ -263,9 +274,7 @@ mod tests {
     #[test]
     fn options_done_by_the_reference_are_named() {
         for (config, why) in [
-            (json!({"ipMasq": true}), "ipMasq"),
-            (json!({"ipMasqBackend": "nftables"}), "ipMasq"),
-            (json!({"macspoofchk": true}), "macspoofchk"),
+            (json!({"ipMasq": true, "ipMasqBackend": "iptables"}), "ipMasqBackend \"iptables\""),
             (json!({"portIsolation": true}), "portIsolation"),
             (json!({"vlan": 5}), "VLANs (vlan, vlanTrunk)"),
             (json!({"vlanTrunk": []}), "VLANs (vlan, vlanTrunk)"),
@@ -275,6 +284,13 @@ mod tests {
         let plain =
             BridgeConf::parse(&json!({"vlan": 0, "vlanTrunk": null, "preserveDefaultVlan": true})).unwrap();
         assert_eq!(plain.needs_reference(), None);
+        for native in [
+            json!({"ipMasq": true}),
+            json!({"ipMasq": true, "ipMasqBackend": "nftables"}),
+            json!({"macspoofchk": true}),
+        ] {
+            assert_eq!(BridgeConf::parse(&native).unwrap().needs_reference(), None, "{native}");
+        }
     }
 
     #[test]
@@ -286,6 +302,8 @@ mod tests {
             .contains("cannot use IPAM when DisableContainerInterface"));
         assert!(settings(json!({"runtimeConfig": {"mac": "01:00:5e:00:00:01"}})).contains("unicast"));
         assert!(settings(json!({"args": {"cni": {"mac": "nope"}}})).contains("0a:58:0a:01:00:05"));
+        assert!(settings(json!({"ipMasq": true, "ipMasqBackend": "ebpf"}))
+            .contains("unknown ipMasqBackend \"ebpf\": use \"nftables\" or \"iptables\""));
     }
 
     #[test]
