@@ -10,7 +10,8 @@
 //! clean. The points come from the agent's own list ([`Point::all`]), so a new phase is
 //! crashed at too. The pod has the default network (native bridge), a native macvlan chaining
 //! the exec'd reference `tuning` and plexus-portmap, with the pod's default route, and a native
-//! bridge chaining plexus-portmap and plexus-bandwidth.
+//! bridge (with ipMasq and macspoofchk: nftables chains) chaining plexus-portmap and
+//! plexus-bandwidth.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -219,6 +220,8 @@ fn bridge_nad(w: &World) -> Value {
                 "type": "bridge",
                 "bridge": "durbr0",
                 "isGateway": true,
+                "ipMasq": true,
+                "macspoofchk": true,
                 "ipam": {
                     "type": "host-local",
                     "ranges": [
