@@ -1,4 +1,4 @@
-//! The port mapping object: its TC and cgroup socket programs, loaded with the maps of
+//! The port mapping object: its TC, XDP and cgroup socket programs, loaded with the maps of
 //! [`super::table`], and what the lifecycle of [`crate::dataplane::service`] asks of it.
 
 use aya::maps::ProgramArray;
@@ -28,6 +28,8 @@ pub const TC_SCTP: &str = "pm_sctp";
 pub const TC_ICMP: &str = "pm_icmp";
 /// Translation of IP fragments after the first, tail-called by the two above.
 pub const TC_FRAGMENT: &str = "pm_fragment";
+/// The forward translation in XDP, on the interfaces where clients' traffic enters the node.
+pub const XDP: &str = "pm_xdp";
 /// The cgroup sock_addr programs (the attach type is in each program's section).
 pub const SOCK_PROGRAMS: [&str; 8] = [
     "pm_connect4",
@@ -53,6 +55,7 @@ pub static OBJECT: Object = Object {
         TC_SCTP,
         TC_ICMP,
         TC_FRAGMENT,
+        XDP,
         SOCK_PROGRAMS[0],
         SOCK_PROGRAMS[1],
         SOCK_PROGRAMS[2],
@@ -65,6 +68,7 @@ pub static OBJECT: Object = Object {
     tc_ingress: TC_INGRESS,
     tc_egress: TC_EGRESS,
     sock_programs: &SOCK_PROGRAMS,
+    xdp: Some(XDP),
     first: true,
     filter_priority: 1,
     filter_handle: TcHandle::new(0, 0x504d),
@@ -134,6 +138,7 @@ impl Feature for Mapper {
     fn start(opts: &DataplaneOptions) -> Result<Mapper, ObjectError> {
         let pins = PinDir::prepare(&opts.pin_dir)?;
         let mut loaded = load_with(Some(pins.clone()), opts.max_flows)?;
+        loaded.set_xdp_enabled(opts.xdp);
         let mut tables = Tables::take(loaded.ebpf_mut())?;
         let cookie = pin::netns_cookie();
         // The timeouts matter to the TC programs: the settings are written whether or not the

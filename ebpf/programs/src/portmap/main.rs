@@ -7,7 +7,9 @@
 //! - [`icmp`]: ICMP errors about those flows, translated (path MTU discovery);
 //! - [`fragments`]: IP fragments after the first, translated like their first;
 //! - [`sock`]: the same translation for sockets of the node itself (cgroup sock_addr hooks),
-//!   whose packets never cross those interfaces' ingress.
+//!   whose packets never cross those interfaces' ingress;
+//! - [`xdp`]: the forward translation of mapped packets in XDP, on the interface where
+//!   clients' traffic enters the node (a macvlan master), before the kernel builds an skb.
 
 #![no_std]
 #![no_main]
@@ -22,3 +24,4 @@ mod icmp;
 mod maps;
 mod sock;
 mod tc;
+mod xdp;
