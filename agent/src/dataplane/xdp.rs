@@ -22,6 +22,7 @@ use serde::Serialize;
 use super::errno::program_errno;
 use super::loader::{remove_pin, LoadError, Loaded};
 use super::netdev::NetdevError;
+use super::pin::PinDir;
 use crate::netlink::Netlink;
 
 /// How an XDP program runs on an interface.
@@ -87,6 +88,24 @@ pub fn modes_blocking() -> Result<BTreeMap<u32, (u32, Mode)>, NetdevError> {
         .build()
         .map_err(NetdevError::Runtime)?
         .block_on(modes())
+}
+
+/// The interfaces running plexus's XDP program (a link pinned in `pins`, the port mapping
+/// object's directory) with their mode, as the kernel reports it; empty when netlink cannot
+/// say (the listings then say TC).
+pub fn pinned_modes(pins: &PinDir) -> BTreeMap<u32, Mode> {
+    let ours: Vec<u32> =
+        pins.link_names().unwrap_or_default().iter().filter_map(|n| parse_link_name(n)).collect();
+    if ours.is_empty() {
+        return BTreeMap::new();
+    }
+    match modes_blocking() {
+        Ok(modes) => modes.into_iter().filter(|(i, _)| ours.contains(i)).map(|(i, (_, m))| (i, m)).collect(),
+        Err(e) => {
+            tracing::warn!("{e}; the XDP modes are unknown");
+            BTreeMap::new()
+        }
+    }
 }
 
 impl Loaded {

@@ -17,7 +17,7 @@ use super::store::Store;
 use super::table::{monotonic_ns, TableError, Tables};
 use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
-use crate::dataplane::xdp::{modes_blocking, parse_link_name, Mode};
+use crate::dataplane::xdp::{pinned_modes, Mode};
 
 /// One row of the listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -50,28 +50,11 @@ pub fn request_path(fwd: &Rewrite, xdp: &BTreeMap<u32, Mode>) -> String {
     }
 }
 
-/// The interfaces running plexus's XDP program (a pinned link) with their mode, as the
-/// kernel reports it; empty when netlink cannot say (the listing then says TC).
-fn xdp_modes(pins: &PinDir) -> BTreeMap<u32, Mode> {
-    let ours: Vec<u32> =
-        pins.link_names().unwrap_or_default().iter().filter_map(|n| parse_link_name(n)).collect();
-    if ours.is_empty() {
-        return BTreeMap::new();
-    }
-    match modes_blocking() {
-        Ok(modes) => modes.into_iter().filter(|(i, _)| ours.contains(i)).map(|(i, (_, m))| (i, m)).collect(),
-        Err(e) => {
-            tracing::warn!("{e}; the XDP modes are unknown");
-            BTreeMap::new()
-        }
-    }
-}
-
 /// The mappings installed under `pin_dir`, described with the records of `state_dir`.
 pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>, TableError> {
     let pins = PinDir::open(pin_dir);
     let tables = Tables::open_pinned(&pins)?;
-    let xdp = xdp_modes(&pins);
+    let xdp = pinned_modes(&pins);
     // Without readable records the listing still shows every mapping, without its pod.
     let records = match state_dir.map(|d| Store::new(d).load_all()) {
         Some(Ok(records)) => records,

@@ -9,11 +9,16 @@
 //! - [`sock`]: the same translation for sockets of the node itself (cgroup sock_addr hooks),
 //!   whose packets never cross those interfaces' ingress;
 //! - [`xdp`]: the forward translation of mapped packets in XDP, on the interface where
-//!   clients' traffic enters the node (a macvlan master), before the kernel builds an skb.
+//!   clients' traffic enters the node (a macvlan master), before the kernel builds an skb,
+//!   and the ingress limits of the pods behind it.
 
 #![no_std]
 #![no_main]
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
+#[path = "../charge.rs"]
+mod charge;
 #[path = "../shared.rs"]
 mod shared;
 

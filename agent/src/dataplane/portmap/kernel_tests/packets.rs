@@ -200,6 +200,18 @@ pub fn with_ipv4_options(frame: &[u8]) -> Vec<u8> {
     p
 }
 
+/// An IPv4 frame with its TOS byte set to `tos` (the ECN bits are its low two), the header
+/// checksum made right.
+pub fn with_tos(frame: &[u8], tos: u8) -> Vec<u8> {
+    let mut p = frame.to_vec();
+    p[15] = tos;
+    p[24..26].copy_from_slice(&[0, 0]);
+    let ihl = usize::from(p[14] & 0x0f) * 4;
+    let c = checksum(&[&p[14..14 + ihl]]);
+    p[24..26].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
 /// An ICMP (IPv4) or ICMPv6 (IPv6) message of `kind`/`code` with the 4 bytes after its
 /// checksum (`rest`: unused + next-hop MTU, or the MTU of "packet too big") and `quote` (an IP
 /// packet), from `src` to `dst`, with a correct checksum.

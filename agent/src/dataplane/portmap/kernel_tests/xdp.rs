@@ -1,11 +1,18 @@
 //! The XDP program (`pm_xdp`) on crafted frames: what it translates (every checksum recomputed
 //! from scratch), the flow it makes (the one TC makes for the same request, answered by TC),
-//! and everything it leaves to TC byte for byte.
+//! everything it leaves to TC byte for byte, and the ingress limits it enforces with the
+//! shaping programs' arithmetic, maps and mark.
 
+use aya::maps::{Array, HashMap, PerCpuHashMap};
 use aya::programs::{Program, TestRun, TestRunOptions, Xdp};
 use plexus_ebpf_common::flow::FLOW_REPLIED;
+use plexus_ebpf_common::shape::{
+    admit, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
+    MAP_STATS as MAP_SHAPE_STATS, XDP_CHARGED,
+};
 
 use super::*;
+use crate::dataplane::maps::per_cpu;
 use crate::dataplane::portmap::mapper::XDP;
 
 /// XDP_PASS: the packet goes on to the stack (and TC).
@@ -178,4 +185,128 @@ fn what_xdp_does_not_take_passes_untouched() {
     arp.extend([0x08, 0x06]);
     arp.extend([0u8; 28]);
     f.assert_xdp_untouched(&arp, "ARP");
+}
+
+// ---- ingress limits ----
+
+/// XDP_DROP.
+const XDP_DROPPED: u32 = 1;
+
+impl Fixture {
+    /// Installs a limit (and its counters) in the object's own copies of the shaping maps (in
+    /// the agent they are the shaping object's pinned ones).
+    fn limit(&mut self, key: ShapeKey, shape: Shape) {
+        let ebpf = self.loaded.ebpf_mut();
+        let mut stats: PerCpuHashMap<_, ShapeKey, ShapeCounters> =
+            PerCpuHashMap::try_from(ebpf.map_mut(MAP_SHAPE_STATS).expect("BW_STATS")).unwrap();
+        stats.insert(key, per_cpu(ShapeCounters::default()).unwrap(), 0).unwrap();
+        let mut limits: HashMap<_, ShapeKey, Shape> =
+            HashMap::try_from(ebpf.map_mut(MAP_LIMITS).expect("BW_LIMITS")).unwrap();
+        limits.insert(key, shape, 0).unwrap();
+    }
+
+    /// The shaping programs' clock stops at `now`.
+    fn bw_clock(&mut self, now: u64) {
+        let mut clock: Array<_, u64> =
+            Array::try_from(self.loaded.ebpf_mut().map_mut(MAP_CLOCK).expect("BW_CLOCK")).unwrap();
+        clock.set(0, now, 0).unwrap();
+    }
+
+    fn shape(&self, key: &ShapeKey) -> Shape {
+        let limits: HashMap<_, ShapeKey, Shape> =
+            HashMap::try_from(self.loaded.ebpf().map(MAP_LIMITS).unwrap()).unwrap();
+        limits.get(key, 0).expect("the limit")
+    }
+
+    fn limit_counters(&self, key: &ShapeKey) -> ShapeCounters {
+        let stats: PerCpuHashMap<_, ShapeKey, ShapeCounters> =
+            PerCpuHashMap::try_from(self.loaded.ebpf().map(MAP_SHAPE_STATS).unwrap()).unwrap();
+        stats.get(key, 0).expect("the counters").iter().fold(ShapeCounters::default(), |a, c| ShapeCounters {
+            passed_packets: a.passed_packets + c.passed_packets,
+            passed_bytes: a.passed_bytes + c.passed_bytes,
+            dropped_packets: a.dropped_packets + c.dropped_packets,
+            dropped_bytes: a.dropped_bytes + c.dropped_bytes,
+            marked_packets: a.marked_packets + c.marked_packets,
+        })
+    }
+}
+
+/// The mark XDP leaves in the metadata of a packet it charged and passed, as it sits before
+/// the frame in the test run's output.
+fn charged_mark() -> Vec<u8> {
+    [XDP_CHARGED, LO].iter().flat_map(|w| w.to_ne_bytes()).collect()
+}
+
+/// The pod's ingress limit on the master, keyed by its MAC as `bw_tc_in` keys it.
+const POD_LIMIT: ShapeKey = ShapeKey { ifindex: LO, hook: HOOK_INGRESS, pad: 0, mac: POD_MAC };
+
+/// A flood over the limit: XDP passes the bucket's worth (marked for TC) and drops the rest,
+/// exactly as the shaping arithmetic says, advancing the limit's clock and counters as
+/// `bw_tc_in` would; an idle bucket refills.
+#[test]
+fn over_limit_packets_are_dropped_in_xdp_with_the_shaping_arithmetic() {
+    for (host, pod, client) in FAMILIES {
+        let mut f = Fixture::new();
+        f.tables.install(&on_master(Protocol::Udp, host, 5353, pod, 53)).unwrap();
+        let request = packet(&spec(Protocol::Udp, (client, 40000), (host, 5353)));
+        let ip_len = (request.len() - 14) as u64;
+        // 8 Mbit/s: a byte costs 1 µs; a bucket of 5 packets.
+        let shape = Shape { rate_bps: 8_000_000, burst_ns: 5 * ip_len * 1000, flags: 0, pad: 0, tat: 0 };
+        f.limit(POD_LIMIT, shape);
+        f.bw_clock(T0);
+        let mut model = shape;
+        let mut verdicts = Vec::new();
+        for _ in 0..10 {
+            let expected = admit(&mut model, ip_len, T0, false);
+            let (verdict, out) = f.run_xdp(&request);
+            match expected {
+                Verdict::Pass => {
+                    assert_eq!(verdict, PASS, "{host}");
+                    assert_eq!(out[..8], charged_mark(), "{host}: marked for TC");
+                    let got = parse_and_verify(&out[8..]);
+                    assert_eq!((got.dst, got.dst_mac), ((ip(pod), 53), POD_MAC), "translated, then charged");
+                }
+                Verdict::Drop => assert_eq!(verdict, XDP_DROPPED, "{host}"),
+                other => panic!("{other:?}"),
+            }
+            verdicts.push(expected);
+        }
+        assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Pass).count(), 5, "{verdicts:?}");
+        assert_eq!(f.shape(&POD_LIMIT).tat, model.tat, "{host}: the clock the arithmetic leaves");
+        let c = f.limit_counters(&POD_LIMIT);
+        assert_eq!(
+            (c.passed_packets, c.passed_bytes, c.dropped_packets, c.dropped_bytes),
+            (5, 5 * ip_len, 5, 5 * ip_len),
+            "{host}"
+        );
+        // A second later the bucket is full again.
+        f.bw_clock(T0 + SEC);
+        assert_eq!(f.run_xdp(&request).0, PASS, "{host}");
+    }
+}
+
+/// ECN-capable packets (TC may CE-mark them), frames that are not IP, and frames for other
+/// MACs are left to TC, uncharged and unmarked.
+#[test]
+fn what_the_limit_leaves_to_tc_is_uncharged_and_unmarked() {
+    let mut f = Fixture::new();
+    // A bucket that is always empty: anything XDP charged would be dropped.
+    f.limit(POD_LIMIT, Shape { rate_bps: 8_000, burst_ns: 0, flags: 0, pad: 0, tat: 0 });
+    f.bw_clock(T0);
+    let mut to_pod = packet(&spec(Protocol::Udp, ("10.78.0.200", 40000), ("10.78.0.5", 53)));
+    to_pod[..6].copy_from_slice(&POD_MAC);
+    assert_eq!(f.run_xdp(&to_pod).0, XDP_DROPPED, "the bucket is empty");
+    for (frame, why) in [(with_tos(&to_pod, 0x02), "ECT(0)"), (with_tos(&to_pod, 0x01), "ECT(1)")] {
+        f.assert_xdp_untouched(&frame, why);
+    }
+    let mut arp = POD_MAC.to_vec();
+    arp.extend(CLIENT_MAC);
+    arp.extend([0x08, 0x06]);
+    arp.extend([0u8; 28]);
+    f.assert_xdp_untouched(&arp, "ARP");
+    let mut other = to_pod.clone();
+    other[..6].copy_from_slice(&HOST_MAC);
+    f.assert_xdp_untouched(&other, "another MAC");
+    let c = f.limit_counters(&POD_LIMIT);
+    assert_eq!((c.passed_packets, c.dropped_packets), (0, 1));
 }
