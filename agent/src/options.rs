@@ -489,6 +489,12 @@ pub struct AgentOptions {
     #[arg(long, env = "PLEXUS_CGROUP_ROOT", default_value = "/sys/fs/cgroup")]
     pub cgroup_root: PathBuf,
 
+    /// No XDP program on the interfaces where clients' traffic enters the node (a macvlan
+    /// master): the TC programs alone translate mapped packets and enforce the pods' ingress
+    /// limits. A start with it detaches the XDP programs an earlier run attached.
+    #[arg(long, env = "PLEXUS_NO_XDP")]
+    pub no_xdp: bool,
+
     #[command(flatten)]
     pub flow_table: FlowTableOptions,
 

@@ -13,7 +13,8 @@
 //! The tests of what flow tracking brings (a mapped port no longer hides the pod's own port:
 //! direct peers, the pod's own connections, several host ports to one container port, path MTU
 //! discovery, flows across restarts and DELs) are in the modules below; [`semantics`] runs
-//! one suite against both plexus-portmap and the reference `portmap` plugin.
+//! one suite against both plexus-portmap and the reference `portmap` plugin; [`xdp`] tests the
+//! XDP program on a macvlan master.
 
 #[path = "portmap/direct.rs"]
 mod direct;
@@ -23,6 +24,8 @@ mod flows;
 mod pmtu;
 #[path = "portmap/semantics.rs"]
 mod semantics;
+#[path = "portmap/xdp.rs"]
+mod xdp;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -68,9 +71,13 @@ impl PmWorld {
         self.w.path("pm.py").display().to_string()
     }
 
-    /// `plexus-agent portmap list --json`.
+    /// `plexus-agent portmap list --json`, in the node's namespace (where the interfaces whose
+    /// XDP mode it reports are).
     fn list(&self) -> Vec<Value> {
-        let out = Command::new(bin("plexus-agent"))
+        let out = self
+            .w
+            .node
+            .command(bin("plexus-agent"))
             .args(["portmap", "list", "--json", "--bpf-pin-dir"])
             .arg(&self.pins)
             .arg("--state-dir")
@@ -82,7 +89,10 @@ impl PmWorld {
     }
 
     fn list_text(&self) -> String {
-        let out = Command::new(bin("plexus-agent"))
+        let out = self
+            .w
+            .node
+            .command(bin("plexus-agent"))
             .args(["portmap", "list", "--bpf-pin-dir"])
             .arg(&self.pins)
             .arg("--state-dir")

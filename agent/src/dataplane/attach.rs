@@ -1,5 +1,5 @@
-//! Where a TC program of the dataplane runs: a hook (the receive or transmit path) of a node
-//! interface, and how the program is attached there. What both objects and the records of both
+//! Where a program of the dataplane runs: a hook (the receive or transmit path) of a node
+//! interface, and how the program is attached there (TC, or XDP on a receive path). What both objects and the records of both
 //! services share.
 
 use aya::programs::TcAttachType;
@@ -44,6 +44,12 @@ pub enum Attach {
     /// grace period in the kernel (10 to 25 ms), most of an ADD. Filters live on the device, so
     /// they outlive the agent without pins; a restarted agent replaces them in place.
     Filter,
+    /// The object's XDP program, on the receive path of an interface where clients' traffic
+    /// enters the node (a macvlan master), as a pinned XDP link: native mode where the driver
+    /// supports it, generic otherwise. An accelerator only: where it cannot attach (another XDP
+    /// program is there, `--no-xdp`), the TC programs do everything, so neither ADD nor CHECK
+    /// depends on it.
+    Xdp,
 }
 
 /// One program attachment: a TC hook of a node interface, and how the program is attached
@@ -59,8 +65,11 @@ pub struct AttachPoint {
 }
 
 impl AttachPoint {
-    /// The same hook of the same interface, however attached.
+    /// The same hook of the same interface, however attached (TC as a TCX link or a filter;
+    /// XDP, which runs before TC, is a hook of its own).
     pub fn same_hook(&self, other: &AttachPoint) -> bool {
-        self.ifindex == other.ifindex && self.hook == other.hook
+        self.ifindex == other.ifindex
+            && self.hook == other.hook
+            && (self.attach == Attach::Xdp) == (other.attach == Attach::Xdp)
     }
 }

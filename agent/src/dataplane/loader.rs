@@ -42,6 +42,8 @@ pub struct Object {
     /// The cgroup sock_addr programs (the attach type is in each program's section), attached
     /// by [`Loaded::attach_sockets`].
     pub sock_programs: &'static [&'static str],
+    /// The XDP program of [`Attach::Xdp`] points, if the object has one (see [`super::xdp`]).
+    pub xdp: Option<&'static str>,
     /// Whether its TC programs go first on a hook (port mappings, which rewrite what the
     /// others should see) or last (shaping, which should count what actually leaves).
     pub first: bool,
@@ -197,6 +199,8 @@ pub struct Loaded {
     /// (name, program id) known to run that program's code: ours, and an earlier run's
     /// identical programs.
     equivalent: BTreeSet<(&'static str, u32)>,
+    /// Whether [`Attach::Xdp`] points get the XDP program (`--no-xdp` turns it off).
+    xdp_enabled: bool,
 }
 
 impl std::fmt::Debug for Loaded {
@@ -269,6 +273,10 @@ impl Loaded {
                     p.load().map_err(program_error(name))?;
                     p.info()
                 }
+                Program::Xdp(p) => {
+                    p.load().map_err(program_error(name))?;
+                    p.info()
+                }
                 _ => return Err(LoadError::MissingProgram(name)),
             }
             .map_err(program_error(name))?;
@@ -280,7 +288,7 @@ impl Loaded {
                 program.pin(&path).map_err(|source| LoadError::Pin { source: Box::new(source), path })?;
             }
         }
-        Ok(Loaded { object, ebpf, pins, tags, equivalent: own })
+        Ok(Loaded { object, ebpf, pins, tags, equivalent: own, xdp_enabled: true })
     }
 
     /// Removes the pins of maps that earlier versions of the object had and this one has not
@@ -311,7 +319,21 @@ impl Loaded {
         self.pins.as_ref()
     }
 
-    fn pins_or_err(&self) -> Result<PinDir, LoadError> {
+    pub fn object(&self) -> &'static Object {
+        self.object
+    }
+
+    pub fn xdp_enabled(&self) -> bool {
+        self.xdp_enabled
+    }
+
+    /// Turns the XDP program off (`--no-xdp`): [`Attach::Xdp`] points get nothing, and the
+    /// services' reconciling detaches what an earlier run attached.
+    pub fn set_xdp_enabled(&mut self, enabled: bool) {
+        self.xdp_enabled = enabled;
+    }
+
+    pub(super) fn pins_or_err(&self) -> Result<PinDir, LoadError> {
         self.pins.clone().ok_or(LoadError::NotPinned)
     }
 
@@ -399,11 +421,19 @@ impl Loaded {
         }
     }
 
-    /// Makes sure the program of an attach point runs there, as a TCX link or a filter.
+    /// Makes sure the program of an attach point runs there, as a TCX link or a filter; an XDP
+    /// point's program is optional (see [`super::xdp`]): failing to attach it is logged, and
+    /// TC does its work.
     pub fn attach_point(&mut self, p: &AttachPoint) -> Result<(), LoadError> {
         match p.attach {
             Attach::Tcx => self.attach_tc(p.ifindex, &p.ifname, p.hook),
             Attach::Filter => self.attach_filter(&p.ifname, p.hook),
+            Attach::Xdp => {
+                if let Err(e) = self.attach_xdp(p.ifindex, &p.ifname) {
+                    tracing::warn!(interface = %p.ifname, "no XDP on {}, TC does all the work there: {e}", p.ifname);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -412,13 +442,16 @@ impl Loaded {
         match p.attach {
             Attach::Tcx => self.detach_tc(p.ifindex, p.hook),
             Attach::Filter => self.detach_filter(&p.ifname, p.hook),
+            Attach::Xdp => self.detach_xdp(p.ifindex),
         }
     }
 
     /// Whether the program of an attach point runs there: its TCX link is pinned (`links`,
-    /// from [`Loaded::tc_links`]) or its filter is on the device.
+    /// from [`Loaded::tc_links`]) or its filter is on the device. An XDP point always counts
+    /// as running: the TC hooks carry everything it does.
     pub fn runs_at(&self, p: &AttachPoint, links: &[(u32, Hook)]) -> Result<bool, LoadError> {
         match p.attach {
+            Attach::Xdp => Ok(true),
             Attach::Tcx => Ok(links.contains(&(p.ifindex, p.hook))),
             Attach::Filter => Ok(netdev::bpf_filter_present(
                 p.ifindex,
@@ -462,7 +495,7 @@ impl Loaded {
         Ok(())
     }
 
-    fn typed<'a, T>(&'a mut self, name: &'static str) -> Result<&'a mut T, LoadError>
+    pub(super) fn typed<'a, T>(&'a mut self, name: &'static str) -> Result<&'a mut T, LoadError>
     where
         &'a mut T: TryFrom<&'a mut Program>,
     {
@@ -471,7 +504,11 @@ impl Loaded {
     }
 
     /// True when a link is pinned at `path` and runs our program `name`, or an identical one.
-    fn pinned_link_is_current(&mut self, path: &Path, name: &'static str) -> Result<bool, LoadError> {
+    pub(super) fn pinned_link_is_current(
+        &mut self,
+        path: &Path,
+        name: &'static str,
+    ) -> Result<bool, LoadError> {
         if !path.exists() {
             return Ok(false);
         }
@@ -517,7 +554,7 @@ fn filter_gone(e: &ProgramError) -> bool {
 /// Pins `link` at `path`, replacing whatever is pinned there in one step: the new link is
 /// pinned next to it and renamed over it, so the old one is released only once the new one
 /// runs.
-fn pin_over(link: FdLink, path: &Path) -> Result<(), LoadError> {
+pub(super) fn pin_over(link: FdLink, path: &Path) -> Result<(), LoadError> {
     // bpffs refuses names with a dot.
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("link");
     let tmp = path.with_file_name(format!("{name}_new"));

@@ -7,7 +7,8 @@
 //! - [`attach`]: where a TC program runs (hook, interface, TCX link or filter);
 //!   [`loader`]: loading an object, attaching its programs as pinned links or filters,
 //!   replacing them on upgrade without a gap; [`maps`]: what the map wrappers share;
-//!   [`errno`]: reading aya's errors.
+//!   [`errno`]: reading aya's errors; [`xdp`]: the XDP program on the interfaces where
+//!   clients' traffic enters the node (an optional accelerator of the TC path).
 //! - [`records`]: the durable record of each attachment; [`gate`]: the state loaded in the
 //!   background; [`service`]: the one lifecycle (start, ADD, DEL, CHECK, GC, STATUS);
 //!   [`chained`]: the one chained plugin type on it.
@@ -35,6 +36,7 @@ pub mod pin;
 pub mod portmap;
 pub mod records;
 pub mod service;
+pub mod xdp;
 
 #[cfg(test)]
 mod kernel_tests;
@@ -55,4 +57,7 @@ pub struct DataplaneOptions {
     pub max_flows: u32,
     /// How long port mapping flows live after their last packet, by state.
     pub timeouts: Timeouts,
+    /// Whether the XDP program runs where clients' traffic enters the node (`--no-xdp`: TC
+    /// alone).
+    pub xdp: bool,
 }

@@ -326,6 +326,15 @@ fn reconcile<D: Feature>(
             report.detached_hooks += 1;
         }
     }
+    // XDP links: the same rule, and none at all when XDP is off.
+    for ifindex in loaded.xdp_links()? {
+        let alive = existing.is_none_or(|e| e.iter().any(|(i, _)| *i == ifindex));
+        let xdp = |p: &&AttachPoint| p.attach == Attach::Xdp && p.ifindex == ifindex;
+        if !alive || !loaded.xdp_enabled() || !wanted.iter().any(xdp) {
+            loaded.detach_xdp(ifindex)?;
+            report.detached_hooks += 1;
+        }
+    }
     for p in wanted {
         if existing.is_none_or(|e| e.contains(&(p.ifindex, p.ifname.clone()))) {
             loaded.attach_point(p)?;
@@ -349,18 +358,19 @@ fn remove_entries<D: Feature>(object: &mut D, record: &Record<D::Entry>) -> Resu
     Ok(())
 }
 
-/// Detaches the pod's own hooks of `record` (filters on its veth) that neither the `remaining`
-/// records nor `keep` need. Shared hooks (a bridge's, a master's) stay while the agent runs: a
-/// program there finds no entry and passes everything, and attaching one again would cost the
-/// next ADD an RCU grace period; the agent's start detaches the ones no record needs. Best
-/// effort: a failure is logged.
+/// Detaches the hooks of `record` that neither the `remaining` records nor `keep` need: the
+/// pod's own (filters on its veth) and XDP programs (an interface's XDP hook is one program,
+/// which another tool may want once plexus no longer does). Shared TC hooks (a bridge's, a
+/// master's) stay while the agent runs: a program there finds no entry and passes everything,
+/// and attaching one again would cost the next ADD an RCU grace period; the agent's start
+/// detaches the ones no record needs. Best effort: a failure is logged.
 fn detach_unused<D: Feature>(
     object: &D,
     record: &Record<D::Entry>,
     remaining: &Records<D::Entry>,
     keep: &[AttachPoint],
 ) {
-    for p in record.hooks.iter().filter(|p| p.attach == Attach::Filter) {
+    for p in record.hooks.iter().filter(|p| matches!(p.attach, Attach::Filter | Attach::Xdp)) {
         let used = remaining.values().flat_map(|r| r.hooks.iter()).chain(keep).any(|q| q.same_hook(p));
         if !used {
             if let Err(e) = object.loaded().detach_point(p) {

@@ -19,6 +19,20 @@
 //! admission ever puts it means time went backwards (or the limit changed): it restarts from now
 //! too, rather than refusing traffic until the clock catches up.
 
+/// What the port mapping object's XDP program writes in a packet's metadata once it charged
+/// the packet to a limit of the receive path of interface `ifindex` and passed it: the
+/// bandwidth program on that hook then leaves the packet alone (one limit, enforced once).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpCharged {
+    /// [`XDP_CHARGED`].
+    pub magic: u32,
+    pub ifindex: u32,
+}
+
+/// [`XdpCharged::magic`]: "PLXC".
+pub const XDP_CHARGED: u32 = 0x504c_5843;
+
 /// Limits and their state, by [`ShapeKey`].
 pub const MAP_LIMITS: &str = "BW_LIMITS";
 /// Per-CPU [`ShapeCounters`], by [`ShapeKey`].
@@ -198,6 +212,7 @@ mod pod {
 const _: () = assert!(core::mem::size_of::<ShapeKey>() == 12);
 const _: () = assert!(core::mem::size_of::<Shape>() == 32);
 const _: () = assert!(core::mem::size_of::<ShapeCounters>() == 40);
+const _: () = assert!(core::mem::size_of::<XdpCharged>() == 8);
 
 #[cfg(test)]
 mod tests {

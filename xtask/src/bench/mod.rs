@@ -28,6 +28,7 @@ mod scale;
 mod stats;
 pub mod topology;
 pub mod traffic;
+mod xdp;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

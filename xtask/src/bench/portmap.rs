@@ -27,6 +27,8 @@
 //! node's `nf_conntrack_max`), so the run measures lookups in a table of 100,000 flows, not
 //! evictions.
 //!
+//! udp_pps_64b, the XDP path against the TC path on a macvlan master, is [`super::xdp`]'s.
+//!
 //! The targets are issue #12's, as ratios to the baseline of the same run (and the step's to
 //! the reference's).
 //!
@@ -592,7 +594,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
         f.set_load(&before, &after);
         b.figures.push(f);
     }
-    Ok(())
+    super::xdp::run(b, lab)
 }
 
 /// `items` starting at `start` (modulo their number), wrapping around.

@@ -2,18 +2,22 @@
 //! programs' counters, read from the pinned maps and the agent's records; and limits changed in
 //! place, through the same pins, while the agent runs.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
 
 use super::config::Limits;
+use super::plan::Entry;
 use super::shaper::PIN_SUBDIR;
 use super::store::{Record, Store};
 use super::table::Table;
 use super::{update_in_place, BandwidthError};
 use crate::cni::AttachmentKey;
+use crate::dataplane::attach::Hook;
 use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
+use crate::dataplane::xdp::{pinned_modes, Mode};
 use crate::netlink::Mac;
 
 /// One row: one limited direction of one attachment.
@@ -38,9 +42,17 @@ pub struct Listed {
     pub dropped_packets: u64,
     pub dropped_bytes: u64,
     pub marked_packets: u64,
+    /// `native` or `generic` when the XDP program on the device enforces this limit first (an
+    /// ingress limit on a macvlan master running it), else none.
+    pub xdp: Option<String>,
 }
 
-pub fn rows<'a>(table: &Table, records: impl IntoIterator<Item = &'a Record>) -> Vec<Listed> {
+/// `xdp`: the interfaces running the port mapping object's XDP program, with its mode.
+pub fn rows<'a>(
+    table: &Table,
+    records: impl IntoIterator<Item = &'a Record>,
+    xdp: &BTreeMap<u32, Mode>,
+) -> Vec<Listed> {
     let mut out = Vec::new();
     for r in records {
         for e in &r.entries {
@@ -64,10 +76,20 @@ pub fn rows<'a>(table: &Table, records: impl IntoIterator<Item = &'a Record>) ->
                 dropped_packets: c.dropped_packets,
                 dropped_bytes: c.dropped_bytes,
                 marked_packets: c.marked_packets,
+                xdp: xdp_mode(e, xdp).map(|m| m.as_str().to_owned()),
             });
         }
     }
     out
+}
+
+/// The mode of the XDP program enforcing `e` first, if one does: an ingress limit keyed by MAC
+/// (a macvlan master's receive path) where the XDP program runs.
+pub fn xdp_mode(e: &Entry, xdp: &BTreeMap<u32, Mode>) -> Option<Mode> {
+    if e.hook != Hook::Ingress || e.mac.is_none() {
+        return None;
+    }
+    xdp.get(&e.ifindex).copied()
 }
 
 /// The limits installed under `pin_dir` (the agent's `--bpf-pin-dir`) for the records of
@@ -75,7 +97,7 @@ pub fn rows<'a>(table: &Table, records: impl IntoIterator<Item = &'a Record>) ->
 pub fn limits(pin_dir: &Path, state_dir: &Path) -> Result<Vec<Listed>, BandwidthError> {
     let table = Table::open_pinned(&PinDir::open(&pin_dir.join(PIN_SUBDIR)))?;
     let records = Store::new(state_dir).load_all()?;
-    Ok(rows(&table, &records))
+    Ok(rows(&table, &records, &pinned_modes(&PinDir::open(pin_dir))))
 }
 
 /// Changes the limits of an attachment's existing directions in place.
@@ -115,7 +137,11 @@ pub fn render(rows: &[Listed]) -> String {
             r.ifname.clone(),
             r.direction.clone(),
             device,
-            if r.installed { r.mechanism.clone() } else { format!("{} (NOT INSTALLED)", r.mechanism) },
+            match (r.installed, &r.xdp) {
+                (false, _) => format!("{} (NOT INSTALLED)", r.mechanism),
+                (true, Some(mode)) => format!("{} (xdp {mode})", r.mechanism),
+                (true, None) => r.mechanism.clone(),
+            },
             format!("{}bit/s", si(r.rate_bps)),
             format!("{}bit", si(r.burst_bits)),
             format!("{} pkts / {}B", r.passed_packets, si(r.passed_bytes)),
@@ -142,6 +168,22 @@ fn si(v: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_ingress_limits_of_a_master_running_xdp_are_xdps() {
+        use super::super::config::{Limit, Limits};
+        use super::super::plan::{entries, Place};
+        let limit = Some(Limit { rate_bps: 1_000_000, burst_bits: None });
+        let limits = Limits { ingress: limit, egress: limit };
+        let master =
+            entries(&Place::Master { ifindex: 5, ifname: "m".into(), pod_mac: [2; 6] }, &limits, false);
+        let veth = entries(&Place::HostVeth { ifindex: 5, ifname: "v".into() }, &limits, false);
+        let xdp = BTreeMap::from([(5, Mode::Generic)]);
+        let modes = |es: &[Entry]| es.iter().map(|e| xdp_mode(e, &xdp)).collect::<Vec<_>>();
+        assert_eq!(modes(&master), [Some(Mode::Generic), None], "ingress, egress");
+        assert_eq!(modes(&veth), [None, None], "a veth's limits are TC's");
+        assert_eq!(xdp_mode(&master[0], &BTreeMap::new()), None, "no XDP on the master");
+    }
 
     #[test]
     fn si_units_are_short_and_exact_enough() {

@@ -31,6 +31,7 @@ pub static OBJECT: Object = Object {
     tc_ingress: BW_INGRESS,
     tc_egress: BW_EGRESS,
     sock_programs: &[],
+    xdp: None,
     first: false,
     filter_priority: 2,
     filter_handle: TcHandle::new(0, 0x4257),

@@ -1,9 +1,13 @@
 //! `plexus-agent portmap list`: the active mappings, read from the pinned maps (the
 //! dataplane's truth, with the programs' per-CPU counters summed, and the flows each one has),
-//! with the pod holding each one from the agent's records when the state directory is readable;
+//! with the pod holding each one from the agent's records when the state directory is readable
+//! and the path its requests take (XDP in native or generic mode, or TC);
 //! and `plexus-agent portmap flows`: the tracked flows and the flow table's figures.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+
+use plexus_ebpf_common::{Rewrite, DELIVER_INGRESS};
 
 use serde::Serialize;
 
@@ -13,6 +17,7 @@ use super::store::Store;
 use super::table::{monotonic_ns, TableError, Tables};
 use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
+use crate::dataplane::xdp::{pinned_modes, Mode};
 
 /// One row of the listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -30,11 +35,26 @@ pub struct Listed {
     pub local_translations: u64,
     /// Flows tracked for the mapping.
     pub flows: usize,
+    /// Where its requests are translated: `xdp native`, `xdp generic` (on the interface they
+    /// enter, then TC for what XDP leaves), or `tc`.
+    pub path: String,
+}
+
+/// The path of a mapping's requests: XDP when plexus's XDP program runs on the interface that
+/// delivers them up its receive path (`xdp`: pinned XDP links' interfaces with the kernel's
+/// mode), else TC.
+pub fn request_path(fwd: &Rewrite, xdp: &BTreeMap<u32, Mode>) -> String {
+    match xdp.get(&fwd.ifindex) {
+        Some(mode) if fwd.flags & DELIVER_INGRESS != 0 => format!("xdp {}", mode.as_str()),
+        _ => "tc".into(),
+    }
 }
 
 /// The mappings installed under `pin_dir`, described with the records of `state_dir`.
 pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>, TableError> {
-    let tables = Tables::open_pinned(&PinDir::open(pin_dir))?;
+    let pins = PinDir::open(pin_dir);
+    let tables = Tables::open_pinned(&pins)?;
+    let xdp = pinned_modes(&pins);
     // Without readable records the listing still shows every mapping, without its pod.
     let records = match state_dir.map(|d| Store::new(d).load_all()) {
         Some(Ok(records)) => records,
@@ -63,6 +83,7 @@ pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>,
                 bytes_out: counters.bytes_out,
                 local_translations: counters.local,
                 flows: flows.get(&host).copied().unwrap_or(0),
+                path: request_path(&fwd, &xdp),
             }
         })
         .collect())
@@ -70,10 +91,19 @@ pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>,
 
 /// A table for people.
 pub fn render(rows: &[Listed]) -> String {
-    let mut lines =
-        vec![["PROTO", "HOST", "POD ADDRESS", "POD", "IN PKTS/BYTES", "OUT PKTS/BYTES", "LOCAL", "FLOWS"]
-            .map(str::to_owned)
-            .to_vec()];
+    let mut lines = vec![[
+        "PROTO",
+        "HOST",
+        "POD ADDRESS",
+        "POD",
+        "PATH",
+        "IN PKTS/BYTES",
+        "OUT PKTS/BYTES",
+        "LOCAL",
+        "FLOWS",
+    ]
+    .map(str::to_owned)
+    .to_vec()];
     for r in rows {
         lines.push(vec![
             r.protocol.clone(),
@@ -84,6 +114,7 @@ pub fn render(rows: &[Listed]) -> String {
                 (None, Some(i)) => format!("{} ({i})", r.container_id.as_deref().unwrap_or("?")),
                 _ => "-".into(),
             },
+            r.path.clone(),
             format!("{}/{}", r.packets_in, r.bytes_in),
             format!("{}/{}", r.packets_out, r.bytes_out),
             r.local_translations.to_string(),
@@ -109,4 +140,20 @@ pub fn flows(pin_dir: &Path) -> Result<FlowListing, FlowsError> {
     let table =
         TableSummary::new(flows.len() as u64, u64::from(tables.flow_capacity()), &tables.flow_stats());
     Ok(FlowListing { flows: rows(&flows, now), table })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_take_xdp_only_where_it_delivers_them_up_the_interface() {
+        let xdp = BTreeMap::from([(5, Mode::Native), (6, Mode::Generic)]);
+        let fwd = |ifindex, flags| Rewrite { ifindex, flags, ..Rewrite::default() };
+        assert_eq!(request_path(&fwd(5, DELIVER_INGRESS), &xdp), "xdp native");
+        assert_eq!(request_path(&fwd(6, DELIVER_INGRESS), &xdp), "xdp generic");
+        // A pod's veth, delivered on its transmit path: TC's.
+        assert_eq!(request_path(&fwd(5, 0), &xdp), "tc");
+        assert_eq!(request_path(&fwd(7, DELIVER_INGRESS), &xdp), "tc");
+    }
 }

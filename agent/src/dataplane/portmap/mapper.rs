@@ -1,11 +1,11 @@
-//! The port mapping object: its TC and cgroup socket programs, loaded with the maps of
+//! The port mapping object: its TC, XDP and cgroup socket programs, loaded with the maps of
 //! [`super::table`], and what the lifecycle of [`crate::dataplane::service`] asks of it.
 
 use aya::maps::ProgramArray;
 use aya::programs::tc::TcHandle;
 use aya::programs::Program;
 use plexus_ebpf_common::flow::{Settings, DEFAULT_MAX_FLOWS, MAP_FLOWS};
-use plexus_ebpf_common::shape::MAP_LIMITS;
+use plexus_ebpf_common::shape::{MAP_CLOCK, MAP_LIMITS, MAP_STATS as MAP_SHAPE_STATS};
 use plexus_ebpf_common::{MAPS, MAP_TAIL, RETIRED_MAPS, TAIL_FRAGMENT, TAIL_ICMP, TAIL_SCTP};
 
 use super::entries::{endpoint_text, Entry};
@@ -28,6 +28,8 @@ pub const TC_SCTP: &str = "pm_sctp";
 pub const TC_ICMP: &str = "pm_icmp";
 /// Translation of IP fragments after the first, tail-called by the two above.
 pub const TC_FRAGMENT: &str = "pm_fragment";
+/// The forward translation in XDP, on the interfaces where clients' traffic enters the node.
+pub const XDP: &str = "pm_xdp";
 /// The cgroup sock_addr programs (the attach type is in each program's section).
 pub const SOCK_PROGRAMS: [&str; 8] = [
     "pm_connect4",
@@ -45,14 +47,20 @@ pub static OBJECT: Object = Object {
     bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-ebpf.o")),
     maps: &MAPS,
     // Which pods' veths limit their ingress: the port mapping programs then deliver through
-    // the veth's transmit path, where the limit applies.
-    shared_maps: &[(MAP_LIMITS, BANDWIDTH_PIN_SUBDIR)],
+    // the veth's transmit path, where the limit applies. The XDP program enforces the ingress
+    // limits of the pods behind a macvlan master with the same limits, counters and clock.
+    shared_maps: &[
+        (MAP_LIMITS, BANDWIDTH_PIN_SUBDIR),
+        (MAP_SHAPE_STATS, BANDWIDTH_PIN_SUBDIR),
+        (MAP_CLOCK, BANDWIDTH_PIN_SUBDIR),
+    ],
     programs: &[
         TC_INGRESS,
         TC_EGRESS,
         TC_SCTP,
         TC_ICMP,
         TC_FRAGMENT,
+        XDP,
         SOCK_PROGRAMS[0],
         SOCK_PROGRAMS[1],
         SOCK_PROGRAMS[2],
@@ -65,6 +73,7 @@ pub static OBJECT: Object = Object {
     tc_ingress: TC_INGRESS,
     tc_egress: TC_EGRESS,
     sock_programs: &SOCK_PROGRAMS,
+    xdp: Some(XDP),
     first: true,
     filter_priority: 1,
     filter_handle: TcHandle::new(0, 0x504d),
@@ -134,6 +143,7 @@ impl Feature for Mapper {
     fn start(opts: &DataplaneOptions) -> Result<Mapper, ObjectError> {
         let pins = PinDir::prepare(&opts.pin_dir)?;
         let mut loaded = load_with(Some(pins.clone()), opts.max_flows)?;
+        loaded.set_xdp_enabled(opts.xdp);
         let mut tables = Tables::take(loaded.ebpf_mut())?;
         let cookie = pin::netns_cookie();
         // The timeouts matter to the TC programs: the settings are written whether or not the

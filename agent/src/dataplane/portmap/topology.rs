@@ -11,7 +11,9 @@
 //!   the node itself reach the pods: macvlan never delivers the master's own packets to its
 //!   children). TC ingress of the master runs before macvlan's rx_handler, so rewriting the
 //!   destination MAC there hands the packet to the pod's macvlan; the pod's replies leave
-//!   through the master's transmit path (TC egress). A host-side macvlan gets the ingress
+//!   through the master's transmit path (TC egress). The master's XDP program (see
+//!   `dataplane::xdp`) translates the plain requests before TC sees them, the same way and
+//!   into the same flow table; TC does everything XDP leaves. A host-side macvlan gets the ingress
 //!   program too: pods reach it directly through the macvlan bridge, not through the master.
 //! - `hostInterface` names the interface holding the host IP explicitly.
 
@@ -180,6 +182,7 @@ pub fn resolve(
                 hooks: vec![
                     point(master, Hook::Ingress, Attach::Tcx),
                     point(master, Hook::Egress, Attach::Tcx),
+                    point(master, Hook::Ingress, Attach::Xdp),
                 ],
                 deliver_ifindex: master.index,
                 deliver: Hook::Ingress,
@@ -261,8 +264,12 @@ mod tests {
         };
         let t = resolve(&a, &node(), None).unwrap();
         assert_eq!(
-            t.hooks.iter().map(|h| (h.ifindex, h.hook)).collect::<Vec<_>>(),
-            [(5, Hook::Ingress), (5, Hook::Egress)]
+            t.hooks.iter().map(|h| (h.ifindex, h.hook, h.attach)).collect::<Vec<_>>(),
+            [
+                (5, Hook::Ingress, Attach::Tcx),
+                (5, Hook::Egress, Attach::Tcx),
+                (5, Hook::Ingress, Attach::Xdp)
+            ]
         );
         assert_eq!((t.deliver_ifindex, t.deliver), (5, Hook::Ingress));
         assert_eq!(t.holders.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(), ["pmm0", "pmh0"]);
@@ -300,9 +307,20 @@ mod tests {
             host_ip: None,
         };
         let entries = super::super::entries::plan("n", &[mapping], &pod, &t).unwrap();
-        let hooks: Vec<(u32, Hook)> =
-            t.hooks_for(entries.iter().map(|e| e.host_ip)).iter().map(|h| (h.ifindex, h.hook)).collect();
-        assert_eq!(hooks, [(5, Hook::Ingress), (5, Hook::Egress), (6, Hook::Ingress)]);
+        let hooks: Vec<(u32, Hook, Attach)> = t
+            .hooks_for(entries.iter().map(|e| e.host_ip))
+            .iter()
+            .map(|h| (h.ifindex, h.hook, h.attach))
+            .collect();
+        assert_eq!(
+            hooks,
+            [
+                (5, Hook::Ingress, Attach::Tcx),
+                (5, Hook::Ingress, Attach::Xdp),
+                (5, Hook::Egress, Attach::Tcx),
+                (6, Hook::Ingress, Attach::Tcx)
+            ]
+        );
     }
 
     #[test]

@@ -10,14 +10,18 @@
 //!
 //! The rate counts IP bytes (the skb less its Ethernet header; a GSO packet as one), so a
 //! limit means the same on every kind of device.
+//!
+//! On a macvlan master whose XDP program (in the port mapping object) charged a packet to the
+//! same limit already, the receive path's program leaves it alone: the XDP program marks what
+//! it charged in the packet's metadata ([`charged_in_xdp`]).
 
 #![no_std]
 #![no_main]
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
-use core::intrinsics::{atomic_cxchg, AtomicOrdering};
-
+#[path = "../charge.rs"]
+mod charge;
 #[path = "../shared.rs"]
 mod shared;
 
@@ -26,10 +30,11 @@ use aya_ebpf::macros::classifier;
 use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap};
 use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::shape::{
-    cost_ns, step, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_EGRESS, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
-    MAP_STATS, MAX_SHAPED,
+    Shape, ShapeCounters, ShapeKey, Verdict, XdpCharged, HOOK_EGRESS, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
+    MAP_STATS, MAX_SHAPED, XDP_CHARGED,
 };
 
+use charge::charge;
 use shared::{map, DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
 
 map! { "BW_LIMITS" == MAP_LIMITS;
@@ -44,9 +49,6 @@ map! { "BW_CLOCK" == MAP_CLOCK;
     /// Zero: the programs read the kernel's clock; else the time they use (tests).
     static BW_CLOCK: Array<u64> = Array::with_max_entries(1, 0);
 }
-
-/// Attempts to publish a packet's clock against other CPUs' updates.
-const CAS_TRIES: u32 = 4;
 
 #[classifier]
 pub fn bw_tc_in(ctx: TcContext) -> i32 {
@@ -71,6 +73,9 @@ fn now() -> u64 {
 fn shape(ctx: &TcContext, hook: u8) -> i32 {
     // SAFETY: the context pointer is the program's __sk_buff.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    if hook == HOOK_INGRESS && charged_in_xdp(ctx, ifindex) {
+        return NEXT;
+    }
     let mut key = ShapeKey { ifindex, hook, pad: 0, mac: [0; 6] };
     let mut limit = BW_LIMITS.get_ptr_mut(&key);
     if limit.is_none() {
@@ -83,35 +88,8 @@ fn shape(ctx: &TcContext, hook: u8) -> i32 {
     let len = u64::from(ctx.len()).saturating_sub(ETH_HLEN as u64);
     let ecn = ecn_field(ctx);
     let now = now();
-    // SAFETY: `limit` points into the map's value, valid for this run; the clock is shared
-    // with other CPUs running this program, hence the compare-and-swap.
-    let verdict = unsafe {
-        let s: Shape = *limit;
-        let cost = cost_ns(len, s.rate_bps);
-        let clock: *mut u64 = &mut (*limit).tat;
-        let mut tat = core::ptr::read_volatile(clock);
-        // Contention beyond a few retries is treated as over the limit.
-        let mut verdict = Verdict::Drop;
-        let mut tries = 0;
-        while tries < CAS_TRIES {
-            let (v, next) = step(tat, now, cost, &s, ecn.capable);
-            if v == Verdict::Drop || next == tat {
-                verdict = v;
-                break;
-            }
-            // SeqCst: with Relaxed, LLVM 22's BPF backend has emitted atomics without their
-            // fetch semantics (BPF_FETCH) yet used the register as if it held the old value.
-            let (seen, swapped) =
-                atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(clock, tat, next);
-            if swapped {
-                verdict = v;
-                break;
-            }
-            tat = seen;
-            tries += 1;
-        }
-        verdict
-    };
+    // SAFETY: `limit` points into the map's value, valid for this run.
+    let verdict = unsafe { charge(limit, len, now, ecn.capable) };
     let action = match verdict {
         Verdict::Pass => NEXT,
         // A failed store after the checksum update would leave the header inconsistent.
@@ -128,6 +106,25 @@ fn shape(ctx: &TcContext, hook: u8) -> i32 {
     };
     count(&key, len, verdict);
     action
+}
+
+/// True when the port mapping object's XDP program on this interface already charged the
+/// packet to its limit (and passed it): its mark in the packet's metadata (see
+/// `plexus_ebpf_common::shape::XdpCharged`). A limit is enforced once.
+#[inline(always)]
+fn charged_in_xdp(ctx: &TcContext, ifindex: u32) -> bool {
+    // SAFETY: the context pointer is the program's __sk_buff; the metadata is read only after
+    // the bounds check against the packet's start, which the verifier requires.
+    unsafe {
+        let skb = ctx.skb.skb;
+        let meta = (*skb).data_meta as usize;
+        let data = (*skb).data as usize;
+        if meta + core::mem::size_of::<XdpCharged>() > data {
+            return false;
+        }
+        let mark = core::ptr::read_unaligned(meta as *const XdpCharged);
+        mark.magic == XDP_CHARGED && mark.ifindex == ifindex
+    }
 }
 
 #[inline(always)]

@@ -7,11 +7,18 @@
 //! - [`icmp`]: ICMP errors about those flows, translated (path MTU discovery);
 //! - [`fragments`]: IP fragments after the first, translated like their first;
 //! - [`sock`]: the same translation for sockets of the node itself (cgroup sock_addr hooks),
-//!   whose packets never cross those interfaces' ingress.
+//!   whose packets never cross those interfaces' ingress;
+//! - [`xdp`]: the forward translation of mapped packets in XDP, on the interface where
+//!   clients' traffic enters the node (a macvlan master), before the kernel builds an skb,
+//!   and the ingress limits of the pods behind it.
 
 #![no_std]
 #![no_main]
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
+#[path = "../charge.rs"]
+mod charge;
 #[path = "../shared.rs"]
 mod shared;
 
@@ -22,3 +29,4 @@ mod icmp;
 mod maps;
 mod sock;
 mod tc;
+mod xdp;

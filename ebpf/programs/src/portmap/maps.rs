@@ -8,7 +8,10 @@ use plexus_ebpf_common::flow::{
     MAP_FLOW_STATS, MAP_FRAGMENTS, MAP_FRAGMENT_SCRATCH, MAP_SCRATCH, MAP_SOCKETS, MAX_FRAGMENTED,
     MAX_SOCKETS, STATS_PROGRAMS,
 };
-use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS, MAP_LIMITS, MAX_SHAPED};
+use plexus_ebpf_common::shape::{
+    Shape, ShapeCounters, ShapeKey, HOOK_EGRESS, MAP_CLOCK, MAP_LIMITS, MAP_STATS as MAP_SHAPE_STATS,
+    MAX_SHAPED,
+};
 use plexus_ebpf_common::{
     Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS, MAP_TAIL, MAX_MAPPINGS, TAILS,
 };
@@ -60,8 +63,20 @@ map! { "PM_SOCKETS" == MAP_SOCKETS;
 
 map! { "BW_LIMITS" == MAP_LIMITS;
     /// The shaping object's limits, the same pinned map (the agent points both objects at one
-    /// pin): read only, to know which pods' veths limit their ingress.
+    /// pin): to know which pods' veths limit their ingress, and the limits the XDP program
+    /// enforces on a macvlan master (their clocks advanced as the shaping programs do).
     pub static BW_LIMITS: HashMap<ShapeKey, Shape> = HashMap::with_max_entries(MAX_SHAPED, 0);
+}
+
+map! { "BW_STATS" == MAP_SHAPE_STATS;
+    /// The shaping object's counters, the same pinned map: what the XDP program passed and
+    /// dropped counts where the shaping programs count.
+    pub static BW_STATS: PerCpuHashMap<ShapeKey, ShapeCounters> = PerCpuHashMap::with_max_entries(MAX_SHAPED, 0);
+}
+
+map! { "BW_CLOCK" == MAP_CLOCK;
+    /// The shaping object's clock (a fixed time in tests), the same pinned map.
+    pub static BW_CLOCK: Array<u64> = Array::with_max_entries(1, 0);
 }
 
 /// True when the pod behind host-side veth `ifindex` has an ingress limit on the veth's

@@ -8,13 +8,15 @@
 //! - [`flows`]: the flow table: the entries the programs make, TCP close and reset, timeouts on
 //!   a fixed clock, the agent's reaper, LRU eviction;
 //! - [`icmp`]: ICMP and ICMPv6 errors about tracked flows;
-//! - [`packets`]: building frames and verifying them.
+//! - [`packets`]: building frames and verifying them;
+//! - [`xdp`]: the XDP program, with TC answering the flows it begins.
 //!
 //! Needs root (CAP_BPF), as `cargo xtask test` runs.
 
 mod flows;
 mod icmp;
 mod packets;
+mod xdp;
 
 use aya::programs::{Program, SchedClassifier, TestRun, TestRunOptions};
 use plexus_ebpf_common::flow::{Flow, FlowKey, FlowStats, Settings, Timeouts, NSEC_PER_SEC};

@@ -184,6 +184,34 @@ pub fn packet(s: &Spec) -> Vec<u8> {
     frame(HOST_MAC, CLIENT_MAC, src.is_ipv6(), &ip_packet)
 }
 
+/// An IPv4 frame (from [`packet`]) with 4 bytes of IP options (NOPs) in its header, the
+/// lengths and the header checksum made right.
+pub fn with_ipv4_options(frame: &[u8]) -> Vec<u8> {
+    assert_eq!(frame[14], 0x45, "an IPv4 frame without options");
+    let mut p = frame[..34].to_vec();
+    p.extend([1, 1, 1, 1]);
+    p.extend(&frame[34..]);
+    p[14] = 0x46;
+    let total = u16::from_be_bytes([p[16], p[17]]) + 4;
+    p[16..18].copy_from_slice(&total.to_be_bytes());
+    p[24..26].copy_from_slice(&[0, 0]);
+    let c = checksum(&[&p[14..38]]);
+    p[24..26].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
+/// An IPv4 frame with its TOS byte set to `tos` (the ECN bits are its low two), the header
+/// checksum made right.
+pub fn with_tos(frame: &[u8], tos: u8) -> Vec<u8> {
+    let mut p = frame.to_vec();
+    p[15] = tos;
+    p[24..26].copy_from_slice(&[0, 0]);
+    let ihl = usize::from(p[14] & 0x0f) * 4;
+    let c = checksum(&[&p[14..14 + ihl]]);
+    p[24..26].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
 /// An ICMP (IPv4) or ICMPv6 (IPv6) message of `kind`/`code` with the 4 bytes after its
 /// checksum (`rest`: unused + next-hop MTU, or the MTU of "packet too big") and `quote` (an IP
 /// packet), from `src` to `dst`, with a correct checksum.

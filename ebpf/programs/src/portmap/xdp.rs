@@ -1,0 +1,254 @@
+//! Port mappings in XDP, on the interface where clients' traffic enters the node (a macvlan
+//! master): one program per interface, for every network and pod behind it.
+//!
+//! It takes the easy majority only, before the kernel builds a socket buffer: an unfragmented
+//! TCP or UDP packet over IPv4 without options or over IPv6 without extension headers, to a
+//! mapped host endpoint whose pod is reached through this very interface's receive path
+//! (`DELIVER_INGRESS` on the ingress interface: macvlan's rx_handler then hands it to the pod by
+//! the rewritten destination MAC). It is translated exactly as `pm_tc_in` would translate it
+//! (destination address, port and MAC, the IPv4 header checksum and the TCP/UDP checksum), with
+//! the same flow made or refreshed in the same flow table ([`crate::flows`]), so the pod's
+//! replies are translated back by the TC program on the interface's transmit path, and the
+//! same counters. Everything else (replies, hairpin, fragments, IP options, extension headers,
+//! SCTP, ICMP, VLAN tags, other protocols) passes unchanged to the TC programs, which handle
+//! all of it as they do without XDP.
+//!
+//! Checksums are updated incrementally ([`plexus_ebpf_common::csum`]), which assumes complete
+//! checksums: what a frame from the wire carries.
+//!
+//! Then the ingress limit of the pod the frame is for ([`police`]): the limit `bw_tc_in`
+//! enforces on this interface's receive path for the destination MAC, in the same map entry
+//! with the same clock, so a frame over it is dropped before the kernel builds an skb. A frame
+//! XDP charged and passed carries a mark in its metadata ([`XdpCharged`]) telling `bw_tc_in`
+//! to leave it alone: the limit is enforced once. ECN-capable packets (which `bw_tc_in` may
+//! CE-mark instead of dropping), frames other than IP, and drivers without XDP metadata stay
+//! entirely TC's.
+
+use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
+use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_xdp_adjust_meta};
+use aya_ebpf::macros::xdp;
+use aya_ebpf::programs::XdpContext;
+use plexus_ebpf_common::csum::Delta;
+use plexus_ebpf_common::flow::FlowKey;
+use plexus_ebpf_common::shape::{ShapeKey, Verdict, XdpCharged, HOOK_INGRESS, SHAPE_EDT, XDP_CHARGED};
+use plexus_ebpf_common::{addr_eq, v4_mapped, Addr, Endpoint, DELIVER_INGRESS, PROTO_TCP, PROTO_UDP};
+
+use crate::charge::charge;
+use crate::flows::{track_request, Request};
+use crate::maps::{
+    count, flow_count, forward, now, settings, Direction, FlowEvent, BW_CLOCK, BW_LIMITS, BW_STATS,
+};
+use crate::shared::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6};
+
+/// Offsets of the L4 header: after an IPv4 header without options, or an IPv6 header.
+const L4_V4: usize = ETH_HLEN + 20;
+const L4_V6: usize = ETH_HLEN + 40;
+/// TCP up to its checksum (the flags sit before it).
+const TCP_LEN: usize = 18;
+const UDP_LEN: usize = 8;
+
+#[xdp]
+pub fn pm_xdp(ctx: XdpContext) -> u32 {
+    portmap(&ctx);
+    police(&ctx)
+}
+
+/// A pointer to the `T` at `offset`, if the frame holds it.
+#[inline(always)]
+fn at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
+    let start = ctx.data();
+    if start + offset + core::mem::size_of::<T>() > ctx.data_end() {
+        return None;
+    }
+    Some((start + offset) as *mut T)
+}
+
+/// Reads the `T` at `offset`.
+#[inline(always)]
+fn read<T: Copy>(ctx: &XdpContext, offset: usize) -> Option<T> {
+    // SAFETY: `at` checked the bounds; packet data has no alignment.
+    at::<T>(ctx, offset).map(|p| unsafe { core::ptr::read_unaligned(p) })
+}
+
+/// Writes `value` at `offset` (a no-op beyond the frame, which the parse already excluded).
+#[inline(always)]
+fn write<T>(ctx: &XdpContext, offset: usize, value: T) {
+    if let Some(p) = at::<T>(ctx, offset) {
+        // SAFETY: as in `read`.
+        unsafe { core::ptr::write_unaligned(p, value) };
+    }
+}
+
+/// What the program reads of a candidate packet.
+struct Packet {
+    v6: bool,
+    l4: usize,
+    proto: u8,
+    src: Addr,
+    dst: Addr,
+    sport: u16,
+    dport: u16,
+    tcp_flags: u8,
+}
+
+/// The packet, when it is one XDP translates (see the module's notes).
+#[inline(always)]
+fn parse(ctx: &XdpContext) -> Option<Packet> {
+    let ethertype = u16::from_be(read::<u16>(ctx, 12)?);
+    let (v6, l4, proto, src, dst) = if ethertype == ETH_P_IP {
+        // Version 4, a 20-byte header: options go to TC.
+        if read::<u8>(ctx, ETH_HLEN)? != 0x45 {
+            return None;
+        }
+        // More fragments, or a fragment offset: TC's (it remembers first fragments).
+        if u16::from_be(read::<u16>(ctx, ETH_HLEN + 6)?) & 0x3fff != 0 {
+            return None;
+        }
+        let proto: u8 = read(ctx, ETH_HLEN + 9)?;
+        let src: u32 = read(ctx, ETH_HLEN + 12)?;
+        let dst: u32 = read(ctx, ETH_HLEN + 16)?;
+        (false, L4_V4, proto, v4_mapped(src), v4_mapped(dst))
+    } else if ethertype == ETH_P_IPV6 {
+        // The next header must be TCP or UDP itself: extension headers (fragments among them)
+        // go to TC.
+        let proto: u8 = read(ctx, ETH_HLEN + 6)?;
+        let src: Addr = read(ctx, ETH_HLEN + 8)?;
+        let dst: Addr = read(ctx, ETH_HLEN + 24)?;
+        (true, L4_V6, proto, src, dst)
+    } else {
+        return None;
+    };
+    let need = match proto {
+        PROTO_TCP => TCP_LEN,
+        PROTO_UDP => UDP_LEN,
+        _ => return None,
+    };
+    // The whole header the rewrite touches must be there.
+    at::<u8>(ctx, l4 + need - 1)?;
+    let sport: u16 = read(ctx, l4)?;
+    let dport: u16 = read(ctx, l4 + 2)?;
+    let tcp_flags: u8 = if proto == PROTO_TCP { read(ctx, l4 + 13)? } else { 0 };
+    Some(Packet { v6, l4, proto, src, dst, sport, dport, tcp_flags })
+}
+
+/// Translates the packet when it is a mapped one XDP can deliver; leaves it untouched
+/// otherwise.
+#[inline(always)]
+fn portmap(ctx: &XdpContext) {
+    let Some(p) = parse(ctx) else { return };
+    let host = Endpoint::new(p.dst, p.dport, p.proto);
+    let Some(rw) = forward(&host) else { return };
+    // Delivered elsewhere than up this interface (a pod's veth), or the pod reaching its own
+    // host port (the source needs rewriting too): TC's.
+    if rw.flags & DELIVER_INGRESS == 0 || rw.ifindex as usize != ctx.ingress_ifindex() {
+        return;
+    }
+    if addr_eq(&p.src, &rw.addr) {
+        return;
+    }
+    let Some(s) = settings() else { return };
+    let now = now(s);
+    let request = Request {
+        key: FlowKey::new(rw.addr, rw.port_be, p.src, p.sport, p.proto),
+        host: &host,
+        client: p.src,
+        client_port: p.sport,
+        snat: false,
+        rewrite: rw,
+        tcp_flags: p.tcp_flags,
+    };
+    track_request(&request, s, now);
+    flow_count(FlowEvent::Forward);
+
+    // The destination: address (with the IPv4 header checksum), port, and the L4 checksum over
+    // both (the address through the pseudo-header).
+    let l4_delta = Delta::default().addr(&p.dst, &rw.addr).word(p.dport, rw.port_be);
+    if p.v6 {
+        write(ctx, ETH_HLEN + 24, rw.addr);
+    } else {
+        let ip_delta = Delta::default().dword(p.dst[3], rw.addr[3]);
+        if let Some(csum) = read::<u16>(ctx, ETH_HLEN + 10) {
+            write(ctx, ETH_HLEN + 10, ip_delta.apply(csum));
+        }
+        write(ctx, ETH_HLEN + 16, rw.addr[3]);
+    }
+    write(ctx, p.l4 + 2, rw.port_be);
+    if p.proto == PROTO_TCP {
+        if let Some(csum) = read::<u16>(ctx, p.l4 + 16) {
+            write(ctx, p.l4 + 16, l4_delta.apply(csum));
+        }
+    } else if let Some(csum) = read::<u16>(ctx, p.l4 + 6) {
+        // IPv4's "no checksum" (0) stays 0.
+        write(ctx, p.l4 + 6, l4_delta.apply_udp(csum));
+    }
+    write(ctx, 0, rw.pod_mac);
+    count(&host, (ctx.data_end() - ctx.data()) as u32, Direction::In);
+}
+
+/// Enforces the ingress limit of the pod the frame is for, if it has one (see the module's
+/// notes); the verdict for the frame.
+#[inline(always)]
+fn police(ctx: &XdpContext) -> u32 {
+    let ifindex = ctx.ingress_ifindex() as u32;
+    let Some(mac) = read::<[u8; 6]>(ctx, 0) else { return XDP_PASS };
+    let key = ShapeKey { ifindex, hook: HOOK_INGRESS, pad: 0, mac };
+    let Some(limit) = BW_LIMITS.get_ptr_mut(&key) else { return XDP_PASS };
+    let ecn = match read::<u16>(ctx, 12).map(u16::from_be) {
+        Some(ETH_P_IP) => read::<u8>(ctx, ETH_HLEN + 1).map(|tos| tos & 3),
+        Some(ETH_P_IPV6) => read::<u8>(ctx, ETH_HLEN + 1).map(|b| (b >> 4) & 3),
+        _ => None,
+    };
+    if ecn != Some(0) {
+        return XDP_PASS;
+    }
+    // SAFETY: a map value, valid for the program's run.
+    if unsafe { (*limit).flags } & SHAPE_EDT != 0 {
+        return XDP_PASS;
+    }
+    let len = (ctx.data_end() - ctx.data()).saturating_sub(ETH_HLEN) as u64;
+    // Room for the mark first: where there is none, TC enforces the limit.
+    // SAFETY: a helper on the program's own context.
+    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -(core::mem::size_of::<XdpCharged>() as i32)) } != 0 {
+        return XDP_PASS;
+    }
+    // SAFETY: `limit` points into the map's value, valid for this run.
+    let verdict = unsafe { charge(limit, len, bw_now(), false) };
+    count_limit(&key, len, verdict);
+    if verdict == Verdict::Drop {
+        return XDP_DROP;
+    }
+    let meta = ctx.metadata();
+    if meta + core::mem::size_of::<XdpCharged>() <= ctx.data() {
+        // SAFETY: within the metadata, checked above.
+        unsafe {
+            core::ptr::write_unaligned(meta as *mut XdpCharged, XdpCharged { magic: XDP_CHARGED, ifindex })
+        };
+    }
+    XDP_PASS
+}
+
+/// The shaping programs' clock: the kernel's, or the tests' fixed time.
+#[inline(always)]
+fn bw_now() -> u64 {
+    match BW_CLOCK.get(0) {
+        Some(fixed) if *fixed != 0 => *fixed,
+        // SAFETY: a helper without arguments.
+        _ => unsafe { bpf_ktime_get_ns() },
+    }
+}
+
+/// Adds a packet to the limit's counters, as the shaping programs do.
+#[inline(always)]
+fn count_limit(key: &ShapeKey, len: u64, verdict: Verdict) {
+    let Some(c) = BW_STATS.get_ptr_mut(key) else { return };
+    // SAFETY: this CPU's value, valid while the program runs; the agent created the entry.
+    unsafe {
+        if verdict == Verdict::Drop {
+            (*c).dropped_packets = (*c).dropped_packets.wrapping_add(1);
+            (*c).dropped_bytes = (*c).dropped_bytes.wrapping_add(len);
+        } else {
+            (*c).passed_packets = (*c).passed_packets.wrapping_add(1);
+            (*c).passed_bytes = (*c).passed_bytes.wrapping_add(len);
+        }
+    }
+}

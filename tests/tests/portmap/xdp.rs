@@ -1,0 +1,246 @@
+//! The XDP program on a macvlan master, with real traffic: mapped TCP and UDP over both
+//! families translated in XDP (shown by detaching the master's TC ingress program: the
+//! requests still reach the pods, translated by XDP alone, and TC's egress program answers the
+//! flows XDP made), direct pod access untouched, an agent restart mid-stream losing nothing,
+//! `--no-xdp`, ingress limits enforced in XDP and counted once, and nothing left after the
+//! DELs.
+
+use super::*;
+
+/// The macvlan world of `kernel_macvlan_with_the_host_ip_on_the_master`: a client on the
+/// master `pmm0` (a veth, native XDP), the host IPs on the master, the agent started.
+fn macvlan_world(agent_args: &[&str]) -> (PmWorld, String) {
+    macvlan_world_with(agent_args, macvlan_nad)
+}
+
+/// [`macvlan_world`] with the network `pmmv` of `nad`.
+fn macvlan_world_with(agent_args: &[&str], nad: fn(&World, &str) -> String) -> (PmWorld, String) {
+    let mut t = PmWorld::new();
+    t.w.agent_args.extend(agent_args.iter().map(|a| a.to_string()));
+    t.w.write_nad(NS, "pmmv", Some(&nad(&t.w, "pmmv")));
+    let client = t.client("pmm0", &["10.78.0.200/24", "fd00:78::c8/64"]);
+    t.w.node.ip(&["addr", "add", "10.78.0.1/24", "dev", "pmm0"]);
+    t.w.node.ip(&["addr", "add", "fd00:78::1/64", "dev", "pmm0", "nodad"]);
+    t.w.start_agent();
+    t.wait_reconciled(1);
+    let c = t.clients[client].name.clone();
+    (t, c)
+}
+
+fn master_index(t: &PmWorld) -> u32 {
+    let (ok, out) = t.w.node.exec(&["cat", "/sys/class/net/pmm0/ifindex"]);
+    assert!(ok, "{out}");
+    out.trim().parse().expect("an interface index")
+}
+
+/// What `ip link` says runs at the master's XDP hook ("xdp" native, "xdpgeneric", or none).
+fn ip_link_xdp(t: &PmWorld) -> String {
+    let (ok, out) = t.w.node.exec(&["ip", "-d", "link", "show", "pmm0"]);
+    assert!(ok, "{out}");
+    out.split_whitespace().find(|w| w.starts_with("xdp")).unwrap_or("none").to_owned()
+}
+
+#[test]
+fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_macvlan_master_both_families() {
+    let (mut t, c) = macvlan_world(&[]);
+    t.pod("db", &mappings("pmmv", &[(5432, 5432, "TCP"), (5433, 5433, "udp")]), &[5432, 5433]);
+    let ifindex = master_index(&t);
+    assert!(t.link_pins().contains(&format!("xdp_{ifindex}")), "{:?}", t.link_pins());
+    assert_eq!(ip_link_xdp(&t), "xdp", "native XDP on the veth master");
+    let listed = t.list();
+    assert_eq!(listed.len(), 4);
+    assert!(listed.iter().all(|r| r["path"] == "xdp native"), "{listed:#?}");
+    assert!(t.list_text().contains("xdp native"), "{}", t.list_text());
+
+    let hosts = ["10.78.0.1", "fd00:78::1"];
+    assert_reaches(&t, &c, &hosts, 5432, 5433, "db");
+    // Direct access to the pod's own address stays untouched: its replies come from it.
+    let (pod4, pod6) = t.pod_ips(0);
+    for pod in [&pod4, &pod6] {
+        let got = t.run(&c, &["tcp", pod, "5432", "direct"]);
+        assert_eq!(got[..2], ["db".to_owned(), "direct".into()]);
+        assert_eq!(bare(&got[2]), *pod, "a direct peer sees the pod's address");
+    }
+
+    // Without the master's TC ingress program, XDP alone translates the requests, and TC's
+    // egress program still answers the flows it made.
+    let tc_in = t.pins.join("links").join(format!("tc_{ifindex}_in"));
+    std::fs::remove_file(&tc_in).expect("detaching the master's TC ingress program");
+    let before: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
+    assert_reaches(&t, &c, &hosts, 5432, 5433, "db");
+    let after: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
+    assert!(after > before, "XDP counted the requests it translated ({before} -> {after})");
+    let flows = t.flows_json();
+    assert!(
+        flows.iter().any(|f| f["client"].as_str().is_some_and(|c| c.starts_with("[fd00:78::c8]"))),
+        "XDP's flows are in the flow table: {flows:#?}"
+    );
+
+    // The agent's start attaches what is missing again; DEL detaches XDP with the last mapping.
+    let starts = plain(&t.w.agent_log()).matches("port mappings reconciled").count();
+    t.w.kill_agent();
+    t.w.start_agent();
+    t.wait_reconciled(starts + 1);
+    assert!(tc_in.exists(), "the TC ingress program is back");
+    t.del("db", 0);
+    assert!(!t.link_pins().iter().any(|p| p.starts_with("xdp_")), "{:?}", t.link_pins());
+    assert_eq!(ip_link_xdp(&t), "none", "no XDP program left on the master");
+    t.del_all_and_expect_nothing_left(&["db"], &["pmm0"]);
+}
+
+#[test]
+fn kernel_xdp_agent_restart_mid_stream_loses_nothing_and_no_xdp_hands_back_to_tc() {
+    let (mut t, c) = macvlan_world(&[]);
+    t.pod("web", &mappings("pmmv", &[(8080, 80, "tcp")]), &[80]);
+    t.run(&c, &["tcp", "10.78.0.1", "8080", "warm-up"]);
+    let ifindex = master_index(&t);
+    let xdp_pin = t.pins.join("links").join(format!("xdp_{ifindex}"));
+    assert!(xdp_pin.exists());
+
+    // A TCP stream through XDP for 8 s; the agent is killed 1.5 s in and started 2 s later.
+    let mut stream = Command::new("ip")
+        .args(["netns", "exec", &c, python(), &t.script(), "stream", "10.78.0.1", "8080", "8"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("stream client");
+    let mut stdout = BufReader::new(stream.stdout.take().expect("stream stdout"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("the stream's first line");
+    assert!(first.starts_with("port "), "the stream did not start: {first:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    t.w.kill_agent();
+    std::thread::sleep(Duration::from_millis(2000));
+    t.w.start_agent();
+    t.wait_reconciled(2);
+    assert_eq!(ip_link_xdp(&t), "xdp", "XDP kept running across the restart");
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("the stream's result");
+    let out = stream.wait_with_output().expect("stream client");
+    assert!(
+        out.status.success() && rest.starts_with("OK"),
+        "stream broke: {rest} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        plain(&t.w.agent_log()).matches("attached the XDP program").count() == 1,
+        "the restart left the identical XDP program alone:\n{}",
+        t.w.agent_log()
+    );
+
+    // --no-xdp: the start detaches it, and TC serves the mapping alone.
+    t.w.kill_agent();
+    t.w.agent_args.push("--no-xdp".into());
+    t.w.start_agent();
+    t.wait_reconciled(3);
+    assert!(!xdp_pin.exists(), "--no-xdp detached the XDP program");
+    assert_eq!(ip_link_xdp(&t), "none");
+    assert!(t.list().iter().all(|r| r["path"] == "tc"), "{:#?}", t.list());
+    for host in ["10.78.0.1", "fd00:78::1"] {
+        let got = t.run(&c, &["tcp", host, "8080", "via-tc"]);
+        assert_eq!(got[..2], ["web".to_owned(), "via-tc".into()]);
+    }
+    t.del_all_and_expect_nothing_left(&["web"], &["pmm0"]);
+}
+
+/// A macvlan network on `pmm0` chaining both dataplane plugins.
+fn macvlan_nad_limited(w: &World, name: &str) -> String {
+    let mut nad: Value = serde_json::from_str(&macvlan_nad(w, name)).expect("the NAD");
+    nad["plugins"]
+        .as_array_mut()
+        .expect("plugins")
+        .push(json!({"type": "plexus-bandwidth", "capabilities": {"bandwidth": true}}));
+    nad.to_string()
+}
+
+/// `plexus-agent bandwidth list --json` (in the node's namespace, where the master is): the
+/// pod's ingress row.
+fn ingress_limit_row(t: &PmWorld) -> Value {
+    let out =
+        t.w.node
+            .command(bin("plexus-agent"))
+            .args(["bandwidth", "list", "--json", "--bpf-pin-dir"])
+            .arg(&t.pins)
+            .arg("--state-dir")
+            .arg(t.w.path("state"))
+            .output()
+            .expect("running plexus-agent bandwidth list");
+    assert!(out.status.success(), "bandwidth list: {}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("bandwidth list JSON");
+    rows.into_iter()
+        .find(|r| r["direction"] == "ingress")
+        .unwrap_or_else(|| panic!("no ingress limit listed"))
+}
+
+/// Packets the pod's `net1` received so far.
+fn pod_rx_packets(t: &PmWorld, pod: usize) -> u64 {
+    let (ok, out) = t.pods[pod].exec(&["cat", "/sys/class/net/net1/statistics/rx_packets"]);
+    assert!(ok, "{out}");
+    out.trim().parse().expect("a packet count")
+}
+
+/// `count` 100-byte UDP datagrams from the client to `host:port`, in bursts of 50.
+fn flood(client: &str, host: &str, port: u16, count: u32) {
+    let script = format!(
+        "import socket, time\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nfor i in range({count}):\n    \
+         s.sendto(b'x' * 100, ('{host}', {port}))\n    if i % 50 == 49: time.sleep(0.002)\n"
+    );
+    let out =
+        Command::new("ip").args(["netns", "exec", client, python(), "-c", &script]).output().expect("flood");
+    assert!(out.status.success(), "flood: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn counted(row: &Value) -> (u64, u64) {
+    (row["passed_packets"].as_u64().unwrap_or(0), row["dropped_packets"].as_u64().unwrap_or(0))
+}
+
+/// A UDP flood at a pod's 1 Mbit/s ingress limit: XDP drops what is over it (with the master's
+/// TC ingress shaping program detached, XDP alone), and what XDP passes is counted once, not
+/// again by TC: the limit's passed packets follow what the pod received.
+#[test]
+fn kernel_xdp_enforces_ingress_limits_once() {
+    let (mut t, c) = macvlan_world_with(&[], macvlan_nad_limited);
+    let mut annotation = mappings("pmmv", &[(5433, 5433, "udp")]);
+    annotation[0]["bandwidth"] = json!({"ingressRate": 1_000_000, "egressRate": 1_000_000});
+    t.pod("sink", &annotation, &[5433]);
+    t.run(&c, &["udp", "10.78.0.1", "5433", "warm-up"]);
+    let row = ingress_limit_row(&t);
+    assert_eq!(row["xdp"], "native", "{row}");
+
+    // The shaping object's TC ingress program on the master detached: drops are XDP's.
+    let ifindex = master_index(&t);
+    let bw_in = t.pins.join("bandwidth").join("links").join(format!("tc_{ifindex}_in"));
+    std::fs::remove_file(&bw_in).expect("detaching the master's shaping ingress program");
+    let (p0, d0) = counted(&ingress_limit_row(&t));
+    flood(&c, "10.78.0.1", 5433, 4000);
+    let (p1, d1) = counted(&ingress_limit_row(&t));
+    assert!(d1 > d0, "XDP dropped over the limit: {:?} -> {:?}", (p0, d0), (p1, d1));
+    assert!(p1 > p0, "and passed the bucket's worth");
+
+    // With both programs: what XDP passed, TC does not count again.
+    let starts = plain(&t.w.agent_log()).matches("bandwidth limits reconciled").count();
+    t.w.kill_agent();
+    t.w.start_agent();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while plain(&t.w.agent_log()).matches("bandwidth limits reconciled").count() <= starts {
+        assert!(Instant::now() < deadline, "never reconciled:\n{}", t.w.agent_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(bw_in.exists(), "the shaping ingress program is back");
+    // A fresh bucket: wait for the flood's debt to drain.
+    std::thread::sleep(Duration::from_millis(1500));
+    let rx0 = pod_rx_packets(&t, 0);
+    let (p2, d2) = counted(&ingress_limit_row(&t));
+    flood(&c, "10.78.0.1", 5433, 4000);
+    std::thread::sleep(Duration::from_millis(200));
+    let rx = pod_rx_packets(&t, 0) - rx0;
+    let (p3, d3) = counted(&ingress_limit_row(&t));
+    assert!(d3 > d2, "drops over the limit: {:?} -> {:?}", (p2, d2), (p3, d3));
+    let passed = p3 - p2;
+    eprintln!("XDP and TC: passed {passed}, dropped {}, the pod received {rx}", d3 - d2);
+    assert!(
+        passed.abs_diff(rx) <= 20,
+        "passed packets ({passed}) follow what the pod received ({rx}): counted once"
+    );
+    t.del_all_and_expect_nothing_left(&["sink"], &["pmm0"]);
+}
