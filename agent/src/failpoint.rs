@@ -120,6 +120,8 @@ pub fn arm_from_env() -> Result<Option<Failpoint>, FailpointError> {
     let failpoint = Failpoint::parse(&value.to_string_lossy())?;
     // Set once; a second call keeps the first (the environment does not change).
     let armed = ARMED.get_or_init(|| Armed { failpoint, reached: AtomicU32::new(0) });
+    // Every phase's end is a failpoint.
+    crate::phase::on_end(|verb, phase| reached(verb, Point::End(phase)));
     Ok(Some(armed.failpoint))
 }
 
