@@ -82,17 +82,38 @@ fn kernel_bench_quick_cni_writes_complete_sane_results() {
             assert!(s["plexus_over_reference"].is_null(), "a ratio with a side missing: {s}");
         }
     }
-    let find = |metric: &str, attachments: Option<u64>| -> &Value {
+    // A figure by metric, and for the latencies by workload: (attachments, kind).
+    let find = |metric: &str, workload: Option<(u64, &str)>| -> &Value {
         summary
             .iter()
-            .find(|s| s["metric"] == metric && attachments.is_none_or(|m| s["params"]["attachments"] == m))
-            .unwrap_or_else(|| panic!("no summary for {metric} {attachments:?}"))
+            .find(|s| {
+                s["metric"] == metric
+                    && workload.is_none_or(|(m, kind)| {
+                        s["params"]["attachments"] == m && s["params"]["kind"] == kind
+                    })
+            })
+            .unwrap_or_else(|| panic!("no summary for {metric} {workload:?}"))
     };
+    // Every workload the section times (issue #17), each with its ADD target.
+    let workloads: [(u64, &str, f64); 7] = [
+        (1, "macvlan", 0.6),
+        (2, "macvlan", 0.6),
+        (4, "macvlan", 0.6),
+        (1, "bridge", 0.5),
+        (2, "bridge", 0.5),
+        (4, "bridge", 0.5),
+        (2, "bridge+portmap+bandwidth", 0.3),
+    ];
 
-    // Latencies: every side measured, non-zero, every repeat recorded, both ratios.
-    for m in [1, 2, 4] {
+    // Latencies: every side measured, non-zero, every repeat recorded, both ratios, and
+    // issue #17's target of plexus against the reference.
+    for (m, kind, add_target) in workloads {
         for metric in ["add_latency", "del_latency"] {
-            let s = find(metric, Some(m));
+            let s = find(metric, Some((m, kind)));
+            let bound = if metric == "add_latency" { add_target } else { 0.6 };
+            assert_eq!(s["target"]["ratio"], "plexus_over_reference", "{s}");
+            assert_eq!(s["target"]["bound"], "<=", "{s}");
+            assert_eq!(num(&s["target"]["value"]), Some(bound), "{s}");
             assert!(num(&s["plexus"]) > Some(0.0) && num(&s["reference"]) > Some(0.0), "{s}");
             assert!(num(&s["plexus_over_reference"]) > Some(0.0), "{s}");
             assert_eq!(s["runs"]["plexus"], repeat, "{s}");
@@ -114,16 +135,16 @@ fn kernel_bench_quick_cni_writes_complete_sane_results() {
     assert_eq!(shim["target"]["excess"], "plexus_minus_baseline", "{shim}");
     assert!(shim["target"]["measured"].is_number(), "{shim}");
 
-    // Where plexus's ADD and DEL time goes: each phase per pod, for every attachment count.
+    // Where plexus's ADD and DEL time goes: each phase per pod, for every workload.
     let breakdown = r["breakdown"].as_array().expect("breakdown");
     for verb in ["ADD", "DEL"] {
-        for attachments in [1, 2, 4] {
+        for (m, kind, _) in workloads {
+            let label = format!("{m} {kind}");
             let row = breakdown
                 .iter()
-                .find(|b| b["verb"] == verb && b["attachments"] == attachments && b["side"] == "plexus")
-                .unwrap_or_else(|| {
-                    panic!("no {verb} breakdown for {attachments} attachment(s): {breakdown:?}")
-                });
+                .find(|b| b["verb"] == verb && b["workload"] == label.as_str() && b["side"] == "plexus")
+                .unwrap_or_else(|| panic!("no {verb} breakdown for {label}: {breakdown:?}"));
+            let attachments = &label;
             let medians = &row["median_ms"];
             for phase in ["state_read", "state_write", "plugins", "netns", "ipam"] {
                 assert!(num(&medians[phase]) > Some(0.0), "{verb} {attachments}: no {phase}: {row}");
