@@ -16,6 +16,8 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
+
 use crate::cni::Command;
 
 tokio::task_local! {
@@ -85,8 +87,11 @@ impl Phase {
 }
 
 /// Runs `request` with `verb` as the verb its phases are labelled with.
-pub async fn for_verb<F: Future>(verb: Command, request: F) -> F::Output {
-    VERB.scope(verb, request).await
+///
+/// Not an `async fn`, which would keep `request` twice in its state (see
+/// `netlink::shared::per_request`).
+pub fn for_verb<F: Future>(verb: Command, request: F) -> impl Future<Output = F::Output> {
+    VERB.scope(verb, request)
 }
 
 /// The verb of the request this task serves, if any.
@@ -108,9 +113,15 @@ pub fn start(phase: Phase) -> Timer {
 }
 
 /// Times `phase` around `work`.
-pub async fn timed<F: Future>(phase: Phase, work: F) -> F::Output {
-    let _timer = start(phase);
-    work.await
+///
+/// The timer starts when this is called (callers await it at once) and stops when `work`
+/// ends or is dropped; not an `async fn`, which would keep `work` twice in its state.
+pub fn timed<F: Future>(phase: Phase, work: F) -> impl Future<Output = F::Output> {
+    let timer = start(phase);
+    work.map(move |output| {
+        drop(timer);
+        output
+    })
 }
 
 /// Told of the end of every phase once set: the failpoints set it when one is armed, so a

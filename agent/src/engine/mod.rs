@@ -720,7 +720,47 @@ fn default_result(record: &ContainerRecord, version: &str) -> Result<Value, CniE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::files::FileCatalog;
     use crate::cni::config::NetworkConfigList;
+    use crate::delegate::NativePlugins;
+
+    /// A request's future is built, and in debug builds moved, on the stack of the thread
+    /// that polls it (a test's, or a runtime worker's 2 MiB): a wrapper that doubles it (an
+    /// `async fn` awaiting a future it was given keeps that future twice) overflowed a test
+    /// thread's stack once, at 63 KB. Today's debug size is 8.7 KB; past twice that, the
+    /// growing part wants boxing, or a wrapper fixing.
+    #[test]
+    fn a_requests_future_stays_small_enough_for_a_threads_stack() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::new(
+            EngineConfig {
+                default_network_dir: dir.path().join("net.d"),
+                network_conf_dirs: Vec::new(),
+                allowed_namespaces: Vec::new(),
+                strict_annotations: false,
+                device_info_dir: dir.path().join("devinfo"),
+            },
+            Arc::new(FileCatalog::new(Vec::new(), Vec::new(), dir.path().join("report"))),
+            Delegator {
+                bin_dirs: Vec::new(),
+                timeout: std::time::Duration::from_secs(1),
+                natives: NativePlugins::default(),
+            },
+            StateStore::new(&dir.path().join("state")),
+        );
+        let request = Request {
+            command: "ADD".into(),
+            container_id: None,
+            netns: None,
+            ifname: None,
+            args: None,
+            path: None,
+            config: String::new(),
+        };
+        let future = engine.handle(request);
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 16 * 1024, "a request's future is {size} bytes");
+    }
 
     /// A bridge attachment with `result`, the default network's when on `eth0`.
     pub(super) fn attachment(

@@ -17,6 +17,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::path::PathBuf;
 
+use futures::FutureExt;
 use netlink_packet_route::link::LinkAttribute;
 use nix::errno::Errno;
 use rtnetlink::LinkUnspec;
@@ -44,14 +45,12 @@ pub struct PendingDeletion {
 
 /// Runs `work` with link deletions deferred; returns its output and the links it asked to
 /// delete, in the order asked.
-pub async fn deferring<F: Future>(work: F) -> (F::Output, Vec<PendingDeletion>) {
+///
+/// Built from combinators, not `async`: an async wrapper awaiting `work` keeps it twice in
+/// its state, and the engine's teardown is large.
+pub fn deferring<F: Future>(work: F) -> impl Future<Output = (F::Output, Vec<PendingDeletion>)> {
     PENDING
-        .scope(RefCell::new(Vec::new()), async move {
-            let output = work.await;
-            let pending = PENDING.with(|p| p.take());
-            (output, pending)
-        })
-        .await
+        .scope(RefCell::new(Vec::new()), work.map(|output| (output, PENDING.with(|pending| pending.take()))))
 }
 
 impl Netlink {

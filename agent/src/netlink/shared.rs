@@ -22,8 +22,11 @@ tokio::task_local! {
 }
 
 /// Runs `request` with its own set of shared sockets, closed when it ends.
-pub async fn per_request<F: Future>(request: F) -> F::Output {
-    SOCKETS.scope(RefCell::new(Vec::new()), request).await
+///
+/// A plain function returning the scope, not an `async fn`: an `async fn` awaiting a future
+/// it was given keeps that future twice in its state, and the request's future is large.
+pub fn per_request<F: Future>(request: F) -> impl Future<Output = F::Output> {
+    SOCKETS.scope(RefCell::new(Vec::new()), request)
 }
 
 /// The request's socket in `netns`, if it opened one.
