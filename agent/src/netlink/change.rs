@@ -7,7 +7,6 @@ use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use nix::errno::Errno;
 use rtnetlink::LinkUnspec;
 
-use super::error::errno_of;
 use super::{LinkCause, LinkError, LinkSnapshot, Mac, Netlink};
 
 impl Netlink {
@@ -85,13 +84,12 @@ impl Netlink {
     }
 
     /// Deletes the link of that index (`name` is for the error); gone already counts as deleted.
+    /// Done when the kernel announces it gone, before its wait for the device's last
+    /// references ([`super::unregister`]).
     pub async fn delete_index(&self, index: u32, name: &str) -> Result<(), LinkError> {
-        match self.handle().link().del(index).execute().await {
-            Err(e) if !matches!(errno_of(&e), Some(Errno::ENODEV)) => {
-                Err(self.error(format!("deleting {name}"), e))
-            }
-            _ => Ok(()),
-        }
+        let mut request = LinkMessage::default();
+        request.header.index = index;
+        self.unregister(&format!("deleting {name}"), request, &[index]).await
     }
 
     /// Moves the link, under its current name, into the namespace of `target` (IFLA_NET_NS_FD).

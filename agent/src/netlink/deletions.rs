@@ -18,7 +18,7 @@ use std::future::Future;
 use std::path::PathBuf;
 
 use futures::FutureExt;
-use netlink_packet_route::link::LinkAttribute;
+use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use nix::errno::Errno;
 use rtnetlink::LinkUnspec;
 
@@ -164,14 +164,12 @@ async fn delete_as_group(ns: &Netlink, links: &[PendingDeletion]) -> Result<bool
         );
         return Ok(false);
     }
-    let mut request = ns.handle().link().del(0);
-    request.message_mut().attributes.push(LinkAttribute::Group(DELETION_GROUP));
-    match request.execute().await {
-        Ok(()) => Ok(true),
-        // Every link of the batch went in the meantime.
-        Err(e) if matches!(errno_of(&e), Some(Errno::ENODEV)) => Ok(true),
-        Err(e) => Err(ns.error(format!("deleting device group {DELETION_GROUP}"), e)),
-    }
+    // ENODEV (every link of the batch went in the meantime) counts as deleted.
+    let mut request = LinkMessage::default();
+    request.attributes.push(LinkAttribute::Group(DELETION_GROUP));
+    let indexes: Vec<u32> = links.iter().map(|l| l.index).collect();
+    ns.unregister(&format!("deleting device group {DELETION_GROUP}"), request, &indexes).await?;
+    Ok(true)
 }
 
 fn in_group(link: &LinkSnapshot, group: u32) -> bool {

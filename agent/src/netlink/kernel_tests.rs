@@ -252,3 +252,19 @@ async fn outside_deferring_delete_soon_deletes_at_once_and_gone_links_count_as_d
     let ((), pending) = deletions::deferring(async { ns.delete_soon(&link).await.unwrap() }).await;
     assert!(deletions::delete_deferred(pending).await.is_empty(), "an already deleted link is no failure");
 }
+
+#[tokio::test]
+async fn a_deletion_is_done_when_it_returns_and_one_the_kernel_refuses_keeps_its_errno() {
+    let pod = pod_with_veths(&["d0"]);
+    let ns = Netlink::pod(&pod.path()).await.unwrap();
+    let link = ns.require("d0").await.unwrap();
+    ns.delete(&link).await.unwrap();
+    assert!(!pod.has_link("d0") && !pod.has_link("d0p"), "gone with its peer by the answer");
+    ns.delete(&link).await.expect("an index already gone counts as deleted");
+
+    let lo = ns.require("lo").await.unwrap();
+    let refused = ns.delete(&lo).await.expect_err("the kernel does not delete lo");
+    assert!(refused.is(Errno::EOPNOTSUPP), "{refused}");
+    assert!(refused.to_string().contains("deleting lo in network namespace"), "{refused}");
+    assert!(pod.has_link("lo"));
+}

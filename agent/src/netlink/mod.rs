@@ -11,7 +11,8 @@
 //!     [`Netlink::default_route_interface`], each a [`LinkSnapshot`], [`AddressSnapshot`] or
 //!     [`RouteSnapshot`];
 //!   - changing one link (`change`): create, rename, MAC, MTU, up/down, delete, move;
-//!   - deleting a pod's links together on DEL, behind one kernel wait ([`deletions`]);
+//!   - deleting a pod's links together on DEL ([`deletions`]); every deletion is done when the
+//!     kernel announces the links gone, sent from a blocking thread (`unregister`);
 //!   - bridges (`bridge`): a bridge, a veth pair born a port of it with its other end in a
 //!     pod ([`VethPair`]), promiscuous mode, a port's hairpin mode;
 //!   - configuring IP (`configure`): [`Netlink::add_address`], [`Netlink::add_route`], and
@@ -42,6 +43,7 @@ pub mod shared;
 mod snapshot;
 mod sysctl;
 mod tc;
+mod unregister;
 mod verify;
 
 #[cfg(test)]
