@@ -4,7 +4,9 @@
 //! (`synchronize_net` and friends: 15 to 20 ms each on this machine, whatever the link), so a
 //! pod with four attachments paid that four times over on DEL. One RTM_DELLINK that names a
 //! device group (ifindex 0, IFLA_GROUP) unregisters every link of the group in the socket's
-//! namespace as one batch, behind one wait (`ip link delete group N`).
+//! namespace as one batch, behind one wait (`ip link delete group N`). The wait is not the
+//! request's to sit out either: a deletion is done when the kernel announces the links gone
+//! (`super::unregister`).
 //!
 //! A DEL that wants that runs its plugins inside [`deferring`]: a native plugin's
 //! [`Netlink::delete_soon`] then records the link instead of deleting it, after the plugin made

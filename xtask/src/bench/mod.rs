@@ -133,7 +133,7 @@ impl Settings {
             quick: q,
             repeat: a.repeat.unwrap_or(if q { 2 } else { 5 }),
             cni_pods_per_repeat: if q { 1 } else { 4 },
-            shim_calls: if q { 5 } else { 20 },
+            shim_calls: if q { 10 } else { 100 },
             rss_pods: if q { 10 } else { 250 },
             scale_pods: a.pods.unwrap_or(if q { 20 } else { 200 }),
             scale_attachments: a.attachments.unwrap_or(2),

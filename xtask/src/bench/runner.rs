@@ -150,7 +150,12 @@ fn run_request(line: &str) -> anyhow::Result<ExecOut> {
         .spawn()
         .with_context(|| format!("spawning {program}"))?;
     // Configs are far below a pipe's capacity, so writing before reading cannot block.
-    child.stdin.take().context("stdin")?.write_all(req["stdin"].as_str().unwrap_or_default().as_bytes())?;
+    let stdin = req["stdin"].as_str().unwrap_or_default().as_bytes();
+    match child.stdin.take().context("stdin")?.write_all(stdin) {
+        // A program may exit without reading its stdin (as a trivial binary does).
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        written => written?,
+    }
     if let Some(ms) = req["kill_after_ms"].as_u64() {
         // Outputs are far below a pipe's capacity, so the child cannot block on them meanwhile.
         let deadline = started + std::time::Duration::from_millis(ms);
@@ -382,9 +387,13 @@ pub struct PlexusDriver<'a> {
 
 impl PlexusDriver<'_> {
     pub fn shim(&self, rt: &Runtime, call: &Call) -> anyhow::Result<ExecOut> {
-        let conf =
-            json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus", "socket": self.agent.socket});
-        rt.exec(&self.shim, &call.env(), &conf.to_string())
+        rt.exec(&self.shim, &call.env(), &self.config())
+    }
+
+    /// The plexus CNI config the runtime hands the shim on stdin.
+    pub fn config(&self) -> String {
+        json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus", "socket": self.agent.socket})
+            .to_string()
     }
 
     fn pod_call(&self, rt: &Runtime, command: &str, pod: &Pod) -> anyhow::Result<()> {
