@@ -238,7 +238,10 @@ fn kernel_a_claims_conflicts_are_refused_clearly() {
         "{}",
         refused.msg()
     );
-    assert!(cw.events("b-2").iter().any(|e| e["reason"] == "NetworkRefused"), "{:?}", cw.events("b-2"));
+    // Events are posted in the background, after the answer may have gone.
+    cw.wait_for("a NetworkRefused event on pod b-2", || {
+        cw.events("b-2").iter().any(|e| e["reason"] == "NetworkRefused")
+    });
     assert_eq!(cw.netns("b-2").link_names(), ["lo"]);
 
     // Claims this network cannot honour, each refused with code 7 and what to change.
@@ -288,6 +291,9 @@ fn kernel_a_claims_conflicts_are_refused_clearly() {
     cw.add("ipv", r#"[{"name": "ipvnet", "ipam-claim-reference": "vm-ipv"}]"#).expect_ok();
     assert_eq!(cw.network_status("ipv")[1]["ips"], json!(["10.67.0.2"]));
     assert_eq!(cw.claim_ips("vm-ipv"), Value::Null);
+    cw.wait_for("an IPAMClaimIgnored event on pod ipv", || {
+        cw.events("ipv").iter().any(|e| e["reason"] == "IPAMClaimIgnored")
+    });
     let ignored: Vec<Value> =
         cw.events("ipv").into_iter().filter(|e| e["reason"] == "IPAMClaimIgnored").collect();
     assert_eq!(ignored.len(), 1, "{:?}", cw.events("ipv"));
