@@ -490,7 +490,7 @@ pub struct AgentOptions {
     pub cgroup_root: PathBuf,
 
     /// No XDP program on the interfaces where clients' traffic enters the node (a macvlan
-    /// master): the TC programs alone translate mapped packets and enforce the pods' ingress
+    /// master, a bridge's uplinks): the TC programs alone translate mapped packets and enforce the pods' ingress
     /// limits. A start with it detaches the XDP programs an earlier run attached.
     #[arg(long, env = "PLEXUS_NO_XDP")]
     pub no_xdp: bool,

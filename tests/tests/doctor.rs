@@ -138,6 +138,7 @@ fn mapping(host_port: u16, pod_ip: &str) -> Entry {
         host_mac: "02:00:00:00:00:01".into(),
         deliver_ifindex: 1,
         deliver: Hook::Egress,
+        via_bridge: false,
     }
 }
 

@@ -45,7 +45,7 @@ pub enum Attach {
     /// they outlive the agent without pins; a restarted agent replaces them in place.
     Filter,
     /// The object's XDP program, on the receive path of an interface where clients' traffic
-    /// enters the node (a macvlan master), as a pinned XDP link: native mode where the driver
+    /// enters the node (a macvlan master, a bridge's uplink), as a pinned XDP link: native mode where the driver
     /// supports it, generic otherwise. An accelerator only: where it cannot attach (another XDP
     /// program is there, `--no-xdp`), the TC programs do everything, so neither ADD nor CHECK
     /// depends on it.

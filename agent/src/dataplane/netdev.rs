@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 use netlink_packet_route::address::AddressScope;
+use netlink_packet_route::link::InfoKind;
 use netlink_packet_route::tc::{TcAttribute, TcMessage};
 
 use super::attach::Hook;
@@ -22,6 +23,11 @@ pub struct NodeInterface {
     pub macvlan_lower: Option<u32>,
     /// Global addresses (link-local ones cannot be a host IP).
     pub addrs: Vec<IpNet>,
+    /// The bridge (or bond) this interface is a port of.
+    pub master: Option<u32>,
+    /// A device that reaches the wire: hardware (no link kind), a bond, a team or a VLAN; not
+    /// a veth, tap or tunnel. A bridge's ports of this sort are its uplinks by default.
+    pub wire: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +108,8 @@ fn interfaces(links: &[LinkSnapshot], addresses: &[AddressSnapshot]) -> Vec<Node
             mac: l.ethernet_mac().map(|m| m.0),
             macvlan_lower: l.parent_index.filter(|_| l.is_macvlan()),
             addrs: global.remove(&l.index).unwrap_or_default(),
+            master: l.master,
+            wire: matches!(l.kind, None | Some(InfoKind::Bond | InfoKind::Team | InfoKind::Vlan)),
         })
         .collect()
 }

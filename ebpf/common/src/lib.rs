@@ -80,6 +80,11 @@ pub const PROTO_ICMPV6: u8 = 58;
 /// [`Rewrite::flags`]: deliver with `bpf_redirect(ifindex, BPF_F_INGRESS)` (the device's receive
 /// path) rather than its transmit path.
 pub const DELIVER_INGRESS: u16 = 1;
+/// [`Rewrite::flags`]: the host IP is a bridge's and the pod is behind that bridge (its veth is
+/// a port of it), so a request arriving on one of the bridge's uplinks, addressed to the
+/// bridge's MAC ([`Rewrite::host_mac`]), reaches the pod by the bridge's own forwarding once
+/// its destination MAC is the pod's: what lets the XDP program on an uplink translate it.
+pub const DELIVER_BRIDGE: u16 = 2;
 
 /// An IP address as four 32-bit words in network byte order, IPv4 as IPv4-mapped IPv6
 /// (`::ffff:a.b.c.d`), so one key type serves both families.
@@ -142,7 +147,7 @@ impl Endpoint {
 pub struct Rewrite {
     pub addr: Addr,
     pub port_be: u16,
-    /// [`DELIVER_INGRESS`] or 0.
+    /// [`DELIVER_INGRESS`], [`DELIVER_BRIDGE`], or 0.
     pub flags: u16,
     /// The device that reaches the pod: the pod's host-side veth (bridge, transmit path) or the
     /// macvlan master (receive path, where macvlan's rx_handler picks the pod by MAC).

@@ -1,7 +1,7 @@
-//! The XDP program on a macvlan master, with real traffic: mapped TCP and UDP over both
-//! families translated in XDP (shown by detaching the master's TC ingress program: the
-//! requests still reach the pods, translated by XDP alone, and TC's egress program answers the
-//! flows XDP made), direct pod access untouched, an agent restart mid-stream losing nothing,
+//! The XDP program on a macvlan master and on a bridge's uplink, with real traffic: mapped TCP
+//! and UDP over both families translated in XDP (shown by detaching the TC ingress program of
+//! the master or the bridge: the requests still reach the pods, translated by XDP alone, and
+//! TC answers the flows XDP made), direct pod access untouched, an agent restart mid-stream losing nothing,
 //! `--no-xdp`, ingress limits enforced in XDP and counted once, and nothing left after the
 //! DELs.
 
@@ -28,14 +28,22 @@ fn macvlan_world_with(agent_args: &[&str], nad: fn(&World, &str) -> String) -> (
 }
 
 fn master_index(t: &PmWorld) -> u32 {
-    let (ok, out) = t.w.node.exec(&["cat", "/sys/class/net/pmm0/ifindex"]);
+    node_index(t, "pmm0")
+}
+
+fn node_index(t: &PmWorld, dev: &str) -> u32 {
+    let (ok, out) = t.w.node.exec(&["cat", &format!("/sys/class/net/{dev}/ifindex")]);
     assert!(ok, "{out}");
     out.trim().parse().expect("an interface index")
 }
 
 /// What `ip link` says runs at the master's XDP hook ("xdp" native, "xdpgeneric", or none).
 fn ip_link_xdp(t: &PmWorld) -> String {
-    let (ok, out) = t.w.node.exec(&["ip", "-d", "link", "show", "pmm0"]);
+    ip_link_xdp_on(t, "pmm0")
+}
+
+fn ip_link_xdp_on(t: &PmWorld, dev: &str) -> String {
+    let (ok, out) = t.w.node.exec(&["ip", "-d", "link", "show", dev]);
     assert!(ok, "{out}");
     out.split_whitespace().find(|w| w.starts_with("xdp")).unwrap_or("none").to_owned()
 }
@@ -86,6 +94,91 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_macvlan_master_both_families() 
     assert!(!t.link_pins().iter().any(|p| p.starts_with("xdp_")), "{:?}", t.link_pins());
     assert_eq!(ip_link_xdp(&t), "none", "no XDP program left on the master");
     t.del_all_and_expect_nothing_left(&["db"], &["pmm0"]);
+}
+
+/// The bridge network of `kernel_bridge_tcp_udp_ipv4_ipv6_several_mappings_and_del_removes_everything`
+/// with the client's port `pmcl0` named as the bridge's uplink.
+fn bridge_nad_with_uplink(w: &World, name: &str) -> String {
+    let mut nad: Value = serde_json::from_str(&bridge_nad(w, name)).expect("the NAD's JSON");
+    nad["plugins"][1]["uplinks"] = json!(["pmcl0"]);
+    nad.to_string()
+}
+
+#[test]
+fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_bridge_uplink_both_families() {
+    let mut t = PmWorld::new();
+    t.w.write_nad(NS, "pmbr", Some(&bridge_nad_with_uplink(&t.w, "pmbr")));
+    t.w.start_agent();
+    t.wait_reconciled(1);
+    // The bridge with its uplink before the first ADD (the bridge plugin adopts it): a client
+    // on the bridge's wire, behind the port `pmcl0` (a veth: native XDP).
+    t.w.node.ip(&["link", "add", "pmbr0", "type", "bridge"]);
+    t.w.node.ip(&["link", "set", "pmbr0", "up"]);
+    let client = t.client("pmcl0", &["10.77.0.200/24", "fd00:77::c8/64"]);
+    t.w.node.ip(&["link", "set", "pmcl0", "master", "pmbr0"]);
+    let c = t.clients[client].name.clone();
+    t.pod("web", &mappings("pmbr", &[(8080, 80, "TCP"), (5353, 53, "udp")]), &[80, 53]);
+
+    let (uplink, bridge) = (node_index(&t, "pmcl0"), node_index(&t, "pmbr0"));
+    assert!(t.link_pins().contains(&format!("xdp_{uplink}")), "{:?}", t.link_pins());
+    assert_eq!(ip_link_xdp_on(&t, "pmcl0"), "xdp", "native XDP on the veth uplink");
+    assert_eq!(ip_link_xdp_on(&t, "pmbr0"), "none", "the bridge itself keeps TC");
+    let listed = t.list();
+    assert_eq!(listed.len(), 4);
+    assert!(listed.iter().all(|r| r["path"] == "xdp native"), "{listed:#?}");
+
+    let hosts = ["10.77.0.1", "fd00:77::1"];
+    assert_reaches(&t, &c, &hosts, 8080, 5353, "web");
+    // Direct access to the pod's own address stays untouched: its replies come from it.
+    let (pod4, pod6) = t.pod_ips(0);
+    for pod in [&pod4, &pod6] {
+        let got = t.run(&c, &["tcp", pod, "80", "direct"]);
+        assert_eq!(got[..2], ["web".to_owned(), "direct".into()]);
+        assert_eq!(bare(&got[2]), *pod, "a direct peer sees the pod's address");
+    }
+
+    // Without the bridge's TC ingress program, XDP on the uplink alone translates the
+    // requests, the bridge forwards them to the pod, and the pod's veth answers the flows XDP
+    // made.
+    let tc_in = t.pins.join("links").join(format!("tc_{bridge}_in"));
+    std::fs::remove_file(&tc_in).expect("detaching the bridge's TC ingress program");
+    let before: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
+    assert_reaches(&t, &c, &hosts, 8080, 5353, "web");
+    let after: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
+    assert!(after > before, "XDP counted the requests it translated ({before} -> {after})");
+    let flows = t.flows_json();
+    assert!(
+        flows.iter().any(|f| f["client"].as_str().is_some_and(|c| c.starts_with("[fd00:77::c8]"))),
+        "XDP's flows are in the flow table: {flows:#?}"
+    );
+
+    // The agent's start attaches the missing program again; DEL detaches XDP with the last
+    // mapping.
+    let starts = plain(&t.w.agent_log()).matches("port mappings reconciled").count();
+    t.w.kill_agent();
+    t.w.start_agent();
+    t.wait_reconciled(starts + 1);
+    assert!(tc_in.exists(), "the TC ingress program is back");
+    t.del("web", 0);
+    assert!(!t.link_pins().iter().any(|p| p.starts_with("xdp_")), "{:?}", t.link_pins());
+    assert_eq!(ip_link_xdp_on(&t, "pmcl0"), "none", "no XDP program left on the uplink");
+
+    // An uplink that is not a port of the bridge: the ADD fails with what to fix, and the
+    // attachment is undone (the checks below find no interface, allocation or record left).
+    let mut bad: Value = serde_json::from_str(&bridge_nad_with_uplink(&t.w, "pmbad")).expect("JSON");
+    bad["plugins"][1]["uplinks"] = json!(["lo"]);
+    t.w.write_nad(NS, "pmbad", Some(&bad.to_string()));
+    let pod = Netns::new("pmpod");
+    t.w.write_pod(NS, "bad", Some(&mappings("pmbad", &[(7070, 70, "tcp")]).to_string()));
+    let out = t.w.add(&cid("bad"), &pod, (NS, "bad"));
+    assert_eq!(out.code(), Some(7), "{} {}", out.stdout, out.stderr);
+    assert!(
+        out.msg().contains("\"uplinks\" names lo, which is not a port of the bridge pmbr0"),
+        "{}",
+        out.msg()
+    );
+    assert!(pod.link_names().iter().all(|l| l == "lo"), "the failed attachment was undone");
+    t.del_all_and_expect_nothing_left(&["web"], &["pmcl0"]);
 }
 
 #[test]

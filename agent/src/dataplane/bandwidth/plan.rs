@@ -312,6 +312,8 @@ mod tests {
             mac: Some([2, 0, 0, 0, 0, index as u8]),
             macvlan_lower: None,
             addrs: Vec::new(),
+            master: None,
+            wire: true,
         };
         vec![i(2, "eth0"), i(3, "br0"), i(4, "veth1234"), i(5, "lan0")]
     }

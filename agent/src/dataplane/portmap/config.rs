@@ -1,9 +1,10 @@
 //! The `plexus-portmap` plugin's configuration: the reference `portmap`'s (its other keys,
 //! such as `snat` or `conditionsV4`, are iptables details and are ignored), plus
-//! `hostInterface`.
+//! `hostInterface` and, for a bridge network, `uplinks`.
 //!
 //! ```json
 //! {"type": "plexus-portmap", "capabilities": {"portMappings": true}, "hostInterface": "eth1"}
+//! {"type": "plexus-portmap", "capabilities": {"portMappings": true}, "uplinks": ["eth2"]}
 //! ```
 //!
 //! The mappings come from `runtimeConfig.portMappings` (CNI CONVENTIONS), the pod's interface
@@ -33,6 +34,10 @@ pub struct PortmapConf {
     /// The node interface whose address is the host IP, instead of the one the attachment's
     /// first plugin names (the bridge, the macvlan master).
     pub host_interface: Option<String>,
+    /// The bridge's ports where clients' traffic enters the node, which get the XDP program
+    /// (`[]`: none). Unset: the bridge's ports that reach the wire (see
+    /// [`NodeInterface::wire`](crate::dataplane::netdev::NodeInterface::wire)).
+    pub uplinks: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,6 +57,25 @@ impl PortmapConf {
             Some(Value::String(s)) => Some(s.clone()),
             Some(v) => return invalid(format!("\"hostInterface\" is {v}; it must be an interface name")),
         };
+        let uplinks = match c.get("uplinks") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(|i| match i {
+                        Value::String(name) if !name.is_empty() => Ok(name.clone()),
+                        other => {
+                            invalid(format!("\"uplinks\" holds {other}; each must be an interface name"))
+                        }
+                    })
+                    .collect::<Result<Vec<String>, ConfigError>>()?,
+            ),
+            Some(v) => {
+                return invalid(format!(
+                    "\"uplinks\" is {v}; it must be a list of interface names (the bridge's ports)"
+                ))
+            }
+        };
         let mappings = match c.get("runtimeConfig").and_then(|r| r.get("portMappings")) {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(items)) => {
@@ -59,7 +83,7 @@ impl PortmapConf {
             }
             Some(v) => return invalid(format!("runtimeConfig.portMappings is {v}; it must be a list")),
         };
-        Ok(PortmapConf { chain: ChainArgs::read(c), mappings, host_interface })
+        Ok(PortmapConf { chain: ChainArgs::read(c), mappings, host_interface, uplinks })
     }
 }
 
@@ -134,6 +158,22 @@ mod tests {
         assert_eq!(c.mappings[1].host_ip, Some("10.0.0.1".parse().unwrap()));
         assert_eq!(c.mappings[2].host_ip, None);
         assert!(c.chain.prev_result.is_some());
+        assert_eq!(c.uplinks, None, "unset: the bridge's wire ports");
+    }
+
+    #[test]
+    fn uplinks_are_interface_names_and_an_empty_list_means_none() {
+        let parse = |v: Value| PortmapConf::parse(&json!({"name": "n", "uplinks": v}));
+        assert_eq!(
+            parse(json!(["eth1", "bond0"])).unwrap().uplinks,
+            Some(vec!["eth1".into(), "bond0".into()])
+        );
+        assert_eq!(parse(json!([])).unwrap().uplinks, Some(Vec::new()));
+        assert_eq!(parse(Value::Null).unwrap().uplinks, None);
+        for bad in [json!("eth1"), json!([""]), json!([3]), json!({"eth1": true})] {
+            let err = parse(bad.clone()).unwrap_err().to_string();
+            assert!(err.contains("\"uplinks\"") && err.contains("interface name"), "{bad}: {err}");
+        }
     }
 
     #[test]

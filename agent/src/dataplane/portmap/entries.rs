@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use plexus_ebpf_common::{
-    v4_mapped, Addr, Endpoint, Rewrite, DELIVER_INGRESS, PROTO_SCTP, PROTO_TCP, PROTO_UDP,
+    v4_mapped, Addr, Endpoint, Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS, PROTO_SCTP, PROTO_TCP, PROTO_UDP,
 };
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +73,11 @@ pub struct Entry {
     /// The node interface that reaches the pod, and on which of its paths.
     pub deliver_ifindex: u32,
     pub deliver: Hook,
+    /// `host_ip` is the bridge's the pod's veth is a port of (`DELIVER_BRIDGE`: the XDP
+    /// program on the bridge's uplinks may translate its requests). Records written before
+    /// it existed read false: TC alone, as then.
+    #[serde(default)]
+    pub via_bridge: bool,
 }
 
 impl Entry {
@@ -89,7 +94,8 @@ impl Entry {
         Rewrite {
             addr: addr_words(self.pod_ip),
             port_be: self.container_port.to_be(),
-            flags: if self.deliver == Hook::Ingress { DELIVER_INGRESS } else { 0 },
+            flags: if self.deliver == Hook::Ingress { DELIVER_INGRESS } else { 0 }
+                | if self.via_bridge { DELIVER_BRIDGE } else { 0 },
             ifindex: self.deliver_ifindex,
             pod_mac: self.pod_mac.parse::<Mac>().map(|m| m.0).unwrap_or_default(),
             host_mac: self.host_mac.parse::<Mac>().map(|m| m.0).unwrap_or_default(),
@@ -204,6 +210,7 @@ pub fn plan(
                 host_mac: Mac(holder.mac.unwrap_or_default()).to_string(),
                 deliver_ifindex: topology.deliver_ifindex,
                 deliver: topology.deliver,
+                via_bridge: topology.bridge == Some(holder.index),
             });
             made += 1;
         }
@@ -253,6 +260,8 @@ mod tests {
             mac: Some([2, 0, 0, 0, 0, index as u8]),
             macvlan_lower: None,
             addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+            master: None,
+            wire: true,
         }
     }
 
@@ -267,6 +276,7 @@ mod tests {
             deliver_ifindex: 9,
             deliver: Hook::Egress,
             holders,
+            bridge: Some(5),
         }
     }
 
@@ -302,7 +312,8 @@ mod tests {
         assert_eq!(entries[0].pod_mac, "0a:58:00:00:00:07");
         let fwd = entries[0].forward();
         assert_eq!(fwd.ifindex, 9);
-        assert_eq!(fwd.flags, 0);
+        assert!(entries[0].via_bridge, "the bridge holds the host IP");
+        assert_eq!(fwd.flags, DELIVER_BRIDGE, "delivered on the veth's transmit path, through the bridge");
         assert_eq!(u16::from_be(fwd.port_be), 80);
         assert_eq!(words_addr(&fwd.addr), "10.77.0.5".parse::<IpAddr>().unwrap());
         assert_eq!(words_addr(&entries[1].host_endpoint().addr), "fd00:77::1".parse::<IpAddr>().unwrap());
@@ -316,6 +327,10 @@ mod tests {
                 .unwrap();
         assert_eq!(entries[0].host_ip, "10.78.0.1".parse::<IpAddr>().unwrap());
         assert_eq!(entries[0].host_mac, "02:00:00:00:00:07");
+        // Another interface than the bridge holds the host IP: XDP on the bridge's uplinks
+        // leaves its requests alone.
+        assert!(!entries[0].via_bridge);
+        assert_eq!(entries[0].forward().flags, 0);
     }
 
     #[test]

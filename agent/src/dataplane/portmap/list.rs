@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use plexus_ebpf_common::{Rewrite, DELIVER_INGRESS};
+use plexus_ebpf_common::{Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS};
 
 use serde::Serialize;
 
@@ -15,6 +15,7 @@ use super::entries::{map_endpoint_text, protocol_text};
 use super::flows::{counts_by_host, rows, FlowListing, TableSummary};
 use super::store::Store;
 use super::table::{monotonic_ns, TableError, Tables};
+use crate::dataplane::attach::Attach;
 use crate::dataplane::maps::columns;
 use crate::dataplane::pin::PinDir;
 use crate::dataplane::xdp::{pinned_modes, Mode};
@@ -40,13 +41,17 @@ pub struct Listed {
     pub path: String,
 }
 
-/// The path of a mapping's requests: XDP when plexus's XDP program runs on the interface that
-/// delivers them up its receive path (`xdp`: pinned XDP links' interfaces with the kernel's
-/// mode), else TC.
-pub fn request_path(fwd: &Rewrite, xdp: &BTreeMap<u32, Mode>) -> String {
-    match xdp.get(&fwd.ifindex) {
-        Some(mode) if fwd.flags & DELIVER_INGRESS != 0 => format!("xdp {}", mode.as_str()),
-        _ => "tc".into(),
+/// The path of a mapping's requests: XDP when plexus's XDP program runs where they enter the
+/// node and it can deliver them from there (`xdp`: pinned XDP links' interfaces with the
+/// kernel's mode): on the interface that delivers them up its receive path (a macvlan master),
+/// or on an uplink of the bridge that holds the host IP (`uplinks`: the XDP points of the
+/// mapping's record); else TC.
+pub fn request_path(fwd: &Rewrite, uplinks: &[u32], xdp: &BTreeMap<u32, Mode>) -> String {
+    let up_here = (fwd.flags & DELIVER_INGRESS != 0).then_some(&fwd.ifindex);
+    let bridged: &[u32] = if fwd.flags & DELIVER_BRIDGE != 0 { uplinks } else { &[] };
+    match up_here.into_iter().chain(bridged).find_map(|i| xdp.get(i)) {
+        Some(mode) => format!("xdp {}", mode.as_str()),
+        None => "tc".into(),
     }
 }
 
@@ -70,6 +75,9 @@ pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>,
         .into_iter()
         .map(|(host, fwd, counters)| {
             let record = records.iter().find(|r| r.entries.iter().any(|e| e.host_endpoint() == host));
+            let uplinks: Vec<u32> = record
+                .map(|r| r.hooks.iter().filter(|h| h.attach == Attach::Xdp).map(|h| h.ifindex).collect())
+                .unwrap_or_default();
             Listed {
                 protocol: protocol_text(host.proto),
                 host: map_endpoint_text(&host.addr, host.port_be),
@@ -83,7 +91,7 @@ pub fn mappings(pin_dir: &Path, state_dir: Option<&Path>) -> Result<Vec<Listed>,
                 bytes_out: counters.bytes_out,
                 local_translations: counters.local,
                 flows: flows.get(&host).copied().unwrap_or(0),
-                path: request_path(&fwd, &xdp),
+                path: request_path(&fwd, &uplinks, &xdp),
             }
         })
         .collect())
@@ -150,10 +158,14 @@ mod tests {
     fn requests_take_xdp_only_where_it_delivers_them_up_the_interface() {
         let xdp = BTreeMap::from([(5, Mode::Native), (6, Mode::Generic)]);
         let fwd = |ifindex, flags| Rewrite { ifindex, flags, ..Rewrite::default() };
-        assert_eq!(request_path(&fwd(5, DELIVER_INGRESS), &xdp), "xdp native");
-        assert_eq!(request_path(&fwd(6, DELIVER_INGRESS), &xdp), "xdp generic");
-        // A pod's veth, delivered on its transmit path: TC's.
-        assert_eq!(request_path(&fwd(5, 0), &xdp), "tc");
-        assert_eq!(request_path(&fwd(7, DELIVER_INGRESS), &xdp), "tc");
+        assert_eq!(request_path(&fwd(5, DELIVER_INGRESS), &[], &xdp), "xdp native");
+        assert_eq!(request_path(&fwd(6, DELIVER_INGRESS), &[], &xdp), "xdp generic");
+        // A pod's veth, delivered on its transmit path: TC's, unless an uplink of the bridge
+        // holding the host IP runs XDP.
+        assert_eq!(request_path(&fwd(5, 0), &[], &xdp), "tc");
+        assert_eq!(request_path(&fwd(7, DELIVER_INGRESS), &[], &xdp), "tc");
+        assert_eq!(request_path(&fwd(9, DELIVER_BRIDGE), &[8, 6], &xdp), "xdp generic");
+        assert_eq!(request_path(&fwd(9, DELIVER_BRIDGE), &[8], &xdp), "tc", "no XDP on the uplink");
+        assert_eq!(request_path(&fwd(9, 0), &[6], &xdp), "tc", "another interface holds the host IP");
     }
 }

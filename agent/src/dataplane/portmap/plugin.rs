@@ -63,6 +63,7 @@ impl Chained for Mapper {
                 prev,
                 ifname: &env.ifname,
                 host_interface: conf.host_interface.as_deref(),
+                uplinks: conf.uplinks.as_deref(),
             };
             let topology = resolve(&attachment, &node, default_route)?;
             let entries = plan(&conf.chain.network, &conf.mappings, &pod, &topology)?;

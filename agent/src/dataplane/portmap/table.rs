@@ -415,6 +415,7 @@ mod kernel_tests {
             host_mac: "02:00:00:00:00:01".into(),
             deliver_ifindex: 7,
             deliver: Hook::Egress,
+            via_bridge: false,
         }
     }
 

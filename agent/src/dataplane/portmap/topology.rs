@@ -15,6 +15,11 @@
 //!   `dataplane::xdp`) translates the plain requests before TC sees them, the same way and
 //!   into the same flow table; TC does everything XDP leaves. A host-side macvlan gets the ingress
 //!   program too: pods reach it directly through the macvlan bridge, not through the master.
+//!   A bridge's uplinks (the ports where clients' traffic enters the node: `uplinks` in the
+//!   config, or by default the ports that reach the wire, none on a host-only bridge) get the
+//!   XDP program, which translates the plain requests addressed to the bridge before the bridge
+//!   sees them and hands them to the bridge's forwarding with the pod's MAC; TC on the bridge
+//!   does everything XDP leaves.
 //! - `hostInterface` names the interface holding the host IP explicitly.
 
 use std::net::IpAddr;
@@ -43,6 +48,8 @@ pub struct Topology {
     pub deliver: Hook,
     /// Interfaces whose addresses can be the host IP, in order of preference.
     pub holders: Vec<NodeInterface>,
+    /// The bridge the pod's veth is a port of (bridge networks).
+    pub bridge: Option<u32>,
 }
 
 impl Topology {
@@ -80,6 +87,13 @@ pub enum TopologyError {
     NoHostVeth,
     #[error("the macvlan config names no master and the node has no default route to take it from")]
     NoMaster,
+    #[error("\"uplinks\" names {uplink}, which is not a port of the bridge {bridge}: name the bridge's ports where clients' traffic enters the node")]
+    NotABridgePort { uplink: String, bridge: String },
+    #[error(
+        "\"uplinks\" is for bridge networks; network {network} starts with {plugin:?}, whose clients' traffic enters \
+         through its master (where the XDP program runs already): remove \"uplinks\""
+    )]
+    UplinksWithoutBridge { network: String, plugin: String },
 }
 
 /// What the topology is resolved from.
@@ -91,6 +105,8 @@ pub struct Attachment<'a> {
     pub prev: &'a CniResult,
     pub ifname: &'a str,
     pub host_interface: Option<&'a str>,
+    /// The config's `uplinks` (bridge networks).
+    pub uplinks: Option<&'a [String]>,
 }
 
 pub fn pod_side(prev: &CniResult, ifname: &str) -> Result<PodSide, TopologyError> {
@@ -149,16 +165,23 @@ pub fn resolve(
                 .map(|i| i.name.as_str())
                 .ok_or(TopologyError::NoHostVeth)?;
             let veth = by_name(node, veth_name)?;
+            let mut hooks =
+                vec![point(bridge, Hook::Ingress, Attach::Tcx), point(veth, Hook::Ingress, Attach::Filter)];
+            hooks.extend(
+                uplinks(a.uplinks, bridge, node)?.into_iter().map(|u| point(u, Hook::Ingress, Attach::Xdp)),
+            );
             Ok(Topology {
-                hooks: vec![
-                    point(bridge, Hook::Ingress, Attach::Tcx),
-                    point(veth, Hook::Ingress, Attach::Filter),
-                ],
+                hooks,
                 deliver_ifindex: veth.index,
                 deliver: Hook::Egress,
                 holders: vec![explicit.unwrap_or(bridge).clone()],
+                bridge: Some(bridge.index),
             })
         }
+        "macvlan" if a.uplinks.is_some() => Err(TopologyError::UplinksWithoutBridge {
+            network: a.network.to_owned(),
+            plugin: plugin_type.to_owned(),
+        }),
         "macvlan" => {
             if first.and_then(|p| p.get("linkInContainer")).and_then(Value::as_bool) == Some(true) {
                 return Err(TopologyError::LinkInContainer);
@@ -187,10 +210,34 @@ pub fn resolve(
                 deliver_ifindex: master.index,
                 deliver: Hook::Ingress,
                 holders,
+                bridge: None,
             })
         }
         other => Err(TopologyError::Unsupported { network: a.network.to_owned(), plugin: other.to_owned() }),
     }
+}
+
+/// A bridge's uplinks: the ones `names` lists, each of which must be a port of it, or else its
+/// ports that reach the wire.
+fn uplinks<'a>(
+    names: Option<&[String]>,
+    bridge: &NodeInterface,
+    node: &'a [NodeInterface],
+) -> Result<Vec<&'a NodeInterface>, TopologyError> {
+    let Some(names) = names else {
+        return Ok(node.iter().filter(|i| i.master == Some(bridge.index) && i.wire).collect());
+    };
+    names
+        .iter()
+        .map(|name| {
+            let i = by_name(node, name)?;
+            if i.master == Some(bridge.index) {
+                Ok(i)
+            } else {
+                Err(TopologyError::NotABridgePort { uplink: name.clone(), bridge: bridge.name.clone() })
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -205,13 +252,18 @@ mod tests {
             mac: Some([2, 0, 0, 0, 0, index as u8]),
             macvlan_lower: lower,
             addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+            master: None,
+            wire: lower.is_none(),
         };
+        let port = |i: NodeInterface, wire: bool| NodeInterface { master: Some(3), wire, ..i };
         vec![
             i(2, "eth0", None, &["192.0.2.10/24"]),
             i(3, "br0", None, &["10.77.0.1/24"]),
-            i(4, "veth1234", None, &[]),
+            port(i(4, "veth1234", None, &[]), false),
             i(5, "pmm0", None, &[]),
             i(6, "pmh0", Some(5), &["10.78.0.1/24"]),
+            port(i(7, "eno2", None, &[]), true),
+            port(i(8, "vethclient", None, &[]), false),
         ]
     }
 
@@ -236,17 +288,56 @@ mod tests {
             prev: &p,
             ifname: "net1",
             host_interface: None,
+            uplinks: None,
         };
         let t = resolve(&a, &node(), None).unwrap();
         assert_eq!(
-            t.hooks.iter().map(|h| (h.ifindex, h.hook)).collect::<Vec<_>>(),
-            [(3, Hook::Ingress), (4, Hook::Ingress)]
+            t.hooks.iter().map(|h| (h.ifindex, h.hook, h.attach)).collect::<Vec<_>>(),
+            [
+                (3, Hook::Ingress, Attach::Tcx),
+                (4, Hook::Ingress, Attach::Filter),
+                (7, Hook::Ingress, Attach::Xdp)
+            ],
+            "XDP on the bridge's wire port, not on veths"
         );
         assert_eq!((t.deliver_ifindex, t.deliver), (4, Hook::Egress));
         assert_eq!(t.holders.iter().map(|h| h.index).collect::<Vec<_>>(), [3]);
+        assert_eq!(t.bridge, Some(3));
         let pod = pod_side(&p, "net1").unwrap();
         assert_eq!(pod.mac, [0x0a, 0x58, 0x0a, 0x4d, 0, 5]);
         assert_eq!(pod.ips, ["10.77.0.5/24".parse::<IpNet>().unwrap()]);
+    }
+
+    #[test]
+    fn a_bridges_uplinks_are_the_named_ports_or_none() {
+        let p = prev(json!({"cniVersion": "1.0.0",
+            "interfaces": [{"name": "veth1234"}, {"name": "net1", "mac": "0a:58:0a:4d:00:05", "sandbox": "/p"}],
+            "ips": [{"address": "10.77.0.5/24"}]}));
+        let first = plugin(json!({"type": "bridge", "bridge": "br0"}));
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<String>>();
+        let xdp = |uplinks: &[String]| {
+            let a = Attachment {
+                network: "n",
+                first_plugin: Some(&first),
+                prev: &p,
+                ifname: "net1",
+                host_interface: None,
+                uplinks: Some(uplinks),
+            };
+            resolve(&a, &node(), None).map(|t| {
+                t.hooks.iter().filter(|h| h.attach == Attach::Xdp).map(|h| h.ifindex).collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(xdp(&names(&["vethclient"])), Ok(vec![8]), "a named veth port (a test's client) counts");
+        assert_eq!(xdp(&names(&["vethclient", "eno2"])), Ok(vec![8, 7]));
+        assert_eq!(xdp(&[]), Ok(vec![]), "[]: TC alone");
+        assert_eq!(
+            xdp(&names(&["eth0"])),
+            Err(TopologyError::NotABridgePort { uplink: "eth0".into(), bridge: "br0".into() })
+        );
+        assert_eq!(xdp(&names(&["nope"])), Err(TopologyError::MissingInterface("nope".into())));
+        let err = TopologyError::NotABridgePort { uplink: "eth0".into(), bridge: "br0".into() }.to_string();
+        assert!(err.contains("eth0") && err.contains("not a port of the bridge br0"), "{err}");
     }
 
     #[test]
@@ -261,6 +352,7 @@ mod tests {
             prev: &p,
             ifname: "net1",
             host_interface: None,
+            uplinks: None,
         };
         let t = resolve(&a, &node(), None).unwrap();
         assert_eq!(
@@ -283,6 +375,15 @@ mod tests {
         // hostInterface wins.
         let a = Attachment { host_interface: Some("eth0"), ..a };
         assert_eq!(resolve(&a, &node(), Some(5)).unwrap().holders[0].name, "eth0");
+
+        // uplinks are a bridge's: the master is the macvlan's.
+        let none: &[String] = &[];
+        let err = resolve(&Attachment { uplinks: Some(none), ..a }, &node(), Some(5)).unwrap_err();
+        assert_eq!(
+            err,
+            TopologyError::UplinksWithoutBridge { network: "n".into(), plugin: "macvlan".into() }
+        );
+        assert!(err.to_string().contains("remove \"uplinks\""), "{err}");
     }
 
     #[test]
@@ -297,6 +398,7 @@ mod tests {
             prev: &p,
             ifname: "net1",
             host_interface: None,
+            uplinks: None,
         };
         let t = resolve(&a, &node(), None).unwrap();
         let pod = pod_side(&p, "net1").unwrap();
@@ -336,6 +438,7 @@ mod tests {
             prev: &p,
             ifname: "net1",
             host_interface: None,
+            uplinks: None,
         };
         assert!(matches!(resolve(&a, &node(), None), Err(TopologyError::Unsupported { .. })));
     }

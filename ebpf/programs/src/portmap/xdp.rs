@@ -1,17 +1,26 @@
-//! Port mappings in XDP, on the interface where clients' traffic enters the node (a macvlan
-//! master): one program per interface, for every network and pod behind it.
+//! Port mappings in XDP, on the interfaces where clients' traffic enters the node (a macvlan
+//! master, a bridge's uplink ports): one program per interface, for every network and pod
+//! behind it.
 //!
 //! It takes the easy majority only, before the kernel builds a socket buffer: an unfragmented
 //! TCP or UDP packet over IPv4 without options or over IPv6 without extension headers, to a
-//! mapped host endpoint whose pod is reached through this very interface's receive path
-//! (`DELIVER_INGRESS` on the ingress interface: macvlan's rx_handler then hands it to the pod by
-//! the rewritten destination MAC). It is translated exactly as `pm_tc_in` would translate it
-//! (destination address, port and MAC, the IPv4 header checksum and the TCP/UDP checksum), with
-//! the same flow made or refreshed in the same flow table ([`crate::flows`]), so the pod's
-//! replies are translated back by the TC program on the interface's transmit path, and the
-//! same counters. Everything else (replies, hairpin, fragments, IP options, extension headers,
-//! SCTP, ICMP, VLAN tags, other protocols) passes unchanged to the TC programs, which handle
-//! all of it as they do without XDP.
+//! mapped host endpoint whose pod the frame reaches from here once its destination MAC is the
+//! pod's:
+//! - a macvlan pod: the mapping delivers up this very interface's receive path
+//!   (`DELIVER_INGRESS` on the ingress interface), where macvlan's rx_handler hands the frame
+//!   to the pod by its destination MAC;
+//! - a bridge pod: the mapping's host IP is the bridge's and the pod is behind it
+//!   (`DELIVER_BRIDGE`), and the frame is addressed to the bridge's MAC (`host_mac`), so it
+//!   arrived on one of the bridge's ports (an uplink): the bridge forwards it to the pod's port
+//!   by the pod's MAC, and the veth's transmit path (where the pod's ingress limit is) still
+//!   runs.
+//! It is translated exactly as `pm_tc_in` would translate it (destination address, port and
+//! MAC, the IPv4 header checksum and the TCP/UDP checksum), with the same flow made or
+//! refreshed in the same flow table ([`crate::flows`]), so the pod's replies are translated back
+//! by the TC programs (the master's transmit path, the pod's veth), and the same counters.
+//! Everything else (replies, hairpin, fragments, IP options, extension headers, SCTP, ICMP,
+//! VLAN tags, other protocols) passes unchanged to the TC programs, which handle all of it as
+//! they do without XDP.
 //!
 //! Checksums are updated incrementally ([`plexus_ebpf_common::csum`]), which assumes complete
 //! checksums: what a frame from the wire carries.
@@ -31,7 +40,9 @@ use aya_ebpf::programs::XdpContext;
 use plexus_ebpf_common::csum::Delta;
 use plexus_ebpf_common::flow::FlowKey;
 use plexus_ebpf_common::shape::{ShapeKey, Verdict, XdpCharged, HOOK_INGRESS, SHAPE_EDT, XDP_CHARGED};
-use plexus_ebpf_common::{addr_eq, v4_mapped, Addr, Endpoint, DELIVER_INGRESS, PROTO_TCP, PROTO_UDP};
+use plexus_ebpf_common::{
+    addr_eq, v4_mapped, Addr, Endpoint, DELIVER_BRIDGE, DELIVER_INGRESS, PROTO_TCP, PROTO_UDP,
+};
 
 use crate::charge::charge;
 use crate::flows::{track_request, Request};
@@ -138,11 +149,15 @@ fn portmap(ctx: &XdpContext) {
     let Some(p) = parse(ctx) else { return };
     let host = Endpoint::new(p.dst, p.dport, p.proto);
     let Some(rw) = forward(&host) else { return };
-    // Delivered elsewhere than up this interface (a pod's veth), or the pod reaching its own
-    // host port (the source needs rewriting too): TC's.
-    if rw.flags & DELIVER_INGRESS == 0 || rw.ifindex as usize != ctx.ingress_ifindex() {
+    // Up this interface to a macvlan pod, or through the bridge the frame is addressed to; any
+    // other delivery (up another interface, a pod's veth from elsewhere) is TC's.
+    let up_here = rw.flags & DELIVER_INGRESS != 0 && rw.ifindex as usize == ctx.ingress_ifindex();
+    let through_bridge =
+        rw.flags & DELIVER_BRIDGE != 0 && read::<[u8; 6]>(ctx, 0).is_some_and(|m| same_mac(&m, &rw.host_mac));
+    if !up_here && !through_bridge {
         return;
     }
+    // The pod reaching its own host port (the source needs rewriting too): TC's.
     if addr_eq(&p.src, &rw.addr) {
         return;
     }
@@ -183,6 +198,12 @@ fn portmap(ctx: &XdpContext) {
     }
     write(ctx, 0, rw.pod_mac);
     count(&host, (ctx.data_end() - ctx.data()) as u32, Direction::In);
+}
+
+/// Compares MACs byte by byte (array equality may compile to `memcmp`, which BPF lacks).
+#[inline(always)]
+fn same_mac(a: &[u8; 6], b: &[u8; 6]) -> bool {
+    a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5]
 }
 
 /// Enforces the ingress limit of the pod the frame is for, if it has one (see the module's

@@ -138,6 +138,7 @@ fn entry(
         host_mac: crate::netlink::Mac(HOST_MAC).to_string(),
         deliver_ifindex: deliver.0,
         deliver: deliver.1,
+        via_bridge: false,
     }
 }
 

@@ -106,6 +106,68 @@ fn mapped_requests_are_translated_in_xdp_and_answered_through_tc() {
     }
 }
 
+/// A bridge pod's mapping, on one of the bridge's uplinks: a request addressed to the bridge
+/// (the MAC of the interface holding the host IP) is translated exactly as TC on the bridge
+/// translates it, with the same flow, and passed on with the pod's MAC for the bridge to
+/// forward to the pod's port; the reply, through the pod's veth (TC), is translated back. The
+/// same request addressed to another MAC, or to a host IP another interface than the bridge
+/// holds, is the stack's and TC's, untouched.
+#[test]
+fn bridge_requests_on_an_uplink_are_translated_for_the_bridge_to_forward() {
+    for (host, pod, client) in FAMILIES {
+        for proto in [Protocol::Tcp, Protocol::Udp] {
+            let mut f = Fixture::new();
+            f.at(T0);
+            let e = Entry { via_bridge: true, ..entry(proto, host, 8080, pod, 80, (7, Hook::Egress)) };
+            f.tables.install(&e).unwrap();
+            let request = packet(&spec(proto, (client, 40000), (host, 8080)).flags(0x02));
+            let (verdict, out) = f.run_xdp(&request);
+            assert_eq!(verdict, PASS, "{proto:?} {host}: on to the bridge's forwarding");
+            let got = parse_and_verify(&out);
+            assert_eq!(got.dst, (ip(pod), 80), "{proto:?} {host}");
+            assert_eq!(got.src, (ip(client), 40000), "the client stays visible to the pod");
+            assert_eq!(
+                (got.dst_mac, got.src_mac),
+                (POD_MAC, CLIENT_MAC),
+                "the bridge forwards by the pod's MAC"
+            );
+            assert!(got.payload_intact);
+
+            // TC on the bridge makes the same flow and the same bytes (it redirects instead).
+            let key = flow_key(proto, (pod, 80), (client, 40000));
+            let made = f.flow(&key).expect("XDP made the flow");
+            let mut tc = Fixture::new();
+            tc.at(T0);
+            tc.tables.install(&e).unwrap();
+            let (verdict, by_tc) = tc.run(TC_INGRESS, &request);
+            assert_eq!((verdict, &by_tc), (REDIRECT, &out), "{proto:?} {host}: TC's translation");
+            assert_eq!(tc.flow(&key), Some(made), "{proto:?} {host}: the flow TC makes");
+
+            // The reply enters the pod's veth, where TC translates it back.
+            let (verdict, back) = f.run(TC_INGRESS, &packet(&spec(proto, (pod, 80), (client, 40000))));
+            assert_eq!(verdict, NEXT);
+            let got = parse_and_verify(&back);
+            assert_eq!((got.src, got.dst), ((ip(host), 8080), (ip(client), 40000)), "{proto:?} {host}");
+            assert_ne!(f.flow(&key).unwrap().state & FLOW_REPLIED, 0);
+            let c = f.counters(&e);
+            assert_eq!((c.packets_in, c.packets_out), (1, 1));
+
+            // Addressed to another MAC than the bridge's: not a request to the bridge.
+            let mut elsewhere = request.clone();
+            elsewhere[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0x99]);
+            f.assert_xdp_untouched(&elsewhere, "another MAC");
+            // Another interface holds the host IP (hostInterface): its own ingress is TC's.
+            let other = Entry { via_bridge: false, host_port: 9090, ..e.clone() };
+            f.tables.install(&other).unwrap();
+            f.assert_xdp_untouched(
+                &packet(&spec(proto, (client, 40000), (host, 9090))),
+                "not the bridge's IP",
+            );
+            assert_eq!(f.flows().len(), 1, "{proto:?} {host}: no other flow");
+        }
+    }
+}
+
 /// A flow begun by TC (a first fragment, say) goes on in XDP: the same entry, refreshed.
 #[test]
 fn xdp_continues_a_flow_tc_began() {
@@ -146,7 +208,7 @@ fn what_xdp_does_not_take_passes_untouched() {
         for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
             f.tables.install(&on_master(proto, host, 8080, pod, 80)).unwrap();
         }
-        // Delivered to a pod's veth (a bridge network): TC redirects it.
+        // Delivered to a pod's veth, with a host IP that is not the bridge's: TC redirects it.
         f.tables.install(&entry(Protocol::Udp, host, 9090, pod, 90, (7, Hook::Egress))).unwrap();
         let request = |proto| packet(&spec(proto, (client, 40000), (host, 8080)));
 
