@@ -44,6 +44,13 @@ pub struct Object {
     pub sock_programs: &'static [&'static str],
     /// The XDP program of [`Attach::Xdp`] points, if the object has one (see [`super::xdp`]).
     pub xdp: Option<&'static str>,
+    /// Another object whose XDP program does all this one's does and more, by its pin
+    /// directory relative to this object's: an interface where that one runs is left to it.
+    pub xdp_defers_to: Option<&'static str>,
+    /// The converse: an object whose XDP program this one's replaces, by its pin directory
+    /// relative to this object's: on an interface where that one runs, its link is removed
+    /// before this one attaches (an interface holds one XDP program).
+    pub xdp_displaces: Option<&'static str>,
     /// Whether its TC programs go first on a hook (port mappings, which rewrite what the
     /// others should see) or last (shaping, which should count what actually leaves).
     pub first: bool,

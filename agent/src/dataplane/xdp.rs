@@ -90,8 +90,8 @@ pub fn modes_blocking() -> Result<BTreeMap<u32, (u32, Mode)>, NetdevError> {
         .block_on(modes())
 }
 
-/// The interfaces running plexus's XDP program (a link pinned in `pins`, the port mapping
-/// object's directory) with their mode, as the kernel reports it; empty when netlink cannot
+/// The interfaces running an object's XDP program (a link pinned in `pins`, the object's
+/// directory) with their mode, as the kernel reports it; empty when netlink cannot
 /// say (the listings then say TC).
 pub fn pinned_modes(pins: &PinDir) -> BTreeMap<u32, Mode> {
     let ours: Vec<u32> =
@@ -117,7 +117,21 @@ impl Loaded {
         if !self.xdp_enabled() {
             return Ok(None);
         }
-        let path = self.pins_or_err()?.link(&link_name(ifindex));
+        let pins = self.pins_or_err()?;
+        let sibling = |dir: &str| PinDir::open(&pins.root().join(dir)).link(&link_name(ifindex));
+        if let Some(dir) = self.object().xdp_defers_to {
+            if sibling(dir).exists() {
+                return Ok(None);
+            }
+        }
+        if let Some(dir) = self.object().xdp_displaces {
+            let theirs = sibling(dir);
+            if theirs.exists() {
+                remove_pin(&theirs)?;
+                tracing::info!(interface = %ifname, "took the interface's XDP hook over from the shaping object's program");
+            }
+        }
+        let path = pins.link(&link_name(ifindex));
         if path.exists() {
             if self.pinned_link_is_current(&path, name)? {
                 return Ok(None);

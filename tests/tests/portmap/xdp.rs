@@ -337,3 +337,65 @@ fn kernel_xdp_enforces_ingress_limits_once() {
     );
     t.del_all_and_expect_nothing_left(&["sink"], &["pmm0"]);
 }
+
+/// Pods on a macvlan master with ingress limits and no port mappings get the shaping object's
+/// own XDP program (`bw_xdp`), which drops what is over a limit; a pod with port mappings on the
+/// same master brings the port mapping object's `pm_xdp`, which takes the hook over (an
+/// interface holds one XDP program) and polices the same limits; once it goes, the shaping
+/// object's program comes back at the agent's next reconciling.
+#[test]
+fn kernel_xdp_polices_a_limit_only_master_and_hands_it_to_port_mappings() {
+    let (mut t, c) = macvlan_world_with(&[], macvlan_nad_limited);
+    let ifindex = master_index(&t);
+    let bw_xdp = t.pins.join("bandwidth").join("links").join(format!("xdp_{ifindex}"));
+    let pm_xdp = t.pins.join("links").join(format!("xdp_{ifindex}"));
+
+    // Limits only: no mapping asked, so plexus-portmap does nothing; bw_xdp runs.
+    let annotation =
+        json!([{"name": "pmmv", "bandwidth": {"ingressRate": 1_000_000, "egressRate": 1_000_000}}]);
+    t.pod("sink", &annotation, &[5433]);
+    let (pod4, _) = t.pod_ips(0);
+    t.run(&c, &["udp", &pod4, "5433", "warm-up"]);
+    assert!(bw_xdp.exists() && !pm_xdp.exists(), "{:?}", t.link_pins());
+    assert_eq!(ip_link_xdp(&t), "xdp");
+    assert_eq!(ingress_limit_row(&t)["xdp"], "native");
+    // The shaping object's TC ingress program on the master detached: drops are XDP's.
+    let bw_in = t.pins.join("bandwidth").join("links").join(format!("tc_{ifindex}_in"));
+    std::fs::remove_file(&bw_in).expect("detaching the master's shaping ingress program");
+    let (p0, d0) = counted(&ingress_limit_row(&t));
+    flood(&c, &pod4, 5433, 4000);
+    let (p1, d1) = counted(&ingress_limit_row(&t));
+    assert!(d1 > d0 && p1 > p0, "bw_xdp dropped over the limit: {:?} -> {:?}", (p0, d0), (p1, d1));
+
+    // A pod with a port mapping: pm_xdp takes the hook over and polices the same limit.
+    t.pod("web", &mappings("pmmv", &[(8080, 80, "tcp")]), &[80]);
+    assert!(pm_xdp.exists() && !bw_xdp.exists(), "{:?}", t.link_pins());
+    assert!(plain(&t.w.agent_log()).contains("took the interface's XDP hook over"), "{}", t.w.agent_log());
+    assert_eq!(ingress_limit_row(&t)["xdp"], "native");
+    assert!(t.list().iter().all(|r| r["path"] == "xdp native"), "{:#?}", t.list());
+    let got = t.run(&c, &["tcp", "10.78.0.1", "8080", "mapped"]);
+    assert_eq!(got[..2], ["web".to_owned(), "mapped".into()]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (p2, d2) = counted(&ingress_limit_row(&t));
+    flood(&c, &pod4, 5433, 4000);
+    let (p3, d3) = counted(&ingress_limit_row(&t));
+    assert!(d3 > d2 && p3 > p2, "pm_xdp dropped over the limit: {:?} -> {:?}", (p2, d2), (p3, d3));
+
+    // The mapping goes, and its XDP program with it; the next start attaches bw_xdp again.
+    t.del("web", 1);
+    assert!(!pm_xdp.exists(), "{:?}", t.link_pins());
+    let starts = plain(&t.w.agent_log()).matches("bandwidth limits reconciled").count();
+    t.w.kill_agent();
+    t.w.start_agent();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while plain(&t.w.agent_log()).matches("bandwidth limits reconciled").count() <= starts {
+        assert!(Instant::now() < deadline, "never reconciled:\n{}", t.w.agent_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(bw_xdp.exists(), "bw_xdp is back: {:?}", t.link_pins());
+    assert_eq!(ip_link_xdp(&t), "xdp");
+    t.del("sink", 0);
+    assert!(!bw_xdp.exists(), "the last limit's DEL detaches bw_xdp");
+    assert_eq!(ip_link_xdp(&t), "none");
+    t.del_all_and_expect_nothing_left(&["sink", "web"], &["pmm0"]);
+}

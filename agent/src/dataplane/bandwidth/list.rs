@@ -42,12 +42,14 @@ pub struct Listed {
     pub dropped_packets: u64,
     pub dropped_bytes: u64,
     pub marked_packets: u64,
-    /// `native` or `generic` when the XDP program on the device enforces this limit first (an
-    /// ingress limit on a macvlan master running it), else none.
+    /// `native` or `generic` when an XDP program on the device enforces this limit first (an
+    /// ingress limit on a macvlan master: the shaping object's `bw_xdp`, or the port mapping
+    /// object's `pm_xdp` where the master has port mappings too), else none.
     pub xdp: Option<String>,
 }
 
-/// `xdp`: the interfaces running the port mapping object's XDP program, with its mode.
+/// `xdp`: the interfaces running plexus's XDP programs (the port mapping object's or the
+/// shaping object's), with their mode.
 pub fn rows<'a>(
     table: &Table,
     records: impl IntoIterator<Item = &'a Record>,
@@ -97,7 +99,9 @@ pub fn xdp_mode(e: &Entry, xdp: &BTreeMap<u32, Mode>) -> Option<Mode> {
 pub fn limits(pin_dir: &Path, state_dir: &Path) -> Result<Vec<Listed>, BandwidthError> {
     let table = Table::open_pinned(&PinDir::open(&pin_dir.join(PIN_SUBDIR)))?;
     let records = Store::new(state_dir).load_all()?;
-    Ok(rows(&table, &records, &pinned_modes(&PinDir::open(pin_dir))))
+    let mut xdp = pinned_modes(&PinDir::open(pin_dir));
+    xdp.extend(pinned_modes(&PinDir::open(&pin_dir.join(PIN_SUBDIR))));
+    Ok(rows(&table, &records, &xdp))
 }
 
 /// Changes the limits of an attachment's existing directions in place.

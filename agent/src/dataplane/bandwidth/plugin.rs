@@ -17,12 +17,12 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::config::BandwidthConf;
-use super::plan::{entries, place};
+use super::plan::{entries, place, Entry};
 use super::shaper::Shaper;
 use super::store::Record;
 use super::BandwidthError;
 use crate::cni::result::CniResult;
-use crate::dataplane::attach::{Attach, AttachPoint};
+use crate::dataplane::attach::{Attach, AttachPoint, Hook};
 use crate::dataplane::chained::{pod_name, ChainArgs, Chained, ChainedPlugin};
 use crate::dataplane::netdev;
 use crate::delegate::native::NativeCall;
@@ -60,16 +60,7 @@ impl Chained for Shaper {
             let first = call.list.and_then(|l| l.plugins.first());
             let at = place(&conf.chain.network, first, prev, &call.env.ifname, &node, default_route)?;
             let planned = entries(&at, &conf.limits, paces(at.device().0).await);
-            let hooks: BTreeSet<AttachPoint> = planned
-                .iter()
-                .map(|e| AttachPoint {
-                    ifindex: e.ifindex,
-                    ifname: e.ifname.clone(),
-                    hook: e.hook,
-                    // A pod's own veth: a filter, cheap to attach; a master is shared: a TCX link.
-                    attach: if e.mac.is_none() { Attach::Filter } else { Attach::Tcx },
-                })
-                .collect();
+            let hooks: BTreeSet<AttachPoint> = planned.iter().flat_map(hooks_of).collect();
             Ok(Record {
                 container_id: call.env.container_id.clone(),
                 ifname: call.env.ifname.clone(),
@@ -82,6 +73,21 @@ impl Chained for Shaper {
     }
 }
 
+/// Where the programs of a limit run: a pod's own veth gets a filter, cheap to attach; a
+/// master is shared: a TCX link, and for the ingress limits of its pods (by MAC, on its receive
+/// path) the XDP program too, which drops what is over the limit before the kernel builds an
+/// skb (see `ebpf/programs/src/police.rs`).
+fn hooks_of(e: &Entry) -> Vec<AttachPoint> {
+    let point = |hook, attach| AttachPoint { ifindex: e.ifindex, ifname: e.ifname.clone(), hook, attach };
+    match e.mac {
+        None => vec![point(e.hook, Attach::Filter)],
+        Some(_) if e.hook == Hook::Ingress => {
+            vec![point(e.hook, Attach::Tcx), point(Hook::Ingress, Attach::Xdp)]
+        }
+        Some(_) => vec![point(e.hook, Attach::Tcx)],
+    }
+}
+
 /// True when `ifindex` paces with EDT: its root qdisc is fq, which holds packets until their
 /// `skb->tstamp`. Unknown counts as no: the token bucket works everywhere.
 async fn paces(ifindex: u32) -> bool {
@@ -91,5 +97,39 @@ async fn paces(ifindex: u32) -> bool {
             tracing::warn!("bandwidth: {e}; using the token bucket");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::bandwidth::plan::{Direction, Mechanism};
+
+    #[test]
+    fn a_masters_ingress_limits_get_the_xdp_program_and_a_veths_only_a_filter() {
+        let entry = |ifindex, hook, mac| Entry {
+            ifindex,
+            ifname: format!("if{ifindex}"),
+            hook,
+            mac,
+            direction: Direction::Ingress,
+            mechanism: Mechanism::TokenBucket,
+            rate_bps: 1_000_000,
+            burst_bits: None,
+            burst_ns: 0,
+        };
+        let hooks =
+            |e: Entry| hooks_of(&e).into_iter().map(|p| (p.ifindex, p.hook, p.attach)).collect::<Vec<_>>();
+        let mac = Some([2, 0, 0, 0, 0, 9]);
+        assert_eq!(
+            hooks(entry(5, Hook::Ingress, mac)),
+            [(5, Hook::Ingress, Attach::Tcx), (5, Hook::Ingress, Attach::Xdp)]
+        );
+        assert_eq!(
+            hooks(entry(5, Hook::Egress, mac)),
+            [(5, Hook::Egress, Attach::Tcx)],
+            "XDP sees only what enters"
+        );
+        assert_eq!(hooks(entry(7, Hook::Egress, None)), [(7, Hook::Egress, Attach::Filter)]);
     }
 }

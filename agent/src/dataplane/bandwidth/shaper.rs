@@ -21,17 +21,23 @@ pub const PIN_SUBDIR: &str = "bandwidth";
 pub const BW_INGRESS: &str = "bw_tc_in";
 /// Shaping program of an interface's transmit path.
 pub const BW_EGRESS: &str = "bw_tc_out";
+/// The ingress limits of a macvlan master's pods, in XDP.
+pub const BW_XDP: &str = "bw_xdp";
 
-/// Bandwidth shaping: TC programs only.
+/// Bandwidth shaping: TC programs, and XDP on macvlan masters.
 pub static OBJECT: Object = Object {
     bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-bandwidth.o")),
     maps: &MAPS,
     shared_maps: &[],
-    programs: &[BW_INGRESS, BW_EGRESS],
+    programs: &[BW_INGRESS, BW_EGRESS, BW_XDP],
     tc_ingress: BW_INGRESS,
     tc_egress: BW_EGRESS,
     sock_programs: &[],
-    xdp: None,
+    xdp: Some(BW_XDP),
+    // The port mapping object pins at the agent's pin directory, this one a level below: where
+    // its `pm_xdp` runs (a master with port mappings too), it polices these limits already.
+    xdp_defers_to: Some(".."),
+    xdp_displaces: None,
     first: false,
     filter_priority: 2,
     filter_handle: TcHandle::new(0, 0x4257),
@@ -58,6 +64,7 @@ impl Feature for Shaper {
     fn start(opts: &DataplaneOptions) -> Result<Shaper, ObjectError> {
         let pins = PinDir::prepare(&opts.pin_dir.join(PIN_SUBDIR))?;
         let mut loaded = Loaded::load_object(&OBJECT, Some(pins))?;
+        loaded.set_xdp_enabled(opts.xdp);
         let table = Table::take(loaded.ebpf_mut())?;
         Ok(Shaper { loaded, table })
     }

@@ -74,6 +74,9 @@ pub static OBJECT: Object = Object {
     tc_egress: TC_EGRESS,
     sock_programs: &SOCK_PROGRAMS,
     xdp: Some(XDP),
+    xdp_defers_to: None,
+    // `bw_xdp` only polices, which `pm_xdp` does too.
+    xdp_displaces: Some(BANDWIDTH_PIN_SUBDIR),
     first: true,
     filter_priority: 1,
     filter_handle: TcHandle::new(0, 0x504d),

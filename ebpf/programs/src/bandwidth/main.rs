@@ -11,9 +11,10 @@
 //! The rate counts IP bytes (the skb less its Ethernet header; a GSO packet as one), so a
 //! limit means the same on every kind of device.
 //!
-//! On a macvlan master whose XDP program (in the port mapping object) charged a packet to the
-//! same limit already, the receive path's program leaves it alone: the XDP program marks what
-//! it charged in the packet's metadata ([`charged_in_xdp`]).
+//! On a macvlan master whose XDP program (`bw_xdp` here, or the port mapping object's `pm_xdp`
+//! where the master has port mappings too) charged a packet to the same limit already, the
+//! receive path's program leaves it alone: the XDP program marks what it charged in the
+//! packet's metadata ([`charged_in_xdp`]).
 
 #![no_std]
 #![no_main]
@@ -22,13 +23,19 @@
 
 #[path = "../charge.rs"]
 mod charge;
+// The shaping object only reads frames.
+#[allow(dead_code)]
+#[path = "../frame.rs"]
+mod frame;
+#[path = "../police.rs"]
+mod police;
 #[path = "../shared.rs"]
 mod shared;
 
 use aya_ebpf::helpers::bpf_ktime_get_ns;
-use aya_ebpf::macros::classifier;
+use aya_ebpf::macros::{classifier, xdp};
 use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap};
-use aya_ebpf::programs::TcContext;
+use aya_ebpf::programs::{TcContext, XdpContext};
 use plexus_ebpf_common::shape::{
     Shape, ShapeCounters, ShapeKey, Verdict, XdpCharged, HOOK_EGRESS, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
     MAP_STATS, MAX_SHAPED, XDP_CHARGED,
@@ -48,6 +55,13 @@ map! { "BW_STATS" == MAP_STATS;
 map! { "BW_CLOCK" == MAP_CLOCK;
     /// Zero: the programs read the kernel's clock; else the time they use (tests).
     static BW_CLOCK: Array<u64> = Array::with_max_entries(1, 0);
+}
+
+/// The ingress limits of the pods behind a macvlan master without port mappings (where there
+/// are, the port mapping object's `pm_xdp` runs instead and polices the same way).
+#[xdp]
+pub fn bw_xdp(ctx: XdpContext) -> u32 {
+    police::police(&ctx, &BW_LIMITS, &BW_STATS, &BW_CLOCK)
 }
 
 #[classifier]

@@ -19,6 +19,10 @@
 
 #[path = "../charge.rs"]
 mod charge;
+#[path = "../frame.rs"]
+mod frame;
+#[path = "../police.rs"]
+mod police;
 #[path = "../shared.rs"]
 mod shared;
 

@@ -25,30 +25,23 @@
 //! Checksums are updated incrementally ([`plexus_ebpf_common::csum`]), which assumes complete
 //! checksums: what a frame from the wire carries.
 //!
-//! Then the ingress limit of the pod the frame is for ([`police`]): the limit `bw_tc_in`
-//! enforces on this interface's receive path for the destination MAC, in the same map entry
-//! with the same clock, so a frame over it is dropped before the kernel builds an skb. A frame
-//! XDP charged and passed carries a mark in its metadata ([`XdpCharged`]) telling `bw_tc_in`
-//! to leave it alone: the limit is enforced once. ECN-capable packets (which `bw_tc_in` may
-//! CE-mark instead of dropping), frames other than IP, and drivers without XDP metadata stay
-//! entirely TC's.
+//! Then the ingress limit of the pod the frame is for ([`crate::police`], the shaping object's
+//! `bw_xdp` runs the same on masters without port mappings).
 
-use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
-use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_xdp_adjust_meta};
 use aya_ebpf::macros::xdp;
 use aya_ebpf::programs::XdpContext;
 use plexus_ebpf_common::csum::Delta;
 use plexus_ebpf_common::flow::FlowKey;
-use plexus_ebpf_common::shape::{ShapeKey, Verdict, XdpCharged, HOOK_INGRESS, SHAPE_EDT, XDP_CHARGED};
 use plexus_ebpf_common::{
     addr_eq, v4_mapped, Addr, Endpoint, DELIVER_BRIDGE, DELIVER_INGRESS, PROTO_TCP, PROTO_UDP,
 };
 
-use crate::charge::charge;
 use crate::flows::{track_request, Request};
 use crate::maps::{
     count, flow_count, forward, now, settings, Direction, FlowEvent, BW_CLOCK, BW_LIMITS, BW_STATS,
 };
+use crate::frame::{at, read, write};
+use crate::police::police;
 use crate::shared::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6};
 
 /// Offsets of the L4 header: after an IPv4 header without options, or an IPv6 header.
@@ -61,33 +54,7 @@ const UDP_LEN: usize = 8;
 #[xdp]
 pub fn pm_xdp(ctx: XdpContext) -> u32 {
     portmap(&ctx);
-    police(&ctx)
-}
-
-/// A pointer to the `T` at `offset`, if the frame holds it.
-#[inline(always)]
-fn at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
-    let start = ctx.data();
-    if start + offset + core::mem::size_of::<T>() > ctx.data_end() {
-        return None;
-    }
-    Some((start + offset) as *mut T)
-}
-
-/// Reads the `T` at `offset`.
-#[inline(always)]
-fn read<T: Copy>(ctx: &XdpContext, offset: usize) -> Option<T> {
-    // SAFETY: `at` checked the bounds; packet data has no alignment.
-    at::<T>(ctx, offset).map(|p| unsafe { core::ptr::read_unaligned(p) })
-}
-
-/// Writes `value` at `offset` (a no-op beyond the frame, which the parse already excluded).
-#[inline(always)]
-fn write<T>(ctx: &XdpContext, offset: usize, value: T) {
-    if let Some(p) = at::<T>(ctx, offset) {
-        // SAFETY: as in `read`.
-        unsafe { core::ptr::write_unaligned(p, value) };
-    }
+    police(&ctx, &BW_LIMITS, &BW_STATS, &BW_CLOCK)
 }
 
 /// What the program reads of a candidate packet.
@@ -204,72 +171,4 @@ fn portmap(ctx: &XdpContext) {
 #[inline(always)]
 fn same_mac(a: &[u8; 6], b: &[u8; 6]) -> bool {
     a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5]
-}
-
-/// Enforces the ingress limit of the pod the frame is for, if it has one (see the module's
-/// notes); the verdict for the frame.
-#[inline(always)]
-fn police(ctx: &XdpContext) -> u32 {
-    let ifindex = ctx.ingress_ifindex() as u32;
-    let Some(mac) = read::<[u8; 6]>(ctx, 0) else { return XDP_PASS };
-    let key = ShapeKey { ifindex, hook: HOOK_INGRESS, pad: 0, mac };
-    let Some(limit) = BW_LIMITS.get_ptr_mut(&key) else { return XDP_PASS };
-    let ecn = match read::<u16>(ctx, 12).map(u16::from_be) {
-        Some(ETH_P_IP) => read::<u8>(ctx, ETH_HLEN + 1).map(|tos| tos & 3),
-        Some(ETH_P_IPV6) => read::<u8>(ctx, ETH_HLEN + 1).map(|b| (b >> 4) & 3),
-        _ => None,
-    };
-    if ecn != Some(0) {
-        return XDP_PASS;
-    }
-    // SAFETY: a map value, valid for the program's run.
-    if unsafe { (*limit).flags } & SHAPE_EDT != 0 {
-        return XDP_PASS;
-    }
-    let len = (ctx.data_end() - ctx.data()).saturating_sub(ETH_HLEN) as u64;
-    // Room for the mark first: where there is none, TC enforces the limit.
-    // SAFETY: a helper on the program's own context.
-    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -(core::mem::size_of::<XdpCharged>() as i32)) } != 0 {
-        return XDP_PASS;
-    }
-    // SAFETY: `limit` points into the map's value, valid for this run.
-    let verdict = unsafe { charge(limit, len, bw_now(), false) };
-    count_limit(&key, len, verdict);
-    if verdict == Verdict::Drop {
-        return XDP_DROP;
-    }
-    let meta = ctx.metadata();
-    if meta + core::mem::size_of::<XdpCharged>() <= ctx.data() {
-        // SAFETY: within the metadata, checked above.
-        unsafe {
-            core::ptr::write_unaligned(meta as *mut XdpCharged, XdpCharged { magic: XDP_CHARGED, ifindex })
-        };
-    }
-    XDP_PASS
-}
-
-/// The shaping programs' clock: the kernel's, or the tests' fixed time.
-#[inline(always)]
-fn bw_now() -> u64 {
-    match BW_CLOCK.get(0) {
-        Some(fixed) if *fixed != 0 => *fixed,
-        // SAFETY: a helper without arguments.
-        _ => unsafe { bpf_ktime_get_ns() },
-    }
-}
-
-/// Adds a packet to the limit's counters, as the shaping programs do.
-#[inline(always)]
-fn count_limit(key: &ShapeKey, len: u64, verdict: Verdict) {
-    let Some(c) = BW_STATS.get_ptr_mut(key) else { return };
-    // SAFETY: this CPU's value, valid while the program runs; the agent created the entry.
-    unsafe {
-        if verdict == Verdict::Drop {
-            (*c).dropped_packets = (*c).dropped_packets.wrapping_add(1);
-            (*c).dropped_bytes = (*c).dropped_bytes.wrapping_add(len);
-        } else {
-            (*c).passed_packets = (*c).passed_packets.wrapping_add(1);
-            (*c).passed_bytes = (*c).passed_bytes.wrapping_add(len);
-        }
-    }
 }
