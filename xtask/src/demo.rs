@@ -67,6 +67,7 @@ pub fn run() -> anyhow::Result<()> {
     copy_dir(&examples.join("default-network"), &demo.base.join("default"))?;
     copy_dir(&examples.join("networks"), &demo.base.join("nads"))?;
     copy_dir(&examples.join("pods"), &demo.base.join("pods"))?;
+    name_the_web_uplink(&demo.base.join("nads/web.yaml"))?;
 
     // The agent runs under `ip netns exec`, which hides /sys/fs/bpf: its eBPF objects are
     // pinned on a bpffs of the demo's own.
@@ -94,6 +95,7 @@ pub fn run() -> anyhow::Result<()> {
     for link in ["plx-lan0", "plx-lan0p"] {
         output(Command::new("ip").args(["-n", NODE, "link", "set", link, "up"]))?;
     }
+    web_client(&mut demo)?;
     println!("  {}", native_types(&demo.base));
 
     step("ADD", "the runtime's view: one `plexus` exec per pod, as containerd or CRI-O would run it");
@@ -321,12 +323,55 @@ s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
 print(s.recv(200).decode().strip())
 "#;
 
+/// The client of the web network, on the bridge's wire.
+const WEB_CLIENT: &str = "pxdemo-client";
+/// The bridge's port it is behind: on a real node, the NIC enslaved to the bridge.
+const WEB_UPLINK: &str = "plx-webcl";
+
+/// The web network's bridge and a client namespace on its wire (a veth whose node end is a
+/// port of the bridge), made before any pod joins the network: the bridge plugin adopts the
+/// bridge, and plexus-portmap finds the port it is told is the uplink. Checksum offload off on
+/// the client, so the translated packets' checksums are really checked.
+fn web_client(demo: &mut Demo) -> anyhow::Result<()> {
+    output(Command::new("ip").args(["-n", NODE, "link", "add", "plx-web", "type", "bridge"]))?;
+    output(Command::new("ip").args(["-n", NODE, "link", "set", "plx-web", "up"]))?;
+    add_netns(demo, WEB_CLIENT)?;
+    output(
+        Command::new("ip")
+            .args(["-n", NODE, "link", "add", WEB_UPLINK, "type", "veth", "peer", "name", "eth0"])
+            .args(["netns", WEB_CLIENT]),
+    )?;
+    output(Command::new("ip").args(["-n", NODE, "link", "set", WEB_UPLINK, "master", "plx-web", "up"]))?;
+    output(Command::new("ip").args(["-n", WEB_CLIENT, "addr", "add", "10.30.0.200/24", "dev", "eth0"]))?;
+    output(Command::new("ip").args(["-n", WEB_CLIENT, "link", "set", "eth0", "up"]))?;
+    let _ =
+        Command::new("ip").args(["netns", "exec", WEB_CLIENT, "ethtool", "-K", "eth0", "tx", "off"]).output();
+    println!("  the web network's bridge plx-web, with a client behind its port {WEB_UPLINK} (the node's NIC on a real node)");
+    Ok(())
+}
+
+/// The demo's copy of the web network names the client's port as the bridge's uplink, where
+/// plexus-portmap's XDP program translates the client's requests (on a real node, the
+/// bridge's NIC ports are its uplinks without naming them: a veth is not one).
+fn name_the_web_uplink(nad: &Path) -> anyhow::Result<()> {
+    const PORTMAP: &str = r#"{ "type": "plexus-portmap", "capabilities": { "portMappings": true } }"#;
+    let text = std::fs::read_to_string(nad).with_context(|| format!("reading {}", nad.display()))?;
+    if !text.contains(PORTMAP) {
+        bail!("{} no longer chains {PORTMAP}: update the demo", nad.display());
+    }
+    let named = text.replace(
+        PORTMAP,
+        &format!(r#"{{ "type": "plexus-portmap", "capabilities": {{ "portMappings": true }}, "uplinks": ["{WEB_UPLINK}"] }}"#),
+    );
+    std::fs::write(nad, named).with_context(|| format!("writing {}", nad.display()))
+}
+
 /// pod-a asked for `hostPort 8080 → containerPort 80` on the `web` network, whose configlist
 /// chains `plexus-portmap`: a client on that network reaches pod-a at the node's address there.
 fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
     step(
         "port mapping",
-        "pod-a maps hostPort 8080 to its port 80 on the web network: eBPF programs on the node translate, no iptables",
+        "pod-a maps hostPort 8080 to its port 80 on the web network: eBPF programs on the node translate (XDP on the bridge's uplink, TC on the bridge and the veth), no iptables",
     );
     let mut server = Command::new("ip")
         .args(["netns", "exec", "pxdemo-pod-a", "python3", "-c", SERVER])
@@ -339,20 +384,7 @@ fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
     let mut ready = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready)?;
 
-    // A client namespace on the web network: a veth whose node end joins the network's bridge.
-    // Checksum offload off, so the translated packets' checksums are really checked.
-    let client = "pxdemo-client";
-    add_netns(demo, client)?;
-    output(
-        Command::new("ip")
-            .args(["-n", NODE, "link", "add", "plx-webcl", "type", "veth", "peer", "name", "eth0"])
-            .args(["netns", client]),
-    )?;
-    output(Command::new("ip").args(["-n", NODE, "link", "set", "plx-webcl", "master", "plx-web", "up"]))?;
-    output(Command::new("ip").args(["-n", client, "addr", "add", "10.30.0.200/24", "dev", "eth0"]))?;
-    output(Command::new("ip").args(["-n", client, "link", "set", "eth0", "up"]))?;
-    let _ = Command::new("ip").args(["netns", "exec", client, "ethtool", "-K", "eth0", "tx", "off"]).output();
-
+    let client = WEB_CLIENT;
     let reply = output(Command::new("ip").args([
         "netns",
         "exec",
@@ -384,7 +416,7 @@ fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         output(Command::new("ip").args(["netns", "exec", client, "python3", "-c", CLIENT, &pod_ip, "80"]))
             .with_context(|| format!("the client could not reach pod-a directly at {pod_ip}:80"))?;
     println!("  client 10.30.0.200 -> pod-a {pod_ip}:80 directly: {}", reply.trim());
-    println!("  plexus-agent portmap list (the pinned BPF maps, with the programs' counters):");
+    println!("  plexus-agent portmap list (the pinned BPF maps, with the programs' counters; PATH: where requests are translated):");
     for line in portmap_command(bin, &demo.base, "list")?.lines() {
         println!("    {line}");
     }
@@ -411,9 +443,12 @@ fn network_ip(demo: &Demo, pod: &str, network: &str) -> anyhow::Result<String> {
         .with_context(|| format!("{} names no address of {pod} on {network}", path.display()))
 }
 
-/// `plexus-agent portmap list` (which names the pods, from the state directory) or `flows`.
+/// `plexus-agent portmap list` (which names the pods, from the state directory, and says where
+/// each mapping's requests are translated) or `flows`.
 fn portmap_command(bin: &Path, base: &Path, command: &str) -> anyhow::Result<String> {
-    let mut cmd = Command::new(bin.join("plexus-agent"));
+    // In the node's namespace, whose interfaces' XDP modes `list` reads.
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", NODE]).arg(bin.join("plexus-agent"));
     cmd.args(["portmap", command, "--bpf-pin-dir"]).arg(base.join("bpffs"));
     if command == "list" {
         cmd.arg("--state-dir").arg(base.join("state"));
@@ -437,7 +472,7 @@ fn bandwidth(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         .context("starting iperf3 in pod-b (cargo xtask setup installs it)")?;
     demo.children.push(Proc(server));
     for (direction, reverse) in [("to pod-b (ingress)", false), ("from pod-b (egress)", true)] {
-        let measured = iperf_rate("pxdemo-client", &addr, reverse)?;
+        let measured = iperf_rate(WEB_CLIENT, &addr, reverse)?;
         println!(
             "  client -> {addr}, {direction}: {:.1} Mbit/s measured for a 50 Mbit/s limit",
             measured / 1e6
@@ -490,7 +525,7 @@ fn pod_networks(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
         .spawn()
         .context("starting iperf3 in pod-e")?;
     demo.children.push(Proc(server));
-    let measured = iperf_rate("pxdemo-client", &addr, false)?;
+    let measured = iperf_rate(WEB_CLIENT, &addr, false)?;
     println!(
         "  client -> pod-e {addr}: {:.1} Mbit/s measured for the 20 Mbit/s of its AttachmentParameters",
         measured / 1e6
