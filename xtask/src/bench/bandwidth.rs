@@ -224,7 +224,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
         b.figures.extend([p50, p99, loss]);
     }
     lab.bridge_netfilter(true)?;
-    Ok(())
+    super::xdp_drops::run(b, lab)
 }
 
 fn clone_outcome(o: &anyhow::Result<(Vec<f64>, u64)>) -> anyhow::Result<(Vec<f64>, u64)> {

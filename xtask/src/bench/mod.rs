@@ -29,6 +29,7 @@ mod stats;
 pub mod topology;
 pub mod traffic;
 mod xdp;
+mod xdp_drops;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -538,6 +538,20 @@ impl Agent {
         serde_json::from_str(&text).context("plexus-agent portmap list --json")
     }
 
+    /// `plexus-agent bandwidth list --json` of this agent's pins and records, in the node's
+    /// namespace (where the interfaces whose XDP mode it reads are): one object per limited
+    /// direction, with its counters and the XDP mode enforcing it.
+    pub fn bandwidth_list(&self, node: &Netns) -> anyhow::Result<Vec<Value>> {
+        let text = output(
+            node.command(&self.bin)
+                .args(["bandwidth", "list", "--json", "--bpf-pin-dir"])
+                .arg(self.root.join("bpffs"))
+                .arg("--state-dir")
+                .arg(self.root.join("state")),
+        )?;
+        serde_json::from_str(&text).context("plexus-agent bandwidth list --json")
+    }
+
     fn metrics_text(&self) -> anyhow::Result<String> {
         let addr = self.metrics.context("the agent was started without a metrics address")?;
         http_get_in(&self.netns_path, addr, "/metrics")
