@@ -52,6 +52,11 @@ impl Mode {
     }
 }
 
+/// How long, at most, an attach waits for the link it displaced to be gone (see
+/// [`Loaded::attach_xdp`]): `DISPLACED_RETRIES` times `DISPLACED_WAIT`.
+const DISPLACED_RETRIES: u32 = 50;
+const DISPLACED_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// The pin name of the XDP link of an interface.
 pub fn link_name(ifindex: u32) -> String {
     format!("xdp_{ifindex}")
@@ -124,10 +129,12 @@ impl Loaded {
                 return Ok(None);
             }
         }
+        let mut displaced = false;
         if let Some(dir) = self.object().xdp_displaces {
             let theirs = sibling(dir);
             if theirs.exists() {
                 remove_pin(&theirs)?;
+                displaced = true;
                 tracing::info!(interface = %ifname, "took the interface's XDP hook over from the shaping object's program");
             }
         }
@@ -154,7 +161,11 @@ impl Loaded {
         }
         let program: &mut Xdp = self.typed(name)?;
         let mut first_error = None;
-        for mode in [Mode::Native, Mode::Generic] {
+        // A link whose last pin went is freed by a kernel work item, a moment later: until
+        // then the hook is still busy with the program displaced.
+        let mut busy_retries = if displaced { DISPLACED_RETRIES } else { 0 };
+        let mut modes = [Mode::Native, Mode::Generic].into_iter().peekable();
+        while let Some(&mode) = modes.peek() {
             match program.attach_to_if_index(ifindex, mode.flags()) {
                 Ok(id) => {
                     let link = program.take_link(id).map_err(program_error(name, ifname))?;
@@ -168,10 +179,16 @@ impl Loaded {
                 Err(e) => {
                     // Busy: someone else's program holds the hook; generic would be refused too.
                     let busy = program_errno(&e) == Some(libc::EBUSY);
+                    if busy && busy_retries > 0 {
+                        busy_retries -= 1;
+                        std::thread::sleep(DISPLACED_WAIT);
+                        continue;
+                    }
                     first_error.get_or_insert(e);
                     if busy {
                         break;
                     }
+                    modes.next();
                 }
             }
         }
