@@ -42,10 +42,53 @@ fn ip_link_xdp(t: &PmWorld) -> String {
     ip_link_xdp_on(t, "pmm0")
 }
 
+/// Waits until no XDP program runs on `dev` (the kernel frees a link whose last pin went a
+/// moment after), failing after 2 s.
+fn expect_no_xdp_on(t: &PmWorld, dev: &str, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while ip_link_xdp_on(t, dev) != "none" {
+        assert!(Instant::now() < deadline, "{why}: {dev} still runs {}", ip_link_xdp_on(t, dev));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn ip_link_xdp_on(t: &PmWorld, dev: &str) -> String {
     let (ok, out) = t.w.node.exec(&["ip", "-d", "link", "show", dev]);
     assert!(ok, "{out}");
     out.split_whitespace().find(|w| w.starts_with("xdp")).unwrap_or("none").to_owned()
+}
+
+/// A pod's mapped ports, by both host IPs, and its own TCP port.
+struct Served {
+    hosts: [&'static str; 2],
+    tcp: u16,
+    udp: u16,
+    pod: &'static str,
+    pod_tcp: u16,
+}
+
+/// The client reaches the pod through its mappings and, untranslated, at its own addresses;
+/// then, with the TC ingress program at `tc_in` detached, through XDP alone, whose counters and
+/// flows (one of them from `client_v6`) show it.
+fn assert_xdp_serves(t: &PmWorld, c: &str, s: &Served, tc_in: &Path, client_v6: &str) {
+    assert_reaches(t, c, &s.hosts, s.tcp, s.udp, s.pod);
+    // Direct access to the pod's own address stays untouched: its replies come from it.
+    let (pod4, pod6) = t.pod_ips(0);
+    for pod in [&pod4, &pod6] {
+        let got = t.run(c, &["tcp", pod, &s.pod_tcp.to_string(), "direct"]);
+        assert_eq!(got[..2], [s.pod.to_owned(), "direct".into()]);
+        assert_eq!(bare(&got[2]), *pod, "a direct peer sees the pod's address");
+    }
+    std::fs::remove_file(tc_in).expect("detaching the TC ingress program");
+    let before: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
+    assert_reaches(t, c, &s.hosts, s.tcp, s.udp, s.pod);
+    let after: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
+    assert!(after > before, "XDP counted the requests it translated ({before} -> {after})");
+    let flows = t.flows_json();
+    assert!(
+        flows.iter().any(|f| f["client"].as_str().is_some_and(|x| x.starts_with(client_v6))),
+        "XDP's flows are in the flow table: {flows:#?}"
+    );
 }
 
 #[test]
@@ -60,29 +103,12 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_macvlan_master_both_families() 
     assert!(listed.iter().all(|r| r["path"] == "xdp native"), "{listed:#?}");
     assert!(t.list_text().contains("xdp native"), "{}", t.list_text());
 
-    let hosts = ["10.78.0.1", "fd00:78::1"];
-    assert_reaches(&t, &c, &hosts, 5432, 5433, "db");
-    // Direct access to the pod's own address stays untouched: its replies come from it.
-    let (pod4, pod6) = t.pod_ips(0);
-    for pod in [&pod4, &pod6] {
-        let got = t.run(&c, &["tcp", pod, "5432", "direct"]);
-        assert_eq!(got[..2], ["db".to_owned(), "direct".into()]);
-        assert_eq!(bare(&got[2]), *pod, "a direct peer sees the pod's address");
-    }
-
     // Without the master's TC ingress program, XDP alone translates the requests, and TC's
     // egress program still answers the flows it made.
     let tc_in = t.pins.join("links").join(format!("tc_{ifindex}_in"));
-    std::fs::remove_file(&tc_in).expect("detaching the master's TC ingress program");
-    let before: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
-    assert_reaches(&t, &c, &hosts, 5432, 5433, "db");
-    let after: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
-    assert!(after > before, "XDP counted the requests it translated ({before} -> {after})");
-    let flows = t.flows_json();
-    assert!(
-        flows.iter().any(|f| f["client"].as_str().is_some_and(|c| c.starts_with("[fd00:78::c8]"))),
-        "XDP's flows are in the flow table: {flows:#?}"
-    );
+    let served =
+        Served { hosts: ["10.78.0.1", "fd00:78::1"], tcp: 5432, udp: 5433, pod: "db", pod_tcp: 5432 };
+    assert_xdp_serves(&t, &c, &served, &tc_in, "[fd00:78::c8]");
 
     // The agent's start attaches what is missing again; DEL detaches XDP with the last mapping.
     let starts = plain(&t.w.agent_log()).matches("port mappings reconciled").count();
@@ -92,7 +118,7 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_macvlan_master_both_families() 
     assert!(tc_in.exists(), "the TC ingress program is back");
     t.del("db", 0);
     assert!(!t.link_pins().iter().any(|p| p.starts_with("xdp_")), "{:?}", t.link_pins());
-    assert_eq!(ip_link_xdp(&t), "none", "no XDP program left on the master");
+    expect_no_xdp_on(&t, "pmm0", "no XDP program left on the master");
     t.del_all_and_expect_nothing_left(&["db"], &["pmm0"]);
 }
 
@@ -127,30 +153,12 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_bridge_uplink_both_families() {
     assert_eq!(listed.len(), 4);
     assert!(listed.iter().all(|r| r["path"] == "xdp native"), "{listed:#?}");
 
-    let hosts = ["10.77.0.1", "fd00:77::1"];
-    assert_reaches(&t, &c, &hosts, 8080, 5353, "web");
-    // Direct access to the pod's own address stays untouched: its replies come from it.
-    let (pod4, pod6) = t.pod_ips(0);
-    for pod in [&pod4, &pod6] {
-        let got = t.run(&c, &["tcp", pod, "80", "direct"]);
-        assert_eq!(got[..2], ["web".to_owned(), "direct".into()]);
-        assert_eq!(bare(&got[2]), *pod, "a direct peer sees the pod's address");
-    }
-
     // Without the bridge's TC ingress program, XDP on the uplink alone translates the
     // requests, the bridge forwards them to the pod, and the pod's veth answers the flows XDP
     // made.
     let tc_in = t.pins.join("links").join(format!("tc_{bridge}_in"));
-    std::fs::remove_file(&tc_in).expect("detaching the bridge's TC ingress program");
-    let before: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
-    assert_reaches(&t, &c, &hosts, 8080, 5353, "web");
-    let after: u64 = t.list().iter().filter_map(|r| r["packets_in"].as_u64()).sum();
-    assert!(after > before, "XDP counted the requests it translated ({before} -> {after})");
-    let flows = t.flows_json();
-    assert!(
-        flows.iter().any(|f| f["client"].as_str().is_some_and(|c| c.starts_with("[fd00:77::c8]"))),
-        "XDP's flows are in the flow table: {flows:#?}"
-    );
+    let served = Served { hosts: ["10.77.0.1", "fd00:77::1"], tcp: 8080, udp: 5353, pod: "web", pod_tcp: 80 };
+    assert_xdp_serves(&t, &c, &served, &tc_in, "[fd00:77::c8]");
 
     // The agent's start attaches the missing program again; DEL detaches XDP with the last
     // mapping.
@@ -161,7 +169,7 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_bridge_uplink_both_families() {
     assert!(tc_in.exists(), "the TC ingress program is back");
     t.del("web", 0);
     assert!(!t.link_pins().iter().any(|p| p.starts_with("xdp_")), "{:?}", t.link_pins());
-    assert_eq!(ip_link_xdp_on(&t, "pmcl0"), "none", "no XDP program left on the uplink");
+    expect_no_xdp_on(&t, "pmcl0", "no XDP program left on the uplink");
 
     // An uplink that is not a port of the bridge: the ADD fails with what to fix, and the
     // attachment is undone (the checks below find no interface, allocation or record left).
@@ -227,7 +235,7 @@ fn kernel_xdp_agent_restart_mid_stream_loses_nothing_and_no_xdp_hands_back_to_tc
     t.w.start_agent();
     t.wait_reconciled(3);
     assert!(!xdp_pin.exists(), "--no-xdp detached the XDP program");
-    assert_eq!(ip_link_xdp(&t), "none");
+    expect_no_xdp_on(&t, "pmm0", "--no-xdp detached the XDP program");
     assert!(t.list().iter().all(|r| r["path"] == "tc"), "{:#?}", t.list());
     for host in ["10.78.0.1", "fd00:78::1"] {
         let got = t.run(&c, &["tcp", host, "8080", "via-tc"]);
@@ -396,6 +404,6 @@ fn kernel_xdp_polices_a_limit_only_master_and_hands_it_to_port_mappings() {
     assert_eq!(ip_link_xdp(&t), "xdp");
     t.del("sink", 0);
     assert!(!bw_xdp.exists(), "the last limit's DEL detaches bw_xdp");
-    assert_eq!(ip_link_xdp(&t), "none");
+    expect_no_xdp_on(&t, "pmm0", "the last limit's DEL detaches bw_xdp");
     t.del_all_and_expect_nothing_left(&["sink", "web"], &["pmm0"]);
 }
