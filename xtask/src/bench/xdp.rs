@@ -93,37 +93,61 @@ fn pps_once(lab: &Lab, host: &str, port: u16, secs: u32) -> anyhow::Result<(f64,
     }
 }
 
-/// One side: its agent, the pod, the runs, DEL.
-fn side_runs(b: &Bench, lab: &Lab, side: Side, fig: &mut Figure) -> anyhow::Result<()> {
+/// One side of an XDP figure: its agent (with `--no-xdp` for the reference column, the TC
+/// path), the network `network` makes from the agent's IPAM directory, a pod with `selection`
+/// attached, `runs` against them, the pod
+/// deleted.
+pub(super) fn with_side_pod(
+    b: &Bench,
+    lab: &Lab,
+    side: Side,
+    name: &str,
+    network: impl FnOnce(&std::path::Path) -> Value,
+    selection: Selection,
+    runs: impl FnOnce(&Agent, &Pod) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let extra: &[&str] = if side == Side::Reference { &["--no-xdp"] } else { &[] };
-    let agent = Agent::start(lab, &b.bins, &format!("xdp-{}", side.name()), side, extra)?;
+    let agent = Agent::start(lab, &b.bins, &format!("{name}-{}", side.name()), side, extra)?;
     let rt = Runtime::spawn(&lab.node)?;
     let driver = PlexusDriver { agent: &agent, shim: b.bins.shim.clone() };
-    driver.add_network(&network(side, &agent.ipam_dir()))?;
-    let pod = Pod::new(&format!("xdp-{}", side.name()), vec![selection(side)])?;
+    driver.add_network(&network(&agent.ipam_dir()))?;
+    let pod = Pod::new(&format!("{name}-{}", side.name()), vec![selection])?;
     driver.prepare(&pod)?;
     driver.add(&rt, &pod)?;
     driver.finish(&pod);
-    let measured = (|| -> anyhow::Result<()> {
-        let _server = iperf_server(&pod.netns, POD_PORT, None)?;
-        let (host, port) = match side {
-            Side::Baseline => (pod.secondary_ip(1)?, POD_PORT),
-            _ => (HOST_IP.to_owned(), HOST_PORT),
-        };
-        for r in 1..=b.set.repeat {
-            check_interrupt()?;
-            let (value, detail) = pps(lab, &host, port, b.set.traffic_secs)?;
-            b.progress(
-                "portmap",
-                &format!("udp_pps_64b {r}/{}: {}: {value:.0} packets/s", b.set.repeat, side.name()),
-            );
-            fig.push(side, value, detail);
-        }
-        Ok(())
-    })();
+    let measured = runs(&agent, &pod);
     let deleted = driver.del(&rt, &pod);
     measured?;
     deleted
+}
+
+/// One side: its agent, the pod, the runs, DEL.
+fn side_runs(b: &Bench, lab: &Lab, side: Side, fig: &mut Figure) -> anyhow::Result<()> {
+    with_side_pod(
+        b,
+        lab,
+        side,
+        "xdp",
+        |ipam| network(side, ipam),
+        selection(side),
+        |_, pod| {
+            let _server = iperf_server(&pod.netns, POD_PORT, None)?;
+            let (host, port) = match side {
+                Side::Baseline => (pod.secondary_ip(1)?, POD_PORT),
+                _ => (HOST_IP.to_owned(), HOST_PORT),
+            };
+            for r in 1..=b.set.repeat {
+                check_interrupt()?;
+                let (value, detail) = pps(lab, &host, port, b.set.traffic_secs)?;
+                b.progress(
+                    "portmap",
+                    &format!("udp_pps_64b {r}/{}: {}: {value:.0} packets/s", b.set.repeat, side.name()),
+                );
+                fig.push(side, value, detail);
+            }
+            Ok(())
+        },
+    )
 }
 
 /// udp_pps_64b: XDP path, TC path and no NAT, side by side (see the module's notes).

@@ -24,10 +24,11 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use super::report::{Figure, Target};
-use super::runner::{Driver, PlexusDriver, Pod, Runtime, Selection};
+use super::runner::Selection;
 use super::stats::load;
 use super::topology::{Agent, Lab, MASTER};
 use super::traffic::iperf_server;
+use super::xdp::with_side_pod;
 use super::{check_interrupt, Bench, Side};
 
 /// The client's address on the master's wire (the pods' subnet).
@@ -98,40 +99,36 @@ fn flood(lab: &Lab, agent: &Agent, pod_ip: &str, secs: u32) -> anyhow::Result<(f
 
 /// One side: its agent, the pod, the runs, DEL.
 fn side_runs(b: &Bench, lab: &Lab, side: Side, fig: &mut Figure) -> anyhow::Result<()> {
-    let extra: &[&str] = if side == Side::Reference { &["--no-xdp"] } else { &[] };
-    let agent = Agent::start(lab, &b.bins, &format!("xdpbw-{}", side.name()), side, extra)?;
-    let rt = Runtime::spawn(&lab.node)?;
-    let driver = PlexusDriver { agent: &agent, shim: b.bins.shim.clone() };
-    driver.add_network(&network(side, &agent.ipam_dir()))?;
     let selection = Selection::with("bench-xdpbw", "bandwidth", json!({"ingressRate": LIMIT_BPS}));
-    let pod = Pod::new(&format!("xdpbw-{}", side.name()), vec![selection])?;
-    driver.prepare(&pod)?;
-    driver.add(&rt, &pod)?;
-    driver.finish(&pod);
-    let measured = (|| -> anyhow::Result<()> {
-        let _server = iperf_server(&pod.netns, POD_PORT, None)?;
-        let pod_ip = pod.secondary_ip(1)?;
-        for r in 1..=b.set.repeat {
-            check_interrupt()?;
-            // The bucket of the previous run drains first.
-            std::thread::sleep(Duration::from_millis(500));
-            let (value, detail) = flood(lab, &agent, &pod_ip, b.set.traffic_secs)?;
-            b.progress(
-                "bandwidth",
-                &format!(
-                    "drop_cpu_ns {r}/{}: {}: {value:.0} ns of softirq per dropped packet ({} dropped)",
-                    b.set.repeat,
-                    side.name(),
-                    detail["dropped"]
-                ),
-            );
-            fig.push(side, value, detail);
-        }
-        Ok(())
-    })();
-    let deleted = driver.del(&rt, &pod);
-    measured?;
-    deleted
+    with_side_pod(
+        b,
+        lab,
+        side,
+        "xdpbw",
+        |ipam| network(side, ipam),
+        selection,
+        |agent, pod| {
+            let _server = iperf_server(&pod.netns, POD_PORT, None)?;
+            let pod_ip = pod.secondary_ip(1)?;
+            for r in 1..=b.set.repeat {
+                check_interrupt()?;
+                // The bucket of the previous run drains first.
+                std::thread::sleep(Duration::from_millis(500));
+                let (value, detail) = flood(lab, agent, &pod_ip, b.set.traffic_secs)?;
+                b.progress(
+                    "bandwidth",
+                    &format!(
+                        "drop_cpu_ns {r}/{}: {}: {value:.0} ns of softirq per dropped packet ({} dropped)",
+                        b.set.repeat,
+                        side.name(),
+                        detail["dropped"]
+                    ),
+                );
+                fig.push(side, value, detail);
+            }
+            Ok(())
+        },
+    )
 }
 
 /// drop_cpu_ns: XDP against TC (see the module's notes).
