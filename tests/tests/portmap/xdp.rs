@@ -91,6 +91,19 @@ fn assert_xdp_serves(t: &PmWorld, c: &str, s: &Served, tc_in: &Path, client_v6: 
     );
 }
 
+/// The agent's start attaches the detached TC program at `tc_in` again; the DEL of `pod` (the
+/// first) then detaches XDP from `dev` with its last mapping.
+fn restart_then_del_detaches_xdp(t: &mut PmWorld, tc_in: &Path, pod: &str, dev: &str) {
+    let starts = plain(&t.w.agent_log()).matches("port mappings reconciled").count();
+    t.w.kill_agent();
+    t.w.start_agent();
+    t.wait_reconciled(starts + 1);
+    assert!(tc_in.exists(), "the TC ingress program is back");
+    t.del(pod, 0);
+    assert!(!t.link_pins().iter().any(|p| p.starts_with("xdp_")), "{:?}", t.link_pins());
+    expect_no_xdp_on(t, dev, "no XDP program left after the last mapping's DEL");
+}
+
 #[test]
 fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_macvlan_master_both_families() {
     let (mut t, c) = macvlan_world(&[]);
@@ -110,15 +123,7 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_macvlan_master_both_families() 
         Served { hosts: ["10.78.0.1", "fd00:78::1"], tcp: 5432, udp: 5433, pod: "db", pod_tcp: 5432 };
     assert_xdp_serves(&t, &c, &served, &tc_in, "[fd00:78::c8]");
 
-    // The agent's start attaches what is missing again; DEL detaches XDP with the last mapping.
-    let starts = plain(&t.w.agent_log()).matches("port mappings reconciled").count();
-    t.w.kill_agent();
-    t.w.start_agent();
-    t.wait_reconciled(starts + 1);
-    assert!(tc_in.exists(), "the TC ingress program is back");
-    t.del("db", 0);
-    assert!(!t.link_pins().iter().any(|p| p.starts_with("xdp_")), "{:?}", t.link_pins());
-    expect_no_xdp_on(&t, "pmm0", "no XDP program left on the master");
+    restart_then_del_detaches_xdp(&mut t, &tc_in, "db", "pmm0");
     t.del_all_and_expect_nothing_left(&["db"], &["pmm0"]);
 }
 
@@ -160,16 +165,7 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_bridge_uplink_both_families() {
     let served = Served { hosts: ["10.77.0.1", "fd00:77::1"], tcp: 8080, udp: 5353, pod: "web", pod_tcp: 80 };
     assert_xdp_serves(&t, &c, &served, &tc_in, "[fd00:77::c8]");
 
-    // The agent's start attaches the missing program again; DEL detaches XDP with the last
-    // mapping.
-    let starts = plain(&t.w.agent_log()).matches("port mappings reconciled").count();
-    t.w.kill_agent();
-    t.w.start_agent();
-    t.wait_reconciled(starts + 1);
-    assert!(tc_in.exists(), "the TC ingress program is back");
-    t.del("web", 0);
-    assert!(!t.link_pins().iter().any(|p| p.starts_with("xdp_")), "{:?}", t.link_pins());
-    expect_no_xdp_on(&t, "pmcl0", "no XDP program left on the uplink");
+    restart_then_del_detaches_xdp(&mut t, &tc_in, "web", "pmcl0");
 
     // An uplink that is not a port of the bridge: the ADD fails with what to fix, and the
     // attachment is undone (the checks below find no interface, allocation or record left).
