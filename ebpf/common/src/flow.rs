@@ -126,8 +126,9 @@ pub struct Flow {
     /// to the pod and ICMP errors for the pod are delivered with it.
     pub rewrite: Rewrite,
     pub pad2: u32,
-    /// When the flow was made and last seen, in nanoseconds of the monotonic clock
-    /// (`bpf_ktime_get_ns`, CLOCK_MONOTONIC in user space).
+    /// When the flow was made and last seen, in nanoseconds of the coarse monotonic clock
+    /// (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC_COARSE in user space: the same clock, read
+    /// at the timekeeper's last tick).
     pub created_ns: u64,
     pub seen_ns: u64,
 }

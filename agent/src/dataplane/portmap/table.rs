@@ -242,8 +242,8 @@ impl Tables {
         self.remove_flows_where(|f| f.host == *host)
     }
 
-    /// Removes the flows expired at `now_ns` (the monotonic clock of `bpf_ktime_get_ns`, see
-    /// [`monotonic_ns`]); returns how many.
+    /// Removes the flows expired at `now_ns` (the coarse monotonic clock of
+    /// `bpf_ktime_get_coarse_ns`, see [`monotonic_ns`]); returns how many.
     pub fn reap(&mut self, now_ns: u64, timeouts: &Timeouts) -> Result<usize, TableError> {
         self.reap_counted(now_ns, timeouts).map(|r| r.removed)
     }
@@ -373,10 +373,11 @@ impl Tables {
     }
 }
 
-/// Now on CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns`, in nanoseconds: the time base of
-/// [`Flow::created_ns`] and [`Flow::seen_ns`].
+/// Now on CLOCK_MONOTONIC_COARSE, the clock of `bpf_ktime_get_coarse_ns`, in nanoseconds: the
+/// time base of [`Flow::created_ns`] and [`Flow::seen_ns`]. Both read the timekeeper's last
+/// tick, so a flow the programs stamp is never later than the agent's now.
 pub fn monotonic_ns() -> Result<u64, nix::Error> {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)?;
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)?;
     let (secs, nanos) = (u64::try_from(t.tv_sec()).unwrap_or(0), u64::try_from(t.tv_nsec()).unwrap_or(0));
     Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
 }

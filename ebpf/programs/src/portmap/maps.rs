@@ -1,7 +1,7 @@
 //! The maps the programs share with the agent; names and layouts come from
 //! plexus-ebpf-common. The agent pins them, so they outlive the agent process.
 
-use aya_ebpf::helpers::bpf_ktime_get_ns;
+use aya_ebpf::helpers::bpf_ktime_get_coarse_ns;
 use aya_ebpf::maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray};
 use plexus_ebpf_common::flow::{
     Flow, FlowKey, FlowStats, Fragment, FragmentKey, Settings, SockKey, DEFAULT_MAX_FLOWS, MAP_FLOWS,
@@ -136,14 +136,16 @@ pub fn settings() -> Option<&'static Settings> {
     PM_SETTINGS.get(0)
 }
 
-/// Now, in nanoseconds of the monotonic clock, or the tests' fixed clock.
+/// Now, in nanoseconds of the coarse monotonic clock, or the tests' fixed clock. Flow times
+/// need seconds, not nanoseconds: the coarse clock is the timekeeper's last tick, read without
+/// the clock source (`bpf_ktime_get_ns` reads the TSC on every packet).
 #[inline(always)]
 pub fn now(s: &Settings) -> u64 {
     if s.fixed_now_ns != 0 {
         return s.fixed_now_ns;
     }
     // SAFETY: a helper call without arguments.
-    unsafe { bpf_ktime_get_ns() }
+    unsafe { bpf_ktime_get_coarse_ns() }
 }
 
 /// Which flow counter a packet adds to.
