@@ -232,6 +232,13 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     };
     let portmap_service = Portmap::start(&dataplane, &opts.state_dir);
     let bandwidth_service = Bandwidth::start(&dataplane, &opts.state_dir);
+    // An XDP hook the port mappings let go of goes back to the bandwidth limits they displaced
+    // there, at once, off the port mapping service's lock.
+    let (runtime, reclaimer) = (tokio::runtime::Handle::current(), bandwidth_service.clone());
+    portmap_service.on_xdp_released(move |ifindex| {
+        let bandwidth = reclaimer.clone();
+        runtime.spawn_blocking(move || bandwidth.reclaim_xdp(ifindex));
+    });
     let warmed_up = warm_up(portmap_service.clone(), bandwidth_service.clone(), warm);
     let portmap: Arc<dyn NativePlugin> = Arc::new(portmap_plugin::PortmapPlugin::new(portmap_service));
     let bandwidth: Arc<dyn NativePlugin> =

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use super::attach::{Attach, AttachPoint};
@@ -91,13 +91,19 @@ pub struct StartReport {
     pub removed_entries: usize,
     pub restored_entries: usize,
     pub detached_hooks: usize,
+    /// Interfaces whose XDP hook the object let go of (see [`Service::on_xdp_released`]).
+    pub released_xdp: Vec<u32>,
 }
+
+/// Told the interface index of an XDP hook a service let go of.
+type XdpReleased = Box<dyn Fn(u32) + Send + Sync>;
 
 /// A service of the agent: the feature's object, the records and the rules between
 /// attachments (conflicts, shared hooks). One mutex: every operation is a handful of syscalls.
 pub struct Service<D: Feature> {
     store: RecordStore<D::Entry>,
     gate: Gate<D, D::Entry>,
+    xdp_released: OnceLock<XdpReleased>,
 }
 
 impl<D: Feature> std::fmt::Debug for Service<D> {
@@ -112,7 +118,41 @@ fn available<D: Feature>(object: &mut Result<D, Unloaded>) -> Result<&mut D, Ser
 
 impl<D: Feature> Service<D> {
     fn new(state_dir: &Path) -> Self {
-        Service { store: RecordStore::new(state_dir), gate: Gate::default() }
+        Service { store: RecordStore::new(state_dir), gate: Gate::default(), xdp_released: OnceLock::new() }
+    }
+
+    /// Calls `listener` with every interface whose XDP hook this service lets go of (the last
+    /// attachment needing it went, or the start found it stale): the agent hands the hook back
+    /// to the object this one displaced there ([`Object::xdp_displaces`](super::loader::Object)).
+    /// Set once; later calls are ignored.
+    pub fn on_xdp_released(&self, listener: impl Fn(u32) + Send + Sync + 'static) {
+        let _ = self.xdp_released.set(Box::new(listener));
+    }
+
+    fn released_xdp(&self, ifindexes: &[u32]) {
+        if let Some(listener) = self.xdp_released.get() {
+            ifindexes.iter().for_each(|&i| listener(i));
+        }
+    }
+
+    /// Attaches the object's XDP program on `ifindex` again where an attachment wants it
+    /// there: another object's program has just let go of the hook (its link may take a moment
+    /// to be freed, which the attach waits for). Best effort, like every XDP attach.
+    pub fn reclaim_xdp(&self, ifindex: u32) {
+        let mut state = self.lock();
+        let State { object, records, .. } = &mut *state;
+        let Ok(object) = available(object) else { return };
+        let xdp = |p: &&AttachPoint| p.attach == Attach::Xdp && p.ifindex == ifindex;
+        let Some(p) = records.values().flat_map(|r| r.hooks.iter()).find(xdp).cloned() else { return };
+        match object.loaded_mut().reclaim_xdp(p.ifindex, &p.ifname) {
+            Ok(Some(mode)) => {
+                tracing::info!(interface = %p.ifname, mode = mode.as_str(), "{}: XDP hook taken back", D::WHAT)
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(interface = %p.ifname, "{}: no XDP on {} again, TC does the work: {e}", D::WHAT, p.ifname)
+            }
+        }
     }
 
     /// Loads the object and reconciles it with the records of `state_dir`, in the background
@@ -154,18 +194,25 @@ impl<D: Feature> Service<D> {
         // Reconciled before anyone else sees the state: an ADD arriving meanwhile waits, so its
         // hooks are never mistaken for stale ones.
         let mut state = State::loaded(object, records);
-        match reconcile(&mut state, existing) {
-            Ok(r) => tracing::info!(
-                records = r.records,
-                removed = r.removed_entries,
-                restored = r.restored_entries,
-                detached = r.detached_hooks,
-                "{} reconciled with the state",
-                D::WHAT
-            ),
-            Err(e) => tracing::warn!("{}: {e}", D::WHAT),
-        }
+        let released = match reconcile(&mut state, existing) {
+            Ok(r) => {
+                tracing::info!(
+                    records = r.records,
+                    removed = r.removed_entries,
+                    restored = r.restored_entries,
+                    detached = r.detached_hooks,
+                    "{} reconciled with the state",
+                    D::WHAT
+                );
+                r.released_xdp
+            }
+            Err(e) => {
+                tracing::warn!("{}: {e}", D::WHAT);
+                Vec::new()
+            }
+        };
         self.gate.publish(state);
+        self.released_xdp(&released);
     }
 
     fn lock(&self) -> MutexGuard<'_, State<D, D::Entry>> {
@@ -182,9 +229,10 @@ impl<D: Feature> Service<D> {
         if let Some(conflict) = others.into_iter().find_map(|other| D::conflict(&record, other)) {
             return Err(ServiceError::Conflict(conflict));
         }
+        let mut released = Vec::new();
         if let Some(previous) = records.remove(&key) {
             remove_entries(object, &previous)?;
-            detach_unused(object, &previous, records, &record.hooks);
+            released = detach_unused(object, &previous, records, &record.hooks);
         }
         let started = Instant::now();
         self.store.save(&record)?;
@@ -214,10 +262,14 @@ impl<D: Feature> Service<D> {
             if let Err(undo) = self.store.remove(&key) {
                 tracing::warn!("undoing a failed ADD of {} for {key}: {undo}", D::WHAT);
             }
-            detach_unused(object, &record, records, &[]);
+            released.extend(detach_unused(object, &record, records, &[]));
+            drop(state);
+            self.released_xdp(&released);
             return Err(e);
         }
         records.insert(key, record);
+        drop(state);
+        self.released_xdp(&released);
         Ok(())
     }
 
@@ -233,8 +285,10 @@ impl<D: Feature> Service<D> {
         remove_entries(object, &record)?;
         self.store.remove(key)?;
         records.remove(key);
-        detach_unused(object, &record, records, &[]);
+        let released = detach_unused(object, &record, records, &[]);
         tracing::info!(container = %key.container_id, ifname = %key.ifname, "{} removed", D::WHAT);
+        drop(state);
+        self.released_xdp(&released);
         Ok(())
     }
 
@@ -316,6 +370,7 @@ fn reconcile<D: Feature>(
         removed_entries: removed,
         restored_entries: restored,
         detached_hooks: 0,
+        released_xdp: Vec::new(),
     };
     let loaded = object.loaded_mut();
     for (ifindex, hook) in loaded.tc_links()? {
@@ -333,6 +388,7 @@ fn reconcile<D: Feature>(
         if !alive || !loaded.xdp_enabled() || !wanted.iter().any(xdp) {
             loaded.detach_xdp(ifindex)?;
             report.detached_hooks += 1;
+            report.released_xdp.push(ifindex);
         }
     }
     for p in wanted {
@@ -363,21 +419,28 @@ fn remove_entries<D: Feature>(object: &mut D, record: &Record<D::Entry>) -> Resu
 /// which another tool may want once plexus no longer does). Shared TC hooks (a bridge's, a
 /// master's) stay while the agent runs: a program there finds no entry and passes everything,
 /// and attaching one again would cost the next ADD an RCU grace period; the agent's start
-/// detaches the ones no record needs. Best effort: a failure is logged.
+/// detaches the ones no record needs. Best effort: a failure is logged. Returns the interfaces
+/// whose XDP hook was let go of.
 fn detach_unused<D: Feature>(
     object: &D,
     record: &Record<D::Entry>,
     remaining: &Records<D::Entry>,
     keep: &[AttachPoint],
-) {
+) -> Vec<u32> {
+    let mut released = Vec::new();
     for p in record.hooks.iter().filter(|p| matches!(p.attach, Attach::Filter | Attach::Xdp)) {
         let used = remaining.values().flat_map(|r| r.hooks.iter()).chain(keep).any(|q| q.same_hook(p));
         if !used {
-            if let Err(e) = object.loaded().detach_point(p) {
-                tracing::warn!("detaching the program of {} from {}: {e}", D::WHAT, p.ifname);
+            let held =
+                p.attach == Attach::Xdp && object.loaded().xdp_links().is_ok_and(|l| l.contains(&p.ifindex));
+            match object.loaded().detach_point(p) {
+                Ok(()) if held => released.push(p.ifindex),
+                Ok(()) => {}
+                Err(e) => tracing::warn!("detaching the program of {} from {}: {e}", D::WHAT, p.ifname),
             }
         }
     }
+    released
 }
 
 #[cfg(test)]

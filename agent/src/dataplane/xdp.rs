@@ -12,6 +12,7 @@
 //! [`modes`] for `plexus-agent portmap list` and `bandwidth list`.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::xdp::XdpLink;
@@ -56,6 +57,11 @@ impl Mode {
 /// [`Loaded::attach_xdp`]): `DISPLACED_RETRIES` times `DISPLACED_WAIT`.
 const DISPLACED_RETRIES: u32 = 50;
 const DISPLACED_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Held while an object takes an interface's XDP hook: whether another object's program runs
+/// there and the attach are one step, so two objects never both decide the hook is free (the
+/// port mapping object taking it over while the shaping object takes it back).
+static HOOK_OWNERSHIP: Mutex<()> = Mutex::new(());
 
 /// The pin name of the XDP link of an interface.
 pub fn link_name(ifindex: u32) -> String {
@@ -118,11 +124,28 @@ impl Loaded {
     /// one does, an in-place upgrade of the pinned link when another version does, else a new
     /// link, native mode first. Errors are the caller's to log: XDP is optional.
     pub fn attach_xdp(&mut self, ifindex: u32, ifname: &str) -> Result<Option<Mode>, LoadError> {
+        self.take_xdp_hook(ifindex, ifname, false)
+    }
+
+    /// [`Loaded::attach_xdp`] on an interface whose XDP hook another object's program has just
+    /// let go of: its link is freed a moment later, which this waits for.
+    pub fn reclaim_xdp(&mut self, ifindex: u32, ifname: &str) -> Result<Option<Mode>, LoadError> {
+        self.take_xdp_hook(ifindex, ifname, true)
+    }
+
+    fn take_xdp_hook(
+        &mut self,
+        ifindex: u32,
+        ifname: &str,
+        released: bool,
+    ) -> Result<Option<Mode>, LoadError> {
         let Some(name) = self.object().xdp else { return Ok(None) };
         if !self.xdp_enabled() {
             return Ok(None);
         }
         let pins = self.pins_or_err()?;
+        // A poisoned lock guards nothing broken: it only orders the attaches.
+        let _owner = HOOK_OWNERSHIP.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let sibling = |dir: &str| PinDir::open(&pins.root().join(dir)).link(&link_name(ifindex));
         if let Some(dir) = self.object().xdp_defers_to {
             if sibling(dir).exists() {
@@ -163,7 +186,7 @@ impl Loaded {
         let mut first_error = None;
         // A link whose last pin went is freed by a kernel work item, a moment later: until
         // then the hook is still busy with the program displaced.
-        let mut busy_retries = if displaced { DISPLACED_RETRIES } else { 0 };
+        let mut busy_retries = if displaced || released { DISPLACED_RETRIES } else { 0 };
         let mut modes = [Mode::Native, Mode::Generic].into_iter().peekable();
         while let Some(&mode) = modes.peek() {
             match program.attach_to_if_index(ifindex, mode.flags()) {
