@@ -18,10 +18,14 @@
 //!    quote a tracked flow; IP fragments after the first to `pm_fragment` (see
 //!    [`crate::fragments`]), which translates them like their first fragment.
 //!
-//! Checksums are updated incrementally: `bpf_l3_csum_replace` for the IPv4 header,
-//! `bpf_l4_csum_replace` with `BPF_F_PSEUDO_HDR` for addresses in the TCP/UDP pseudo-header,
-//! and without it for ports; SCTP's CRC32c by its linearity (plexus_ebpf_common::crc32c), in a
-//! program of its own (`pm_sctp`, tail-called) to keep each program's verification small.
+//! Checksums are updated incrementally, the changes summed first (see [`rewrite`]): one
+//! `bpf_l4_csum_replace` with `BPF_F_PSEUDO_HDR` for the addresses (in the TCP/UDP
+//! pseudo-header), one without it for the ports, the IPv4 header checksum computed here and
+//! stored with the addresses and ports; SCTP's CRC32c by its linearity
+//! (plexus_ebpf_common::crc32c), in a program of its own (`pm_sctp`, tail-called) to keep each
+//! program's verification small. Every helper call costs on every translated packet, so a
+//! translation whose headers are contiguous (no IPv4 options, no IPv6 extension header) makes
+//! at most four: two checksum updates, one store of the IP and L4 headers, one of the MACs.
 
 use aya_ebpf::bindings::{BPF_F_INGRESS, BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
@@ -30,6 +34,7 @@ use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::flow::{
     FlowKey, FragmentKey, FLOW_SNAT, FRAG_DST, FRAG_HAIRPIN, FRAG_REPLY, FRAG_SRC, FRAG_TO_POD,
 };
+use plexus_ebpf_common::csum::Delta;
 use plexus_ebpf_common::{
     addr_eq, crc32c, v4_mapped, Addr, Endpoint, Rewrite, DELIVER_INGRESS, PROTO_ICMP, PROTO_ICMPV6,
     PROTO_SCTP, PROTO_TCP, PROTO_UDP, TAIL_FRAGMENT, TAIL_ICMP, TAIL_SCTP,
@@ -80,6 +85,8 @@ struct Packet {
     dport: u16,
     /// TCP flags (0 for other protocols).
     tcp_flags: u8,
+    /// The IPv4 header checksum as read (0 for IPv6, which has none).
+    ip_csum: u16,
     /// The first fragment of a fragmented datagram, and its identification.
     fragment: bool,
     frag_id: u32,
@@ -113,7 +120,7 @@ fn parse(ctx: &TcContext) -> Option<Kind> {
     let ethertype = u16::from_be(h.read::<u16>(12)?);
     // (offset of the L4 header, its length, protocol, addresses, the fragment's identification
     // when this is the first fragment of several, whether a later fragment).
-    let (v6, l4, l4_len, proto, src, dst, frag_id, later) = if ethertype == ETH_P_IP {
+    let (v6, l4, l4_len, proto, src, dst, frag_id, later, ip_csum) = if ethertype == ETH_P_IP {
         let vihl: u8 = h.read(ETH_HLEN)?;
         let ihl = usize::from(vihl & 0x0f) * 4;
         if vihl >> 4 != 4 || ihl < 20 {
@@ -123,12 +130,14 @@ fn parse(ctx: &TcContext) -> Option<Kind> {
         let id = u32::from(h.read::<u16>(ETH_HLEN + 4)?);
         let total = u32::from(u16::from_be(h.read::<u16>(ETH_HLEN + 2)?));
         let proto: u8 = h.read(ETH_HLEN + 9)?;
+        let ip_csum: u16 = h.read(ETH_HLEN + 10)?;
         let src: u32 = h.read(ETH_HLEN + 12)?;
         let dst: u32 = h.read(ETH_HLEN + 16)?;
         let (first, later) = (frag & 0x2000 != 0 && frag & 0x1fff == 0, frag & 0x1fff != 0);
         let frag_id = if first { Some(id) } else { None };
         let (src, dst) = (v4_mapped(src), v4_mapped(dst));
-        (false, ETH_HLEN + ihl, total.saturating_sub(ihl as u32), proto, src, dst, frag_id, later)
+        let l4_len = total.saturating_sub(ihl as u32);
+        (false, ETH_HLEN + ihl, l4_len, proto, src, dst, frag_id, later, ip_csum)
     } else if ethertype == ETH_P_IPV6 {
         // Extension headers other than a fragment header are not followed: the L4 header must
         // come first.
@@ -144,9 +153,9 @@ fn parse(ctx: &TcContext) -> Option<Kind> {
             let (offset, more) = (off_flags & 0xfff8, off_flags & 1 != 0);
             let frag_id = if offset == 0 && more { Some(id) } else { None };
             let l4 = fh + FRAG_HLEN;
-            (true, l4, payload.saturating_sub(FRAG_HLEN as u32), proto, src, dst, frag_id, offset != 0)
+            (true, l4, payload.saturating_sub(FRAG_HLEN as u32), proto, src, dst, frag_id, offset != 0, 0)
         } else {
-            (true, ETH_HLEN + IPV6_HLEN, payload, next, src, dst, None, false)
+            (true, ETH_HLEN + IPV6_HLEN, payload, next, src, dst, None, false, 0)
         }
     } else {
         return Some(Kind::Other);
@@ -180,6 +189,7 @@ fn parse(ctx: &TcContext) -> Option<Kind> {
         sport,
         dport,
         tcp_flags,
+        ip_csum,
         fragment,
         frag_id,
     }))
@@ -274,17 +284,12 @@ fn try_portmap(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
         remember_fragment(&p.src, &p.dst, p.frag_id, p.proto, &a);
     }
     let ports_before = (p.sport, p.dport);
-    if a.rewrite_src {
-        rewrite(ctx, &mut p, Side::Src, &a.src, a.sport)?;
-    }
-    if a.rewrite_dst {
-        rewrite(ctx, &mut p, Side::Dst, &a.dst, a.dport)?;
-    }
-    if a.to_pod {
-        ctx.store(0, &a.rw.pod_mac, 0)?;
-    }
+    rewrite(ctx, &mut p, &a)?;
     if a.hairpin {
-        ctx.store(6, &a.rw.host_mac, 0)?;
+        // Both MACs at once (a hairpin packet always goes to the pod).
+        ctx.store(0, &Macs { dst: a.rw.pod_mac, src: a.rw.host_mac }, 0)?;
+    } else if a.to_pod {
+        ctx.store(0, &a.rw.pod_mac, 0)?;
     }
     count(&a.host, ctx.len(), a.dir);
     let verdict = if a.to_pod { deliver(ctx, a.rw, ingress) } else { NEXT };
@@ -408,46 +413,121 @@ pub fn deliver(ctx: &TcContext, rw: &Rewrite, ingress: bool) -> i32 {
     unsafe { bpf_redirect(rw.ifindex, flags) as i32 }
 }
 
-/// Rewrites the source or destination address and port, with the IPv4 header checksum and
-/// the TCP/UDP checksum, and updates `p`. (SCTP's CRC is updated once, afterwards.)
+/// Ethernet destination and source, as they sit in the frame.
+#[repr(C)]
+struct Macs {
+    dst: [u8; 6],
+    src: [u8; 6],
+}
+
+/// IPv4 from the header checksum to the ports, when no options sit between (a store of it
+/// replaces the checksum helper and one store per field).
+#[repr(C, packed)]
+struct V4Headers {
+    csum: u16,
+    src: u32,
+    dst: u32,
+    sport: u16,
+    dport: u16,
+}
+
+/// IPv4 from the header checksum to the destination address (options follow).
+#[repr(C, packed)]
+struct V4Addrs {
+    csum: u16,
+    src: u32,
+    dst: u32,
+}
+
+/// IPv6 from the source address to the ports, when no extension header sits between.
+#[repr(C, packed)]
+struct V6Headers {
+    src: Addr,
+    dst: Addr,
+    sport: u16,
+    dport: u16,
+}
+
+/// The ports of a TCP, UDP or SCTP header.
+#[repr(C)]
+struct Ports {
+    sport: u16,
+    dport: u16,
+}
+
+/// Rewrites the addresses and ports `a` changes, with every checksum, and updates `p`.
+///
+/// The changes are summed first ([`Delta`]), so the work is the same for one side or both
+/// (hairpin): one checksum update for the addresses (they sit in the TCP/UDP pseudo-header:
+/// `BPF_F_PSEUDO_HDR`, which also keeps a checksum the device will finish, `CHECKSUM_PARTIAL`,
+/// right), one for the ports (not in the pseudo-header), both as precomputed differences
+/// (field size 0); the IPv4 header checksum computed here and written with the addresses and
+/// ports in one store where they are contiguous. SCTP's CRC is updated once, afterwards.
 #[inline(always)]
-fn rewrite(ctx: &TcContext, p: &mut Packet, side: Side, addr: &Addr, port: u16) -> Result<(), i64> {
-    let (old_addr, old_port) = match side {
-        Side::Src => (p.src, p.sport),
-        Side::Dst => (p.dst, p.dport),
-    };
+fn rewrite(ctx: &TcContext, p: &mut Packet, a: &Action) -> Result<(), i64> {
+    let (mut addrs, mut ports) = (Delta(0), Delta(0));
+    if a.rewrite_src {
+        addrs = address_delta(addrs, p.v6, &p.src, &a.src);
+        ports = ports.word(p.sport, a.sport);
+        p.src = a.src;
+        p.sport = a.sport;
+    }
+    if a.rewrite_dst {
+        addrs = address_delta(addrs, p.v6, &p.dst, &a.dst);
+        ports = ports.word(p.dport, a.dport);
+        p.dst = a.dst;
+        p.dport = a.dport;
+    }
     // TCP and UDP checksums cover the pseudo-header (the addresses) and the ports. A UDP
     // checksum of 0 means "none" over IPv4 and must stay 0 (BPF_F_MARK_MANGLED_0).
-    let (csum_off, mangled) = match p.proto {
-        PROTO_TCP => (p.l4 + 16, 0),
-        PROTO_UDP => (p.l4 + 6, u64::from(BPF_F_MARK_MANGLED_0)),
-        _ => (0, 0),
+    let l4_csum = match p.proto {
+        PROTO_TCP => Some((p.l4 + 16, 0)),
+        PROTO_UDP => Some((p.l4 + 6, u64::from(BPF_F_MARK_MANGLED_0))),
+        _ => None,
     };
-    let inet_csum = p.proto != PROTO_SCTP;
-    let pseudo = u64::from(BPF_F_PSEUDO_HDR) | mangled | 4;
-
-    if inet_csum {
-        pseudo_header_addr(ctx, csum_off, p.v6, &old_addr, addr, pseudo)?;
-    }
-    set_ip_addr(ctx, p.v6, side, &old_addr, addr)?;
-
-    if inet_csum {
-        ctx.l4_csum_replace(csum_off, u64::from(old_port), u64::from(port), mangled | 2)?;
-    }
-    let off = p.l4 + if side == Side::Src { 0 } else { 2 };
-    ctx.store(off, &port, 0)?;
-
-    match side {
-        Side::Src => {
-            p.src = *addr;
-            p.sport = port;
+    if let Some((off, mangled)) = l4_csum {
+        // A sum of 0 or 0xffff (one's complement zero) changes nothing: no call.
+        if changes(addrs) {
+            ctx.l4_csum_replace(off, 0, u64::from(addrs.0), u64::from(BPF_F_PSEUDO_HDR) | mangled)?;
         }
-        Side::Dst => {
-            p.dst = *addr;
-            p.dport = port;
+        if changes(ports) {
+            ctx.l4_csum_replace(off, 0, u64::from(ports.0), mangled)?;
         }
     }
-    Ok(())
+    let ports = Ports { sport: p.sport, dport: p.dport };
+    if p.v6 {
+        if p.l4 == ETH_HLEN + IPV6_HLEN {
+            let h = V6Headers { src: p.src, dst: p.dst, sport: p.sport, dport: p.dport };
+            return ctx.store(ETH_HLEN + 8, &h, 0);
+        }
+        ctx.store(ETH_HLEN + 8, &p.src, 0)?;
+        ctx.store(ETH_HLEN + 24, &p.dst, 0)?;
+        return ctx.store(p.l4, &ports, 0);
+    }
+    p.ip_csum = addrs.apply(p.ip_csum);
+    if p.l4 == ETH_HLEN + 20 {
+        let h = V4Headers { csum: p.ip_csum, src: p.src[3], dst: p.dst[3], sport: p.sport, dport: p.dport };
+        return ctx.store(ETH_HLEN + 10, &h, 0);
+    }
+    ctx.store(ETH_HLEN + 10, &V4Addrs { csum: p.ip_csum, src: p.src[3], dst: p.dst[3] }, 0)?;
+    ctx.store(p.l4, &ports, 0)
+}
+
+/// Whether a checksum change is one: not zero in one's complement (0 or 0xffff).
+#[inline(always)]
+fn changes(d: Delta) -> bool {
+    d.0 != 0 && d.0 != 0xffff
+}
+
+/// `d` plus an address change: the last word for IPv4 (the IPv4-mapped prefix is not in the
+/// packet), all four for IPv6.
+#[inline(always)]
+fn address_delta(d: Delta, v6: bool, old: &Addr, new: &Addr) -> Delta {
+    if v6 {
+        d.addr(old, new)
+    } else {
+        d.dword(old[3], new[3])
+    }
 }
 
 /// Writes an address of the IP header: with the IPv4 header checksum, or as it is (IPv6 has

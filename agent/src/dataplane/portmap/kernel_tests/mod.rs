@@ -220,6 +220,36 @@ fn sctp_ipv6() {
     forward_and_reverse(Protocol::Sctp, "fd00:77::1", "fd00:77::5", "fd00:77::c8");
 }
 
+/// IP options between the addresses and the ports: the header is written in parts. And a
+/// mapping that keeps the port: only the addresses change the L4 checksum.
+#[test]
+fn ipv4_with_options_and_unchanged_ports_are_translated_both_ways() {
+    for proto in [Protocol::Tcp, Protocol::Udp] {
+        for (host_port, pod_port) in [(8080, 80), (80, 80)] {
+            let mut f = Fixture::new();
+            f.tables
+                .install(&entry(proto, "10.77.0.1", host_port, "10.77.0.5", pod_port, (7, Hook::Egress)))
+                .unwrap();
+            let request =
+                with_ipv4_options(&packet(&spec(proto, ("10.77.0.200", 40000), ("10.77.0.1", host_port))));
+            let (verdict, out) = f.run(TC_INGRESS, &request);
+            assert_eq!(verdict, REDIRECT, "{proto:?} {host_port}");
+            let got = parse_and_verify(&out);
+            assert_eq!((got.src, got.dst), ((ip("10.77.0.200"), 40000), (ip("10.77.0.5"), pod_port)));
+            assert!(got.payload_intact);
+            assert_eq!(out[34..38], [1, 1, 1, 1], "the options are untouched");
+
+            let reply =
+                with_ipv4_options(&packet(&spec(proto, ("10.77.0.5", pod_port), ("10.77.0.200", 40000))));
+            let (verdict, out) = f.run(TC_INGRESS, &reply);
+            assert_eq!(verdict, NEXT);
+            let got = parse_and_verify(&out);
+            assert_eq!((got.src, got.dst), ((ip("10.77.0.1"), host_port), (ip("10.77.0.200"), 40000)));
+            assert!(got.payload_intact);
+        }
+    }
+}
+
 #[test]
 fn udp_ipv4_without_checksum_keeps_none() {
     let mut f = Fixture::new();
