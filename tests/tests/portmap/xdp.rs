@@ -291,6 +291,15 @@ fn counted(row: &Value) -> (u64, u64) {
     (row["passed_packets"].as_u64().unwrap_or(0), row["dropped_packets"].as_u64().unwrap_or(0))
 }
 
+/// Floods the first pod's limited UDP port 5433 and checks that its ingress limit both passed
+/// and dropped packets meanwhile (`who` is the XDP program expected to do it).
+fn flood_is_policed(t: &PmWorld, client: &str, pod: &str, who: &str) {
+    let (p0, d0) = counted(&ingress_limit_row(t));
+    flood(client, pod, 5433, 4000);
+    let (p1, d1) = counted(&ingress_limit_row(t));
+    assert!(d1 > d0 && p1 > p0, "{who} dropped over the limit: {:?} -> {:?}", (p0, d0), (p1, d1));
+}
+
 /// A UDP flood at a pod's 1 Mbit/s ingress limit: XDP drops what is over it (with the master's
 /// TC ingress shaping program detached, XDP alone), and what XDP passes is counted once, not
 /// again by TC: the limit's passed packets follow what the pod received.
@@ -366,10 +375,7 @@ fn kernel_xdp_polices_a_limit_only_master_and_hands_it_to_port_mappings() {
     // The shaping object's TC ingress program on the master detached: drops are XDP's.
     let bw_in = t.pins.join("bandwidth").join("links").join(format!("tc_{ifindex}_in"));
     std::fs::remove_file(&bw_in).expect("detaching the master's shaping ingress program");
-    let (p0, d0) = counted(&ingress_limit_row(&t));
-    flood(&c, &pod4, 5433, 4000);
-    let (p1, d1) = counted(&ingress_limit_row(&t));
-    assert!(d1 > d0 && p1 > p0, "bw_xdp dropped over the limit: {:?} -> {:?}", (p0, d0), (p1, d1));
+    flood_is_policed(&t, &c, &pod4, "bw_xdp");
 
     // A pod with a port mapping: pm_xdp takes the hook over and polices the same limit.
     t.pod("web", &mappings("pmmv", &[(8080, 80, "tcp")]), &[80]);
@@ -380,10 +386,7 @@ fn kernel_xdp_polices_a_limit_only_master_and_hands_it_to_port_mappings() {
     let got = t.run(&c, &["tcp", "10.78.0.1", "8080", "mapped"]);
     assert_eq!(got[..2], ["web".to_owned(), "mapped".into()]);
     std::thread::sleep(Duration::from_millis(1500));
-    let (p2, d2) = counted(&ingress_limit_row(&t));
-    flood(&c, &pod4, 5433, 4000);
-    let (p3, d3) = counted(&ingress_limit_row(&t));
-    assert!(d3 > d2 && p3 > p2, "pm_xdp dropped over the limit: {:?} -> {:?}", (p2, d2), (p3, d3));
+    flood_is_policed(&t, &c, &pod4, "pm_xdp");
 
     // The mapping goes, and its XDP program with it: the hook goes back to bw_xdp at once,
     // which drops over the limit again.
@@ -403,10 +406,7 @@ fn kernel_xdp_polices_a_limit_only_master_and_hands_it_to_port_mappings() {
     assert_eq!(ip_link_xdp(&t), "xdp");
     assert_eq!(ingress_limit_row(&t)["xdp"], "native");
     std::thread::sleep(Duration::from_millis(1500));
-    let (p4, d4) = counted(&ingress_limit_row(&t));
-    flood(&c, &pod4, 5433, 4000);
-    let (p5, d5) = counted(&ingress_limit_row(&t));
-    assert!(d5 > d4 && p5 > p4, "bw_xdp dropped over the limit again: {:?} -> {:?}", (p4, d4), (p5, d5));
+    flood_is_policed(&t, &c, &pod4, "bw_xdp, back,");
     t.del("sink", 0);
     assert!(!bw_xdp.exists(), "the last limit's DEL detaches bw_xdp");
     expect_no_xdp_on(&t, "pmm0", "the last limit's DEL detaches bw_xdp");
