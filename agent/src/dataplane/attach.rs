@@ -72,4 +72,9 @@ impl AttachPoint {
             && self.hook == other.hook
             && (self.attach == Attach::Xdp) == (other.attach == Attach::Xdp)
     }
+
+    /// The XDP hook of interface `ifindex`.
+    pub fn is_xdp_of(&self, ifindex: u32) -> bool {
+        self.attach == Attach::Xdp && self.ifindex == ifindex
+    }
 }

@@ -142,8 +142,8 @@ impl<D: Feature> Service<D> {
         let mut state = self.lock();
         let State { object, records, .. } = &mut *state;
         let Ok(object) = available(object) else { return };
-        let xdp = |p: &&AttachPoint| p.attach == Attach::Xdp && p.ifindex == ifindex;
-        let Some(p) = records.values().flat_map(|r| r.hooks.iter()).find(xdp).cloned() else { return };
+        let wanted = records.values().flat_map(|r| r.hooks.iter()).find(|p| p.is_xdp_of(ifindex)).cloned();
+        let Some(p) = wanted else { return };
         match object.loaded_mut().reclaim_xdp(p.ifindex, &p.ifname) {
             Ok(Some(mode)) => {
                 tracing::info!(interface = %p.ifname, mode = mode.as_str(), "{}: XDP hook taken back", D::WHAT)
@@ -384,8 +384,7 @@ fn reconcile<D: Feature>(
     // XDP links: the same rule, and none at all when XDP is off.
     for ifindex in loaded.xdp_links()? {
         let alive = existing.is_none_or(|e| e.iter().any(|(i, _)| *i == ifindex));
-        let xdp = |p: &&AttachPoint| p.attach == Attach::Xdp && p.ifindex == ifindex;
-        if !alive || !loaded.xdp_enabled() || !wanted.iter().any(xdp) {
+        if !alive || !loaded.xdp_enabled() || !wanted.iter().any(|p| p.is_xdp_of(ifindex)) {
             loaded.detach_xdp(ifindex)?;
             report.detached_hooks += 1;
             report.released_xdp.push(ifindex);

@@ -39,6 +39,23 @@ impl Delta {
         self.dword(old[0], new[0]).dword(old[1], new[1]).dword(old[2], new[2]).dword(old[3], new[3])
     }
 
+    /// An IP address changed, as the packet holds it: the last word of an IPv4 address
+    /// (IPv4-mapped here: the prefix is not in the packet), all four of an IPv6 one.
+    #[inline(always)]
+    pub const fn ip(self, v6: bool, old: &[u32; 4], new: &[u32; 4]) -> Delta {
+        if v6 {
+            self.addr(old, new)
+        } else {
+            self.dword(old[3], new[3])
+        }
+    }
+
+    /// Whether the changes sum to nothing: 0 or 0xffff, one's complement zero.
+    #[inline(always)]
+    pub const fn is_nil(self) -> bool {
+        self.0 == 0 || self.0 == 0xffff
+    }
+
     /// Both changes.
     #[inline(always)]
     pub const fn plus(self, o: Delta) -> Delta {
@@ -135,6 +152,17 @@ mod tests {
         let by_words = Delta::default().word(0x0001, 0x0005).word(0x0a4d, 0x0a4d);
         assert_eq!(Delta::default().addr(&old, &new).apply(0x1234), by_words.apply(0x1234));
         assert_eq!(Delta::default().dword(7, 7).apply(0xbeef), 0xbeef);
+    }
+
+    #[test]
+    fn an_ipv4_address_change_is_its_last_word_and_unchanged_ones_are_nil() {
+        let (old, new) = ([0, 0, 0xffff_0000, 0x0a4d_0001], [0, 0, 0xffff_0000, 0x0a4d_0005]);
+        assert_eq!(Delta::default().ip(false, &old, &new), Delta::default().dword(old[3], new[3]));
+        assert_eq!(Delta::default().ip(true, &old, &new), Delta::default().addr(&old, &new));
+        assert!(!Delta::default().ip(false, &old, &new).is_nil());
+        assert!(Delta::default().ip(true, &old, &old).is_nil());
+        assert!(Delta::default().word(0x1234, 0x1234).is_nil());
+        assert!(Delta::default().is_nil());
     }
 
     #[test]

@@ -189,11 +189,7 @@ fn rewrite_inner(ctx: &TcContext, m: &Message, side: Side, addr: &Addr, port: u1
         (Side::Src, true) => (m.inner + 8, m.inner_l4, m.inner_src, m.sport),
         (Side::Dst, true) => (m.inner + 24, m.inner_l4 + 2, m.inner_dst, m.dport),
     };
-    let addr_delta = if m.v6 {
-        Delta::default().addr(&old_addr, addr)
-    } else {
-        Delta::default().dword(old_addr[3], addr[3])
-    };
+    let addr_delta = Delta::default().ip(m.v6, &old_addr, addr);
     let port_delta = Delta::default().word(old_port, port);
     let mut icmp = addr_delta.plus(port_delta);
 

@@ -467,13 +467,13 @@ struct Ports {
 fn rewrite(ctx: &TcContext, p: &mut Packet, a: &Action) -> Result<(), i64> {
     let (mut addrs, mut ports) = (Delta(0), Delta(0));
     if a.rewrite_src {
-        addrs = address_delta(addrs, p.v6, &p.src, &a.src);
+        addrs = addrs.ip(p.v6, &p.src, &a.src);
         ports = ports.word(p.sport, a.sport);
         p.src = a.src;
         p.sport = a.sport;
     }
     if a.rewrite_dst {
-        addrs = address_delta(addrs, p.v6, &p.dst, &a.dst);
+        addrs = addrs.ip(p.v6, &p.dst, &a.dst);
         ports = ports.word(p.dport, a.dport);
         p.dst = a.dst;
         p.dport = a.dport;
@@ -487,10 +487,10 @@ fn rewrite(ctx: &TcContext, p: &mut Packet, a: &Action) -> Result<(), i64> {
     };
     if let Some((off, mangled)) = l4_csum {
         // A sum of 0 or 0xffff (one's complement zero) changes nothing: no call.
-        if changes(addrs) {
+        if !addrs.is_nil() {
             ctx.l4_csum_replace(off, 0, u64::from(addrs.0), u64::from(BPF_F_PSEUDO_HDR) | mangled)?;
         }
-        if changes(ports) {
+        if !ports.is_nil() {
             ctx.l4_csum_replace(off, 0, u64::from(ports.0), mangled)?;
         }
     }
@@ -513,22 +513,6 @@ fn rewrite(ctx: &TcContext, p: &mut Packet, a: &Action) -> Result<(), i64> {
     ctx.store(p.l4, &ports, 0)
 }
 
-/// Whether a checksum change is one: not zero in one's complement (0 or 0xffff).
-#[inline(always)]
-fn changes(d: Delta) -> bool {
-    d.0 != 0 && d.0 != 0xffff
-}
-
-/// `d` plus an address change: the last word for IPv4 (the IPv4-mapped prefix is not in the
-/// packet), all four for IPv6.
-#[inline(always)]
-fn address_delta(d: Delta, v6: bool, old: &Addr, new: &Addr) -> Delta {
-    if v6 {
-        d.addr(old, new)
-    } else {
-        d.dword(old[3], new[3])
-    }
-}
 
 /// Writes an address of the IP header: with the IPv4 header checksum, or as it is (IPv6 has
 /// no header checksum). Checksums that cover it elsewhere (a pseudo-header) are the caller's.
