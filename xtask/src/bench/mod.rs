@@ -17,6 +17,7 @@
 mod bandwidth;
 mod bins;
 mod cni;
+mod live_frames;
 mod macvlan_sides;
 mod phases;
 mod plot;

@@ -110,6 +110,15 @@ pub fn ipv4(ns: &Netns, ifname: &str) -> anyhow::Result<String> {
         .with_context(|| format!("{ifname} in {} has no IPv4 address", ns.name))
 }
 
+/// The MAC address of `ifname` in `ns`.
+pub fn mac(ns: &Netns, ifname: &str) -> anyhow::Result<String> {
+    let text = ns.try_ip(&["-j", "link", "show", "dev", ifname])?;
+    let v: Vec<Value> = serde_json::from_str(&text).context("ip -j link")?;
+    v.iter()
+        .find_map(|l| l["address"].as_str().map(str::to_owned))
+        .with_context(|| format!("{ifname} in {} has no MAC address", ns.name))
+}
+
 /// Runs `f` on a thread of its own that joined the network namespace at `netns` (a path):
 /// enough to open sockets there, which stay in it wherever they are used afterwards.
 pub fn in_netns<T: Send + 'static>(

@@ -10,7 +10,7 @@
 //! which source it used).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use plexus_testkit::{Netns, Proc};
 use serde_json::{json, Value};
 
+use super::live_frames::{self, parse_mac, Udp4};
 use super::stats::{mean, percentile};
 use super::topology::{helper_exe, Cgroup};
 
@@ -67,6 +68,22 @@ pub enum NetCommand {
         #[arg(long)]
         flows: u32,
     },
+    /// One UDP frame from DEV's address and SRC to DST_MAC and DST, sent out of DEV for SECS
+    /// seconds as live XDP frames (see `live_frames`): what was sent, as JSON.
+    XdpFlood {
+        #[arg(long)]
+        dev: String,
+        #[arg(long)]
+        dst_mac: String,
+        #[arg(long)]
+        src: SocketAddrV4,
+        #[arg(long)]
+        dst: SocketAddrV4,
+        #[arg(long)]
+        payload: usize,
+        #[arg(long)]
+        secs: f64,
+    },
 }
 
 pub fn run(cmd: &NetCommand) -> anyhow::Result<()> {
@@ -84,6 +101,19 @@ pub fn run(cmd: &NetCommand) -> anyhow::Result<()> {
         NetCommand::UdpSink { port } => discard_udp(*port),
         NetCommand::UdpFill { addr, sources, first_port, flows } => {
             println!("{}", udp_fill(*addr, sources, *first_port, *flows)?);
+            Ok(())
+        }
+        NetCommand::XdpFlood { dev, dst_mac, src, dst, payload, secs } => {
+            let src_mac = std::fs::read_to_string(format!("/sys/class/net/{dev}/address"))
+                .with_context(|| format!("no interface {dev} here"))?;
+            let frame = Udp4 {
+                src_mac: parse_mac(&src_mac)?,
+                dst_mac: parse_mac(dst_mac)?,
+                src: *src,
+                dst: *dst,
+                payload: *payload,
+            };
+            println!("{}", live_frames::flood(dev, &frame, *secs)?);
             Ok(())
         }
     }

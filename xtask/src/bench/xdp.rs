@@ -1,39 +1,43 @@
 //! The XDP path against the TC path (issue #18), on the macvlan master (`pxmv0`, a veth whose
 //! peer `mv0` is the client's), in the portmap section:
 //!
-//! udp_pps_64b: 64-byte UDP frames (22 bytes of payload) from the client to a pod, as fast as
-//! iperf3 sends them (`-u -b 0`), for the traffic seconds; the figure is the packets per second
-//! the pod's iperf3 received. Sides: plexus, the agent as it runs (`pm_xdp` translates the
-//! requests on the master, native XDP on veth); the reference column, the same agent with
-//! `--no-xdp` (TC translates them); the baseline, no NAT (the pod's own address, no port
-//! mapping). One agent at a time: an interface holds one XDP program.
+//! udp_pps_64b: 64-byte UDP frames (22 bytes of payload) from the client to a pod, sent by the
+//! kernel's live-frame generator (see [`super::live_frames`]) as fast as it goes, for the
+//! traffic seconds: they reach the master as XDP frames on its NAPI ring, as a NIC delivers
+//! them. The figure is the datagrams per second the node delivered to the pod's UDP socket
+//! (read or dropped for a full buffer: the dataplane's rate, not the application's). Sides:
+//! plexus, the agent as it runs (`pm_xdp` translates the requests on the master, native XDP
+//! on veth); the reference column, the same agent with `--no-xdp` (veth builds the socket
+//! buffer, TC translates); the baseline, no NAT (the pod's own MAC and address, no port
+//! mapping). One agent at a time: an interface holds one XDP program. GRO is on on the master
+//! for the figure (it gives the veth NAPI when no XDP program does; a NIC has both).
 //!
-//! On veth the frame is already a socket buffer when XDP runs (veth's native XDP takes the
-//! skb its peer sent), and the sender is one user-space thread on a shared machine: what XDP
-//! saves on a NIC (building the skb for what it drops or translates) does not show here.
+//! The generator and the master's receive path share one CPU (the master's NAPI runs in the
+//! softirq the generator's send raises), so the rate is what one CPU sends and receives.
 
-use std::time::{Duration, Instant};
+use std::net::SocketAddrV4;
 
 use anyhow::Context;
 use serde_json::{json, Value};
 
+use super::live_frames::{flood_from, udp_delivered};
 use super::report::{Figure, Target};
 use super::runner::{Driver, PlexusDriver, Pod, Runtime, Selection};
 use super::stats::load;
-use super::topology::{Agent, Lab, MASTER};
-use super::traffic::iperf_server;
+use super::topology::{mac, Agent, Lab, MASTER};
+use super::traffic::udp_sink;
 use super::{check_interrupt, Bench, Side};
 
 /// The master's address (the host IP of the mapping) and the client's, on their own subnet.
 const HOST_IP: &str = "10.69.0.1";
 const CLIENT_IP: &str = "10.69.0.200";
+const CLIENT_PORT: u16 = 40000;
 const PREFIX: u8 = 16;
-/// The pod's iperf3 port, and the host port mapping to it (TCP for iperf3's control
-/// connection, UDP for its data).
+/// The pod's UDP port, and the host port mapping to it.
 const POD_PORT: u16 = 5201;
 const HOST_PORT: u16 = 7201;
 /// UDP payload of a 64-byte frame: 64 - Ethernet 14 - IPv4 20 - UDP 8.
-const PAYLOAD: u32 = 22;
+const PAYLOAD: usize = 22;
 const ISSUE: &str = "issue #18";
 
 /// The macvlan network of the figure, with or without plexus-portmap.
@@ -57,39 +61,54 @@ fn selection(side: Side) -> Selection {
     if side == Side::Baseline {
         return Selection::plain("bench-xdp");
     }
-    let pm = |protocol| json!({"hostPort": HOST_PORT, "containerPort": POD_PORT, "protocol": protocol});
-    Selection::with("bench-xdp", "portMappings", json!([pm("tcp"), pm("udp")]))
+    let pm = json!({"hostPort": HOST_PORT, "containerPort": POD_PORT, "protocol": "udp"});
+    Selection::with("bench-xdp", "portMappings", json!([pm]))
 }
 
-/// Packets per second the pod received from one iperf3 UDP run, and the run's figures. The
-/// server may need a moment to listen: refused runs are retried for 5 s.
-fn pps(lab: &Lab, host: &str, port: u16, secs: u32) -> anyhow::Result<(f64, Value)> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match pps_once(lab, host, port, secs) {
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            other => return other,
-        }
+/// Packets per second the node delivered to the pod's UDP socket while the client's live
+/// frames (see [`live_frames`]) went to `dst` through `dst_mac`, and the run's figures.
+fn pps(lab: &Lab, pod: &Pod, dst_mac: &str, dst: SocketAddrV4, secs: u32) -> anyhow::Result<(f64, Value)> {
+    let before = udp_delivered(&pod.netns)?;
+    let sent = flood_from(&lab.client, "mv0", dst_mac, client_endpoint(), dst, PAYLOAD, secs)?;
+    let delivered = udp_delivered(&pod.netns)?.saturating_sub(before);
+    let secs = sent["secs"].as_f64().context("the flood's duration")?;
+    if delivered == 0 {
+        anyhow::bail!("nothing reached the pod's socket at {dst} ({} frames sent)", sent["sent"]);
+    }
+    let detail = json!({"sent": sent["sent"], "delivered": delivered, "secs": secs, "frame_bytes": sent["frame_bytes"]});
+    Ok((delivered as f64 / secs, detail))
+}
+
+/// Where the client's frames come from.
+fn client_endpoint() -> SocketAddrV4 {
+    SocketAddrV4::new(CLIENT_IP.parse().expect("a literal address"), CLIENT_PORT)
+}
+
+/// Turns GRO on on the master for the life of the value (and back off after, if it was): a
+/// veth takes live XDP frames only while it has NAPI, which GRO gives it when no XDP program
+/// does (see [`live_frames`]). A NIC has both.
+pub(super) struct GroOn<'a> {
+    lab: &'a Lab,
+    was_on: bool,
+}
+
+impl<'a> GroOn<'a> {
+    pub(super) fn new(lab: &'a Lab) -> anyhow::Result<Self> {
+        let k = lab.node.command("ethtool").args(["-k", MASTER]).output().context("ethtool -k")?;
+        let was_on =
+            String::from_utf8_lossy(&k.stdout).lines().any(|l| l.trim() == "generic-receive-offload: on");
+        let on =
+            lab.node.command("ethtool").args(["-K", MASTER, "gro", "on"]).status().context("ethtool -K")?;
+        anyhow::ensure!(on.success(), "ethtool -K {MASTER} gro on failed");
+        Ok(GroOn { lab, was_on })
     }
 }
 
-fn pps_once(lab: &Lab, host: &str, port: u16, secs: u32) -> anyhow::Result<(f64, Value)> {
-    let out = lab
-        .client
-        .command("iperf3")
-        .args(["-c", host, "-p", &port.to_string(), "-u", "-b", "0", "-l", &PAYLOAD.to_string()])
-        .args(["-t", &secs.to_string(), "-J"])
-        .output()
-        .context("running iperf3 -u")?;
-    let v: Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
-    let sum = &v["end"]["sum"];
-    let (packets, lost, seconds) =
-        (sum["packets"].as_f64(), sum["lost_packets"].as_f64(), sum["seconds"].as_f64());
-    match (packets, lost, seconds) {
-        (Some(p), Some(l), Some(s)) if s > 0.0 => {
-            Ok(((p - l) / s, json!({"sent": p, "lost": l, "secs": s, "payload_bytes": PAYLOAD})))
+impl Drop for GroOn<'_> {
+    fn drop(&mut self) {
+        if !self.was_on {
+            let _ = self.lab.node.command("ethtool").args(["-K", MASTER, "gro", "off"]).status();
         }
-        _ => anyhow::bail!("iperf3 -u to {host}:{port} gave no result: {}", v["error"]),
     }
 }
 
@@ -131,14 +150,17 @@ fn side_runs(b: &Bench, lab: &Lab, side: Side, fig: &mut Figure) -> anyhow::Resu
         |ipam| network(side, ipam),
         selection(side),
         |_, pod| {
-            let _server = iperf_server(&pod.netns, POD_PORT, None)?;
-            let (host, port) = match side {
-                Side::Baseline => (pod.secondary_ip(1)?, POD_PORT),
-                _ => (HOST_IP.to_owned(), HOST_PORT),
+            let _sink = udp_sink(&pod.netns, POD_PORT)?;
+            let (mac, dst) = match side {
+                Side::Baseline => {
+                    let ip = pod.secondary_ip(1)?.parse().context("the pod's address")?;
+                    (mac(&pod.netns, "net1")?, SocketAddrV4::new(ip, POD_PORT))
+                }
+                _ => (mac(&lab.node, MASTER)?, SocketAddrV4::new(HOST_IP.parse()?, HOST_PORT)),
             };
             for r in 1..=b.set.repeat {
                 check_interrupt()?;
-                let (value, detail) = pps(lab, &host, port, b.set.traffic_secs)?;
+                let (value, detail) = pps(lab, pod, &mac, dst, b.set.traffic_secs)?;
                 b.progress(
                     "portmap",
                     &format!("udp_pps_64b {r}/{}: {}: {value:.0} packets/s", b.set.repeat, side.name()),
@@ -167,6 +189,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
     .with_target(Target::at_least(Side::Reference, 1.5, ISSUE));
     lab.node.try_ip(&["addr", "add", &format!("{HOST_IP}/{PREFIX}"), "dev", MASTER])?;
     lab.client.try_ip(&["addr", "add", &format!("{CLIENT_IP}/{PREFIX}"), "dev", "mv0"])?;
+    let gro = GroOn::new(lab)?;
     let before = load();
     for side in [Side::Plexus, Side::Reference, Side::Baseline] {
         check_interrupt()?;
@@ -176,6 +199,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
         }
     }
     let after = load();
+    drop(gro);
     // The addresses go: the other sections' macvlan networks do not expect them.
     let _ = lab.node.try_ip(&["addr", "del", &format!("{HOST_IP}/{PREFIX}"), "dev", MASTER]);
     let _ = lab.client.try_ip(&["addr", "del", &format!("{CLIENT_IP}/{PREFIX}"), "dev", "mv0"]);

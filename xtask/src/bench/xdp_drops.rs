@@ -1,44 +1,48 @@
 //! drop_cpu_ns (issue #18), in the bandwidth section: what dropping a packet over an ingress
 //! limit costs the node, in XDP against TC, on the macvlan master `pxmv0` (a veth whose peer
 //! `mv0` is the client's). A pod on a macvlan network chaining plexus-bandwidth alone (so the
-//! shaping object's `bw_xdp` runs on the master) has an ingress limit of 10 Mbit/s; the client
-//! sends it 64-byte UDP frames (22 bytes of payload) as fast as `iperf3 -u -b 0` does, about
-//! 100 Mbit/s here: ten times the limit. The figure is the CPU time spent in softirq context
-//! (the `softirq` column of /proc/stat, every CPU: where the receive path, XDP or TC, runs;
-//! the sender's own work is not in it) divided by the packets the limit dropped (its
-//! `dropped_packets` in `plexus-agent bandwidth list`).
+//! shaping object's `bw_xdp` runs on the master) has an ingress limit of LIMIT_BPS; the client
+//! sends it 64-byte UDP frames (22 bytes of payload) with the kernel's live-frame generator
+//! (see [`super::live_frames`]): they reach the master as XDP frames on its NAPI ring, as a
+//! NIC delivers them, at ten times the limit or more (a run that offers less fails). The
+//! figure is the CPU time spent in softirq context (the `softirq` column of /proc/stat, every
+//! CPU: where the master's receive path, XDP or TC, runs; the generator's own work is system
+//! time, not in it) divided by the packets the limit dropped (its `dropped_packets` in
+//! `plexus-agent bandwidth list`).
 //!
-//! Sides: plexus, the agent as it runs (`bw_xdp`, native XDP on the veth master); the
-//! reference column, the same agent with `--no-xdp` (the TC program `bw_tc_in` drops). No
-//! baseline: without a limit nothing is dropped. Issue #18 asks for a 100 Mbit/s limit at ten
-//! times its rate; one user-space sender reaches ten times 10 Mbit/s of small frames here, so
-//! the limit is scaled down, the ratio kept.
-//!
-//! On veth the frame is a socket buffer before XDP runs (veth's native XDP takes the skb its
-//! peer sent, copying it when its headroom is short of XDP's), so what XDP saves on a NIC,
-//! building the skb at all, does not show here.
+//! Sides: plexus, the agent as it runs (`bw_xdp`, native XDP on the veth master, dropping the
+//! frame before any socket buffer exists); the reference column, the same agent with
+//! `--no-xdp` (veth builds the socket buffer, the TC program `bw_tc_in` drops it). No
+//! baseline: without a limit nothing is dropped. GRO is on on the master (see
+//! [`super::xdp::GroOn`]).
 
+use std::net::SocketAddrV4;
 use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
 
+use super::live_frames::flood_from;
 use super::report::{Figure, Target};
+use super::runner::Pod;
 use super::runner::Selection;
 use super::stats::load;
-use super::topology::{Agent, Lab, MASTER};
-use super::traffic::iperf_server;
-use super::xdp::with_side_pod;
+use super::topology::{mac, Agent, Lab, MASTER};
+use super::traffic::udp_sink;
+use super::xdp::{with_side_pod, GroOn};
 use super::{check_interrupt, Bench, Side};
 
 /// The client's address on the master's wire (the pods' subnet).
 const CLIENT_IP: &str = "10.68.0.200";
+const CLIENT_PORT: u16 = 40000;
 const PREFIX: u8 = 16;
-/// The limit, and the pod's iperf3 port.
-const LIMIT_BPS: u64 = 10_000_000;
+/// The limit (issue #18 asks for 100 Mbit/s at ten times its rate; one CPU generating and
+/// receiving reaches 0.8 to 1.3 million 64-byte frames a second here, so the limit is scaled
+/// down, the ratio kept), and the pod's UDP port.
+const LIMIT_BPS: u64 = 20_000_000;
 const POD_PORT: u16 = 5201;
 /// UDP payload of a 64-byte frame: 64 - Ethernet 14 - IPv4 20 - UDP 8.
-const PAYLOAD: u32 = 22;
+const PAYLOAD: usize = 22;
 /// USER_HZ: the unit of /proc/stat.
 const TICK_NS: f64 = 10_000_000.0;
 const ISSUE: &str = "issue #18";
@@ -74,26 +78,29 @@ fn limit_counters(lab: &Lab, agent: &Agent) -> anyhow::Result<(u64, u64, Value)>
 }
 
 /// The flood of one run; its softirq time per dropped packet and the run's figures.
-fn flood(lab: &Lab, agent: &Agent, pod_ip: &str, secs: u32) -> anyhow::Result<(f64, Value)> {
+fn flood(lab: &Lab, agent: &Agent, pod: &Pod, secs: u32) -> anyhow::Result<(f64, Value)> {
+    let ip = pod.secondary_ip(1)?.parse().context("the pod's address")?;
+    let (dst_mac, dst) = (mac(&pod.netns, "net1")?, SocketAddrV4::new(ip, POD_PORT));
+    let src = SocketAddrV4::new(CLIENT_IP.parse()?, CLIENT_PORT);
     let (p0, d0, _) = limit_counters(lab, agent)?;
     let s0 = softirq_ns()?;
-    let out = lab
-        .client
-        .command("iperf3")
-        .args(["-c", pod_ip, "-p", &POD_PORT.to_string(), "-u", "-b", "0", "-l", &PAYLOAD.to_string()])
-        .args(["-t", &secs.to_string(), "-J"])
-        .output()
-        .context("running iperf3 -u")?;
+    let sent = flood_from(&lab.client, "mv0", &dst_mac, src, dst, PAYLOAD, secs)?;
     let s1 = softirq_ns()?;
     let (p1, d1, xdp) = limit_counters(lab, agent)?;
-    let v: Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
-    let sent = v["end"]["sum"]["packets"].as_f64().context("iperf3 gave no packet count")?;
-    let dropped = d1.saturating_sub(d0);
-    if dropped == 0 {
-        anyhow::bail!("the limit dropped nothing ({sent} packets sent): no flood over it");
+    let (passed, dropped) = (p1.saturating_sub(p0), d1.saturating_sub(d0));
+    let took = sent["secs"].as_f64().context("the flood's duration")?;
+    // What reached the limit, against what it lets through: ten times at least.
+    let offered_bps = (passed + dropped) as f64 * 64.0 * 8.0 / took;
+    if dropped == 0 || offered_bps < 10.0 * LIMIT_BPS as f64 {
+        anyhow::bail!(
+            "the limit saw {:.0} Mbit/s ({passed} passed, {dropped} dropped): not ten times its {} Mbit/s",
+            offered_bps / 1e6,
+            LIMIT_BPS / 1_000_000
+        );
     }
-    let detail = json!({"sent": sent, "passed": p1.saturating_sub(p0), "dropped": dropped,
-                        "softirq_ms": (s1 - s0) / 1e6, "secs": secs, "xdp": xdp});
+    let detail = json!({"sent": sent["sent"], "passed": passed, "dropped": dropped,
+                        "offered_mbps": offered_bps / 1e6, "softirq_ms": (s1 - s0) / 1e6,
+                        "secs": took, "xdp": xdp});
     Ok(((s1 - s0) / dropped as f64, detail))
 }
 
@@ -108,13 +115,12 @@ fn side_runs(b: &Bench, lab: &Lab, side: Side, fig: &mut Figure) -> anyhow::Resu
         |ipam| network(side, ipam),
         selection,
         |agent, pod| {
-            let _server = iperf_server(&pod.netns, POD_PORT, None)?;
-            let pod_ip = pod.secondary_ip(1)?;
+            let _sink = udp_sink(&pod.netns, POD_PORT)?;
             for r in 1..=b.set.repeat {
                 check_interrupt()?;
                 // The bucket of the previous run drains first.
                 std::thread::sleep(Duration::from_millis(500));
-                let (value, detail) = flood(lab, agent, &pod_ip, b.set.traffic_secs)?;
+                let (value, detail) = flood(lab, agent, pod, b.set.traffic_secs)?;
                 b.progress(
                     "bandwidth",
                     &format!(
@@ -137,7 +143,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
         "bandwidth",
         "drop_cpu_ns",
         "ns/packet",
-        json!({"limit": "10M", "offered": "10x", "frame_bytes": 64, "secs": b.set.traffic_secs}),
+        json!({"limit": "20M", "offered": ">= 10x", "frame_bytes": 64, "secs": b.set.traffic_secs}),
     )
     .sides([
         Ok("plexus-bandwidth on a macvlan master, XDP drops (bw_xdp, native on the veth master)"),
@@ -146,6 +152,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
     ])
     .with_target(Target::at_most(Side::Reference, 0.5, ISSUE));
     lab.client.try_ip(&["addr", "add", &format!("{CLIENT_IP}/{PREFIX}"), "dev", "mv0"])?;
+    let gro = GroOn::new(lab)?;
     let before = load();
     for side in [Side::Plexus, Side::Reference] {
         check_interrupt()?;
@@ -155,6 +162,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
         }
     }
     let after = load();
+    drop(gro);
     let _ = lab.client.try_ip(&["addr", "del", &format!("{CLIENT_IP}/{PREFIX}"), "dev", "mv0"]);
     fig.set_load(&before, &after);
     b.figures.push(fig);

@@ -1,0 +1,386 @@
+//! Frames as a NIC's driver hands them to XDP, for the XDP figures (issue #18): the hidden
+//! `bench-net xdp-flood` sends one crafted UDP frame over and over out of a veth with the
+//! kernel's own packet generator, `BPF_PROG_TEST_RUN` in live-frame mode
+//! (`BPF_F_TEST_XDP_LIVE_FRAMES`, Linux 5.18+). A two-instruction XDP program returns
+//! `XDP_TX`, which the kernel turns into a redirect out of the context's ingress device: the
+//! frames leave through `veth_ndo_xdp_xmit` and reach the peer (the macvlan master) as XDP
+//! frames on its NAPI ring, with no socket buffer built, exactly as a NIC's receive ring
+//! delivers them. The master's native XDP program runs on them before any skb exists; without
+//! one, veth builds the skb and the packet takes the TC path, as on a NIC. (A veth receives
+//! such frames only while it has NAPI: an XDP program attached, or GRO on; the bench turns GRO
+//! on on the master.)
+//!
+//! Frames the master's ring has no room for are dropped by the sender's veth (counted in its
+//! `xdp_xmit_err` statistics); the figures count what arrived, not what was sent.
+//!
+//! The program is loaded and run with the `bpf(2)` system call directly, not through libbpf
+//! (libbpf-sys): the xtask is the first thing a fresh machine builds, before `cargo xtask
+//! setup` could install the libelf headers libbpf needs.
+
+use std::io;
+use std::net::SocketAddrV4;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use std::process::Stdio;
+
+use anyhow::Context;
+use plexus_testkit::Netns;
+use serde_json::{json, Value};
+
+use super::topology::helper_exe;
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
+/// The kernel's limit on a live-frame batch.
+const MAX_BATCH: u32 = 256;
+const XDP_TX: i32 = 3;
+
+/// `struct bpf_insn`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Insn {
+    code: u8,
+    /// dst_reg in the low nibble, src_reg in the high one.
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+/// `r0 = XDP_TX; exit`.
+const PROGRAM: [Insn; 2] = [
+    // BPF_ALU64 | BPF_MOV | BPF_K
+    Insn { code: 0xb7, regs: 0, off: 0, imm: XDP_TX },
+    // BPF_JMP | BPF_EXIT
+    Insn { code: 0x95, regs: 0, off: 0, imm: 0 },
+];
+
+/// The leading fields of `union bpf_attr` for BPF_PROG_LOAD; the kernel zeroes the rest.
+#[repr(C, align(8))]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+}
+
+/// The `test` member of `union bpf_attr`, for BPF_PROG_TEST_RUN.
+#[repr(C, align(8))]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+}
+
+/// `struct xdp_md`, the context of an XDP test run.
+#[repr(C)]
+struct XdpMd {
+    data: u32,
+    data_end: u32,
+    data_meta: u32,
+    ingress_ifindex: u32,
+    rx_queue_index: u32,
+    egress_ifindex: u32,
+}
+
+fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is a valid, initialised attribute struct of the size passed; the kernel
+    // reads (and for a test run writes) only within it, and the pointers inside it point to
+    // buffers that outlive the call.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, std::mem::size_of::<T>()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r)
+}
+
+/// The loaded `XDP_TX` program.
+pub struct Generator {
+    prog: OwnedFd,
+}
+
+impl Generator {
+    pub fn load() -> anyhow::Result<Self> {
+        let license = c"GPL";
+        let mut name = [0u8; 16];
+        name[..7].copy_from_slice(b"pxbench");
+        let mut attr = ProgLoadAttr {
+            prog_type: BPF_PROG_TYPE_XDP,
+            insn_cnt: PROGRAM.len() as u32,
+            insns: PROGRAM.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            prog_name: name,
+            ..Default::default()
+        };
+        let fd = bpf(BPF_PROG_LOAD, &mut attr).context("loading the frame generator's XDP program")?;
+        // SAFETY: a new file descriptor the kernel just returned, owned by nothing else.
+        Ok(Generator { prog: unsafe { OwnedFd::from_raw_fd(fd as i32) } })
+    }
+
+    /// Sends `frame` `count` times out of `ifindex` (of the caller's network namespace), in
+    /// batches of `batch`.
+    pub fn send(&self, frame: &[u8], ifindex: u32, count: u32, batch: u32) -> anyhow::Result<()> {
+        let ctx = XdpMd {
+            data: 0,
+            data_end: frame.len() as u32,
+            data_meta: 0,
+            ingress_ifindex: ifindex,
+            rx_queue_index: 0,
+            egress_ifindex: 0,
+        };
+        let mut attr = TestRunAttr {
+            prog_fd: self.prog.as_raw_fd() as u32,
+            data_size_in: frame.len() as u32,
+            data_in: frame.as_ptr() as u64,
+            repeat: count,
+            ctx_size_in: std::mem::size_of::<XdpMd>() as u32,
+            ctx_in: &ctx as *const XdpMd as u64,
+            flags: BPF_F_TEST_XDP_LIVE_FRAMES,
+            batch_size: batch.min(MAX_BATCH),
+            ..Default::default()
+        };
+        bpf(BPF_PROG_TEST_RUN, &mut attr)
+            .context("BPF_PROG_TEST_RUN with live frames (Linux 5.18 or later)")?;
+        Ok(())
+    }
+}
+
+/// Ethernet, IPv4 and UDP of one frame.
+pub struct Udp4 {
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
+    pub src: SocketAddrV4,
+    pub dst: SocketAddrV4,
+    pub payload: usize,
+}
+
+/// One's-complement sum of `bytes` as big-endian words, folded.
+fn csum_fold(mut sum: u32, bytes: &[u8]) -> u16 {
+    for w in bytes.chunks(2) {
+        let hi = u32::from(w[0]) << 8;
+        sum += hi | w.get(1).map_or(0, |&lo| u32::from(lo));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+impl Udp4 {
+    /// The frame, every checksum computed.
+    pub fn frame(&self) -> Vec<u8> {
+        let udp_len = 8 + self.payload;
+        let total = 20 + udp_len;
+        let mut f = Vec::with_capacity(14 + total);
+        f.extend_from_slice(&self.dst_mac);
+        f.extend_from_slice(&self.src_mac);
+        f.extend_from_slice(&0x0800u16.to_be_bytes());
+        let ip = 14;
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&(total as u16).to_be_bytes());
+        // Identification 0, don't fragment, TTL 64, UDP, checksum (below).
+        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+        f.extend_from_slice(&self.src.ip().octets());
+        f.extend_from_slice(&self.dst.ip().octets());
+        let ip_csum = !csum_fold(0, &f[ip..ip + 20]);
+        f[ip + 10..ip + 12].copy_from_slice(&ip_csum.to_be_bytes());
+        let udp = f.len();
+        f.extend_from_slice(&self.src.port().to_be_bytes());
+        f.extend_from_slice(&self.dst.port().to_be_bytes());
+        f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend((0..self.payload).map(|i| i as u8));
+        let mut pseudo = Vec::with_capacity(12);
+        pseudo.extend_from_slice(&self.src.ip().octets());
+        pseudo.extend_from_slice(&self.dst.ip().octets());
+        pseudo.extend_from_slice(&[0, 17]);
+        pseudo.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        let sum = u32::from(csum_fold(0, &pseudo));
+        let mut udp_csum = !csum_fold(sum, &f[udp..]);
+        if udp_csum == 0 {
+            udp_csum = 0xffff;
+        }
+        f[udp + 6..udp + 8].copy_from_slice(&udp_csum.to_be_bytes());
+        f
+    }
+}
+
+/// A MAC address as `ip link` prints it.
+pub fn parse_mac(s: &str) -> anyhow::Result<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.trim().split(':');
+    for b in &mut mac {
+        let p = parts.next().with_context(|| format!("{s:?} is not a MAC address"))?;
+        *b = u8::from_str_radix(p, 16).with_context(|| format!("{s:?} is not a MAC address"))?;
+    }
+    anyhow::ensure!(parts.next().is_none(), "{s:?} is not a MAC address");
+    Ok(mac)
+}
+
+/// `bench-net xdp-flood`: `frame` out of `dev` for `secs` seconds, as fast as the kernel sends
+/// live frames; what was sent, as JSON.
+pub fn flood(dev: &str, frame: &Udp4, secs: f64) -> anyhow::Result<Value> {
+    let ifindex = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex"))
+        .with_context(|| format!("no interface {dev} here"))?
+        .trim()
+        .parse::<u32>()
+        .context("ifindex")?;
+    let bytes = frame.frame();
+    let generator = Generator::load()?;
+    // A round of 2^16 frames takes a few tens of milliseconds: the end is overshot by at most
+    // that, and `secs` reports the time actually spent.
+    const ROUND: u32 = 1 << 16;
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    let mut sent: u64 = 0;
+    while Instant::now() < end {
+        generator.send(&bytes, ifindex, ROUND, 64)?;
+        sent += u64::from(ROUND);
+    }
+    Ok(json!({"sent": sent, "secs": start.elapsed().as_secs_f64(), "frame_bytes": bytes.len()}))
+}
+
+/// `bench-net xdp-flood` in `client`: `frame`'s addresses (its source MAC is `dev`'s) out of
+/// `dev` for `secs` seconds; its report ({"sent", "secs", "frame_bytes"}).
+pub fn flood_from(
+    client: &Netns,
+    dev: &str,
+    dst_mac: &str,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    payload: usize,
+    secs: u32,
+) -> anyhow::Result<Value> {
+    let exe = helper_exe()?;
+    let out = client
+        .command(exe)
+        .args(["bench-net", "xdp-flood", "--dev", dev, "--dst-mac", dst_mac])
+        .args(["--src", &src.to_string(), "--dst", &dst.to_string()])
+        .args(["--payload", &payload.to_string(), "--secs", &secs.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .context("running bench-net xdp-flood")?;
+    if !out.status.success() {
+        anyhow::bail!("bench-net xdp-flood to {dst}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    serde_json::from_slice(&out.stdout).context("bench-net xdp-flood output")
+}
+
+/// UDP datagrams `ns`'s sockets were handed so far: read by their owners (`InDatagrams`) or
+/// dropped for a full receive buffer (`RcvbufErrors`), from /proc/net/snmp. What the node
+/// delivered, whether or not the application kept up; a datagram with a wrong checksum or to
+/// no socket is in neither.
+pub fn udp_delivered(ns: &Netns) -> anyhow::Result<u64> {
+    let out = ns.command("cat").arg("/proc/net/snmp").output().context("reading /proc/net/snmp")?;
+    udp_counters(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// InDatagrams + RcvbufErrors of /proc/net/snmp's `Udp:` lines (a header line, then values).
+fn udp_counters(snmp: &str) -> anyhow::Result<u64> {
+    let mut lines = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (lines.next(), lines.next());
+    let (Some(names), Some(values)) = (names, values) else {
+        anyhow::bail!("no Udp lines in /proc/net/snmp");
+    };
+    let field = |name: &str| -> anyhow::Result<u64> {
+        let i = names.split_whitespace().position(|n| n == name).with_context(|| format!("no Udp {name}"))?;
+        values
+            .split_whitespace()
+            .nth(i)
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("Udp {name} value"))
+    };
+    Ok(field("InDatagrams")? + field("RcvbufErrors")?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(payload: usize) -> Udp4 {
+        Udp4 {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src: "10.69.0.200:40000".parse().unwrap(),
+            dst: "10.69.0.1:7201".parse().unwrap(),
+            payload,
+        }
+    }
+
+    #[test]
+    fn a_22_byte_payload_makes_a_64_byte_frame() {
+        assert_eq!(sample(22).frame().len(), 64);
+    }
+
+    #[test]
+    fn headers_are_laid_out_as_on_the_wire() {
+        let f = sample(22).frame();
+        assert_eq!(&f[0..6], &[2, 0, 0, 0, 0, 2]);
+        assert_eq!(&f[6..12], &[2, 0, 0, 0, 0, 1]);
+        assert_eq!(&f[12..14], &[0x08, 0x00]);
+        assert_eq!(f[14], 0x45);
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]), 50);
+        assert_eq!(f[23], 17);
+        assert_eq!(&f[26..30], &[10, 69, 0, 200]);
+        assert_eq!(&f[30..34], &[10, 69, 0, 1]);
+        assert_eq!(u16::from_be_bytes([f[34], f[35]]), 40000);
+        assert_eq!(u16::from_be_bytes([f[36], f[37]]), 7201);
+        assert_eq!(u16::from_be_bytes([f[38], f[39]]), 30);
+    }
+
+    #[test]
+    fn checksums_verify_to_zero() {
+        for payload in [0, 1, 22, 1000] {
+            let f = sample(payload).frame();
+            // A header with its checksum sums to all ones.
+            assert_eq!(csum_fold(0, &f[14..34]), 0xffff, "IPv4 header, payload {payload}");
+            let mut pseudo = Vec::new();
+            pseudo.extend_from_slice(&f[26..34]);
+            pseudo.extend_from_slice(&[0, 17]);
+            pseudo.extend_from_slice(&f[38..40]);
+            let sum = u32::from(csum_fold(0, &pseudo));
+            assert_eq!(csum_fold(sum, &f[34..]), 0xffff, "UDP, payload {payload}");
+        }
+    }
+
+    #[test]
+    fn delivered_datagrams_are_read_and_buffer_dropped_ones() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    Udp: 100 3 7 0 7 0\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    UdpLite: 5 0 0 0 9 0\n";
+        assert_eq!(udp_counters(snmp).unwrap(), 107);
+        assert!(udp_counters("Ip: Forwarding\nIp: 1\n").is_err());
+    }
+
+    #[test]
+    fn macs_parse_as_ip_link_prints_them() {
+        assert_eq!(parse_mac("02:ab:0c:00:ff:10\n").unwrap(), [2, 0xab, 0x0c, 0, 0xff, 0x10]);
+        assert!(parse_mac("02:ab:0c:00:ff").is_err());
+        assert!(parse_mac("02:ab:0c:00:ff:10:11").is_err());
+        assert!(parse_mac("02:ab:0c:00:ff:zz").is_err());
+    }
+}
