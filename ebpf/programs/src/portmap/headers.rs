@@ -4,19 +4,29 @@
 //! hottest code.
 //!
 //! Headers that are not in the linear data (a driver that left them in fragments) are pulled
-//! in first, once, up to what a parse reads. A field beyond the packet reads as absent, as a
-//! failed `bpf_skb_load_bytes` did.
+//! in first, once, up to what a parse of this packet reads. Only then: `bpf_skb_pull_data` also
+//! makes the skb writable, which copies the head of a cloned one (TCP's segments are clones of
+//! its retransmit queue), and the linear data of a TCP segment from a local socket ends with
+//! the TCP header, well short of the longest header a parse may read. A field beyond the
+//! packet reads as absent, as a failed `bpf_skb_load_bytes` did.
 //!
 //! Pointers into the packet die with the next helper that may move it (a store, a checksum
 //! update, a pull): a [`Headers`] is for parsing, before any rewrite.
 
 use aya_ebpf::programs::TcContext;
 
-use crate::shared::ETH_HLEN;
+use crate::shared::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6};
 
-/// The most a parse reads: Ethernet, the longest IPv4 header (60 bytes) and TCP up to its
-/// flags (IPv6 with a fragment header reads less).
-pub const PARSED_LEN: usize = ETH_HLEN + 60 + 14;
+/// What a parse reads of the L4 header: TCP up to its flags (byte 13), and the byte after them
+/// (see [`Headers::read`]).
+const L4_PARSED: usize = 16;
+/// The most a parse reads: Ethernet, the longest IPv4 header (60 bytes) and [`L4_PARSED`]
+/// (IPv6 with a fragment header reads less).
+const PARSED_LEN: usize = ETH_HLEN + 60 + L4_PARSED;
+/// IPv6's fixed header, and the fragment header's next-header number and length.
+const IPV6_HLEN: usize = 40;
+const IPPROTO_FRAGMENT: u8 = 44;
+const FRAG_HLEN: usize = 8;
 
 pub struct Headers {
     start: usize,
@@ -26,13 +36,36 @@ pub struct Headers {
 impl Headers {
     #[inline(always)]
     pub fn new(ctx: &TcContext) -> Headers {
-        let len = ctx.len() as usize;
-        let want = if len < PARSED_LEN { len } else { PARSED_LEN };
-        if ctx.data() + want > ctx.data_end() {
-            // Best effort: when it fails, the reads beyond the linear data fail too.
-            let _ = ctx.pull_data(want as u32);
+        let linear = Headers { start: ctx.data(), end: ctx.data_end() };
+        let (len, need) = (ctx.len() as usize, linear.parsed_len());
+        let want = if len < need { len } else { need };
+        if linear.start + want <= linear.end {
+            return linear;
         }
+        // Best effort: when it fails, the reads beyond the linear data fail too.
+        let _ = ctx.pull_data(want as u32);
         Headers { start: ctx.data(), end: ctx.data_end() }
+    }
+
+    /// How much of the packet a parse reads, as far as the linear data tells: Ethernet, the IP
+    /// header (IPv4's options, IPv6's fragment header) and [`L4_PARSED`]; [`PARSED_LEN`] when
+    /// the linear data does not even hold what says so.
+    #[inline(always)]
+    fn parsed_len(&self) -> usize {
+        let Some(ethertype) = self.read::<u16>(12) else { return PARSED_LEN };
+        match u16::from_be(ethertype) {
+            ETH_P_IP => match self.read::<u8>(ETH_HLEN) {
+                Some(vihl) => ETH_HLEN + usize::from(vihl & 0x0f) * 4 + L4_PARSED,
+                None => PARSED_LEN,
+            },
+            ETH_P_IPV6 => match self.read::<u8>(ETH_HLEN + 6) {
+                Some(IPPROTO_FRAGMENT) => ETH_HLEN + IPV6_HLEN + FRAG_HLEN + L4_PARSED,
+                Some(_) => ETH_HLEN + IPV6_HLEN + L4_PARSED,
+                None => PARSED_LEN,
+            },
+            // Nothing but the EtherType is read.
+            _ => ETH_HLEN,
+        }
     }
 
     /// The `T` at `offset` from the start of the frame, if the packet holds it.
