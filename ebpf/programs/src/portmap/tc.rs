@@ -14,7 +14,9 @@
 //!    to it). Every other packet passes untouched: peers talking to podIP:containerPort
 //!    directly, the pod's own connections, node-local clients (translated at connect time by
 //!    the cgroup hooks, their replies belong to no flow).
-//! 3. ICMP errors are handed to `pm_icmp` (see [`crate::icmp`]), which translates those that
+//! 3. A packet `pm_xdp` already translated on the way in (its metadata says so:
+//!    [`XdpTranslated`]) passes at once.
+//! 4. ICMP errors are handed to `pm_icmp` (see [`crate::icmp`]), which translates those that
 //!    quote a tracked flow; IP fragments after the first to `pm_fragment` (see
 //!    [`crate::fragments`]), which translates them like their first fragment.
 //!
@@ -31,13 +33,13 @@ use aya_ebpf::bindings::{BPF_F_INGRESS, BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
 use aya_ebpf::macros::classifier;
 use aya_ebpf::programs::TcContext;
+use plexus_ebpf_common::csum::Delta;
 use plexus_ebpf_common::flow::{
     FlowKey, FragmentKey, FLOW_SNAT, FRAG_DST, FRAG_HAIRPIN, FRAG_REPLY, FRAG_SRC, FRAG_TO_POD,
 };
-use plexus_ebpf_common::csum::Delta;
 use plexus_ebpf_common::{
-    addr_eq, crc32c, v4_mapped, Addr, Endpoint, Rewrite, DELIVER_INGRESS, PROTO_ICMP, PROTO_ICMPV6,
-    PROTO_SCTP, PROTO_TCP, PROTO_UDP, TAIL_FRAGMENT, TAIL_ICMP, TAIL_SCTP,
+    addr_eq, crc32c, v4_mapped, Addr, Endpoint, Rewrite, XdpTranslated, DELIVER_INGRESS, PROTO_ICMP,
+    PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, TAIL_FRAGMENT, TAIL_ICMP, TAIL_SCTP, XDP_TRANSLATED,
 };
 
 use crate::flows::{track_reply, track_request, Request};
@@ -271,8 +273,33 @@ fn decide(p: &Packet) -> Option<Action> {
     })
 }
 
+/// True when `pm_xdp` translated this packet on the way in through this interface: its
+/// [`XdpTranslated`] mark, first in the metadata or after the limit's `XdpCharged` (the
+/// verifier admits constant offsets from `data_meta` only).
+#[inline(always)]
+fn translated_in_xdp(ctx: &TcContext) -> bool {
+    const LEN: usize = core::mem::size_of::<XdpTranslated>();
+    // SAFETY: the context pointer is the program's __sk_buff; the metadata is read only after
+    // the bounds checks against the packet's start, which the verifier requires.
+    unsafe {
+        let skb = ctx.skb.skb;
+        let (meta, data, ifindex) = ((*skb).data_meta as usize, (*skb).data as usize, (*skb).ifindex);
+        let is_mark = |m: XdpTranslated| m.magic == XDP_TRANSLATED && m.ifindex == ifindex;
+        if meta + LEN > data {
+            return false;
+        }
+        if is_mark(core::ptr::read_unaligned(meta as *const XdpTranslated)) {
+            return true;
+        }
+        meta + 2 * LEN <= data && is_mark(core::ptr::read_unaligned((meta + LEN) as *const XdpTranslated))
+    }
+}
+
 #[inline(always)]
 fn try_portmap(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
+    if ingress && translated_in_xdp(ctx) {
+        return Ok(NEXT);
+    }
     let mut p = match parse(ctx) {
         Some(Kind::Transport(p)) => p,
         Some(Kind::IcmpError) => return Ok(tail_call(ctx, ingress, TAIL_ICMP)),
@@ -512,7 +539,6 @@ fn rewrite(ctx: &TcContext, p: &mut Packet, a: &Action) -> Result<(), i64> {
     ctx.store(ETH_HLEN + 10, &V4Addrs { csum: p.ip_csum, src: p.src[3], dst: p.dst[3] }, 0)?;
     ctx.store(p.l4, &ports, 0)
 }
-
 
 /// Writes an address of the IP header: with the IPv4 header checksum, or as it is (IPv6 has
 /// no header checksum). Checksums that cover it elsewhere (a pseudo-header) are the caller's.
