@@ -86,23 +86,6 @@ pub const DELIVER_INGRESS: u16 = 1;
 /// its destination MAC is the pod's: what lets the XDP program on an uplink translate it.
 pub const DELIVER_BRIDGE: u16 = 2;
 
-/// What `pm_xdp` leaves in a frame's metadata, right before the frame, once it translated the
-/// frame on the receive path of interface `ifindex` (`bpf_xdp_adjust_meta`; the skb the stack
-/// builds from the frame keeps it, `__sk_buff.data_meta`): `pm_tc_in` on that hook then lets
-/// the packet go without parsing it and missing in two maps. Where a driver has no room for
-/// metadata nothing is left, and TC does that work for nothing, as without XDP. (A limit's
-/// [`shape::XdpCharged`] mark, written later, sits in front of it.)
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct XdpTranslated {
-    /// [`XDP_TRANSLATED`].
-    pub magic: u32,
-    pub ifindex: u32,
-}
-
-/// [`XdpTranslated::magic`]: "PLXT".
-pub const XDP_TRANSLATED: u32 = 0x504c_5854;
-
 /// An IP address as four 32-bit words in network byte order, IPv4 as IPv4-mapped IPv6
 /// (`::ffff:a.b.c.d`), so one key type serves both families.
 pub type Addr = [u32; 4];

@@ -14,9 +14,7 @@
 //!    to it). Every other packet passes untouched: peers talking to podIP:containerPort
 //!    directly, the pod's own connections, node-local clients (translated at connect time by
 //!    the cgroup hooks, their replies belong to no flow).
-//! 3. A packet `pm_xdp` already translated on the way in (its metadata says so:
-//!    [`XdpTranslated`]) passes at once.
-//! 4. ICMP errors are handed to `pm_icmp` (see [`crate::icmp`]), which translates those that
+//! 3. ICMP errors are handed to `pm_icmp` (see [`crate::icmp`]), which translates those that
 //!    quote a tracked flow; IP fragments after the first to `pm_fragment` (see
 //!    [`crate::fragments`]), which translates them like their first fragment.
 //!
@@ -38,8 +36,8 @@ use plexus_ebpf_common::flow::{
     FlowKey, FragmentKey, FLOW_SNAT, FRAG_DST, FRAG_HAIRPIN, FRAG_REPLY, FRAG_SRC, FRAG_TO_POD,
 };
 use plexus_ebpf_common::{
-    addr_eq, crc32c, v4_mapped, Addr, Endpoint, Rewrite, XdpTranslated, DELIVER_INGRESS, PROTO_ICMP,
-    PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, TAIL_FRAGMENT, TAIL_ICMP, TAIL_SCTP, XDP_TRANSLATED,
+    addr_eq, crc32c, v4_mapped, Addr, Endpoint, Rewrite, DELIVER_INGRESS, PROTO_ICMP, PROTO_ICMPV6,
+    PROTO_SCTP, PROTO_TCP, PROTO_UDP, TAIL_FRAGMENT, TAIL_ICMP, TAIL_SCTP,
 };
 
 use crate::flows::{track_reply, track_request, Request};
@@ -273,33 +271,8 @@ fn decide(p: &Packet) -> Option<Action> {
     })
 }
 
-/// True when `pm_xdp` translated this packet on the way in through this interface: its
-/// [`XdpTranslated`] mark, first in the metadata or after the limit's `XdpCharged` (the
-/// verifier admits constant offsets from `data_meta` only).
-#[inline(always)]
-fn translated_in_xdp(ctx: &TcContext) -> bool {
-    const LEN: usize = core::mem::size_of::<XdpTranslated>();
-    // SAFETY: the context pointer is the program's __sk_buff; the metadata is read only after
-    // the bounds checks against the packet's start, which the verifier requires.
-    unsafe {
-        let skb = ctx.skb.skb;
-        let (meta, data, ifindex) = ((*skb).data_meta as usize, (*skb).data as usize, (*skb).ifindex);
-        let is_mark = |m: XdpTranslated| m.magic == XDP_TRANSLATED && m.ifindex == ifindex;
-        if meta + LEN > data {
-            return false;
-        }
-        if is_mark(core::ptr::read_unaligned(meta as *const XdpTranslated)) {
-            return true;
-        }
-        meta + 2 * LEN <= data && is_mark(core::ptr::read_unaligned((meta + LEN) as *const XdpTranslated))
-    }
-}
-
 #[inline(always)]
 fn try_portmap(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
-    if ingress && translated_in_xdp(ctx) {
-        return Ok(NEXT);
-    }
     let mut p = match parse(ctx) {
         Some(Kind::Transport(p)) => p,
         Some(Kind::IcmpError) => return Ok(tail_call(ctx, ingress, TAIL_ICMP)),

@@ -25,20 +25,15 @@
 //! Checksums are updated incrementally ([`plexus_ebpf_common::csum`]), which assumes complete
 //! checksums: what a frame from the wire carries.
 //!
-//! A translated frame carries an [`XdpTranslated`] mark in its metadata, so `pm_tc_in` on the same
-//! interface lets it pass at once instead of parsing it and missing in two maps.
-//!
 //! Then the ingress limit of the pod the frame is for ([`crate::police`], the shaping object's
 //! `bw_xdp` runs the same on masters without port mappings).
 
-use aya_ebpf::helpers::bpf_xdp_adjust_meta;
 use aya_ebpf::macros::xdp;
 use aya_ebpf::programs::XdpContext;
 use plexus_ebpf_common::csum::Delta;
 use plexus_ebpf_common::flow::FlowKey;
 use plexus_ebpf_common::{
-    addr_eq, v4_mapped, Addr, Endpoint, XdpTranslated, DELIVER_BRIDGE, DELIVER_INGRESS, PROTO_TCP, PROTO_UDP,
-    XDP_TRANSLATED,
+    addr_eq, v4_mapped, Addr, Endpoint, DELIVER_BRIDGE, DELIVER_INGRESS, PROTO_TCP, PROTO_UDP,
 };
 
 use crate::flows::{track_request, Request};
@@ -58,28 +53,8 @@ const UDP_LEN: usize = 8;
 
 #[xdp]
 pub fn pm_xdp(ctx: XdpContext) -> u32 {
-    if portmap(&ctx) {
-        mark_translated(&ctx);
-    }
+    portmap(&ctx);
     police(&ctx, &BW_LIMITS, &BW_STATS, &BW_CLOCK)
-}
-
-/// Leaves an [`XdpTranslated`] mark in the frame's metadata for the TC program behind (see
-/// there).
-#[inline(always)]
-fn mark_translated(ctx: &XdpContext) {
-    const LEN: usize = core::mem::size_of::<XdpTranslated>();
-    // SAFETY: a helper call on this program's context; it only moves `data_meta`.
-    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -(LEN as i32)) } != 0 {
-        return;
-    }
-    let (meta, data) = (ctx.metadata(), ctx.data());
-    if meta + LEN > data {
-        return;
-    }
-    let mark = XdpTranslated { magic: XDP_TRANSLATED, ifindex: ctx.ingress_ifindex() as u32 };
-    // SAFETY: within the metadata the bounds check above admitted; no alignment in it.
-    unsafe { core::ptr::write_unaligned(meta as *mut XdpTranslated, mark) };
 }
 
 /// What the program reads of a candidate packet.
@@ -134,26 +109,26 @@ fn parse(ctx: &XdpContext) -> Option<Packet> {
     Some(Packet { v6, l4, proto, src, dst, sport, dport, tcp_flags })
 }
 
-/// Translates the packet when it is a mapped one XDP can deliver (true); leaves it untouched
+/// Translates the packet when it is a mapped one XDP can deliver; leaves it untouched
 /// otherwise.
 #[inline(always)]
-fn portmap(ctx: &XdpContext) -> bool {
-    let Some(p) = parse(ctx) else { return false };
+fn portmap(ctx: &XdpContext) {
+    let Some(p) = parse(ctx) else { return };
     let host = Endpoint::new(p.dst, p.dport, p.proto);
-    let Some(rw) = forward(&host) else { return false };
+    let Some(rw) = forward(&host) else { return };
     // Up this interface to a macvlan pod, or through the bridge the frame is addressed to; any
     // other delivery (up another interface, a pod's veth from elsewhere) is TC's.
     let up_here = rw.flags & DELIVER_INGRESS != 0 && rw.ifindex as usize == ctx.ingress_ifindex();
     let through_bridge =
         rw.flags & DELIVER_BRIDGE != 0 && read::<[u8; 6]>(ctx, 0).is_some_and(|m| same_mac(&m, &rw.host_mac));
     if !up_here && !through_bridge {
-        return false;
+        return;
     }
     // The pod reaching its own host port (the source needs rewriting too): TC's.
     if addr_eq(&p.src, &rw.addr) {
-        return false;
+        return;
     }
-    let Some(s) = settings() else { return false };
+    let Some(s) = settings() else { return };
     let now = now(s);
     let request = Request {
         key: FlowKey::new(rw.addr, rw.port_be, p.src, p.sport, p.proto),
@@ -190,7 +165,6 @@ fn portmap(ctx: &XdpContext) -> bool {
     }
     write(ctx, 0, rw.pod_mac);
     count(&host, (ctx.data_end() - ctx.data()) as u32, Direction::In);
-    true
 }
 
 /// Compares MACs byte by byte (array equality may compile to `memcmp`, which BPF lacks).

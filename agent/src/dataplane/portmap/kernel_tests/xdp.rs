@@ -10,7 +10,6 @@ use plexus_ebpf_common::shape::{
     admit, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
     MAP_STATS as MAP_SHAPE_STATS, XDP_CHARGED,
 };
-use plexus_ebpf_common::XDP_TRANSLATED;
 
 use super::*;
 use crate::dataplane::maps::per_cpu;
@@ -21,9 +20,8 @@ const PASS: u32 = 2;
 
 impl Fixture {
     /// Runs `packet` through `pm_xdp` as received on the loopback device (where the test
-    /// mappings deliver with [`Hook::Ingress`]): the verdict, the metadata the program left in
-    /// front of the frame, and the frame.
-    fn run_xdp_meta(&self, packet: &[u8]) -> (u32, Vec<u8>, Vec<u8>) {
+    /// mappings deliver with [`Hook::Ingress`]).
+    fn run_xdp(&self, packet: &[u8]) -> (u32, Vec<u8>) {
         let prog: &Xdp = match self.loaded.ebpf().program(XDP) {
             Some(Program::Xdp(p)) => p,
             _ => panic!("no XDP program {XDP}"),
@@ -32,43 +30,22 @@ impl Fixture {
         // ingress_ifindex, rx_queue_index, egress_ifindex.
         let md: Vec<u8> =
             [0, packet.len() as u32, 0, LO, 0, 0].iter().flat_map(|w| w.to_ne_bytes()).collect();
-        let mut md_out = vec![0u8; md.len()];
         let mut out = vec![0u8; packet.len() + 256];
         let result = prog
             .test_run(TestRunOptions {
                 data_in: Some(packet),
                 data_out: Some(&mut out),
                 ctx_in: Some(&md),
-                ctx_out: Some(&mut md_out),
                 ..Default::default()
             })
             .expect("BPF_PROG_TEST_RUN of the XDP program");
-        // The output starts at the metadata; the context's `data` says how long it is.
         out.truncate(result.data_size_out as usize);
-        let meta_len = u32::from_ne_bytes(md_out[..4].try_into().expect("four bytes")) as usize;
-        let frame = out.split_off(meta_len);
-        (result.return_value, out, frame)
-    }
-
-    /// The verdict and the frame `pm_xdp` leaves, its metadata aside.
-    fn run_xdp(&self, packet: &[u8]) -> (u32, Vec<u8>) {
-        let (verdict, _, frame) = self.run_xdp_meta(packet);
-        (verdict, frame)
+        (result.return_value, out)
     }
 
     fn assert_xdp_untouched(&self, packet: &[u8], why: &str) {
-        assert_eq!(
-            self.run_xdp_meta(packet),
-            (PASS, Vec::new(), packet.to_vec()),
-            "{why}: passed to TC untouched, no mark"
-        );
+        assert_eq!(self.run_xdp(packet), (PASS, packet.to_vec()), "{why}: passed to TC untouched");
     }
-}
-
-/// The mark XDP leaves in the metadata of a packet it translated on the loopback device, as it
-/// sits right before the frame.
-fn translated_mark() -> Vec<u8> {
-    [XDP_TRANSLATED, LO].iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
 
 /// A mapping delivered up the receive path of the device the test runs on (a macvlan master).
@@ -90,9 +67,8 @@ fn mapped_requests_are_translated_in_xdp_and_answered_through_tc() {
             let e = on_master(proto, host, 8080, pod, 80);
             f.tables.install(&e).unwrap();
             let request = packet(&spec(proto, (client, 40000), (host, 8080)).flags(0x02));
-            let (verdict, meta, out) = f.run_xdp_meta(&request);
+            let (verdict, out) = f.run_xdp(&request);
             assert_eq!(verdict, PASS, "{proto:?} {host}: up to macvlan's rx_handler");
-            assert_eq!(meta, translated_mark(), "{proto:?} {host}: marked for TC to let it pass");
             assert_eq!(out.len(), request.len());
             let got = parse_and_verify(&out);
             assert_eq!(got.dst, (ip(pod), 80), "{proto:?} {host}");
@@ -344,12 +320,12 @@ fn over_limit_packets_are_dropped_in_xdp_with_the_shaping_arithmetic() {
         let mut verdicts = Vec::new();
         for _ in 0..10 {
             let expected = admit(&mut model, ip_len, T0, false);
-            let (verdict, meta, out) = f.run_xdp_meta(&request);
+            let (verdict, out) = f.run_xdp(&request);
             match expected {
                 Verdict::Pass => {
                     assert_eq!(verdict, PASS, "{host}");
-                    assert_eq!(meta, [charged_mark(), translated_mark()].concat(), "{host}: marked for TC");
-                    let got = parse_and_verify(&out);
+                    assert_eq!(out[..8], charged_mark(), "{host}: marked for TC");
+                    let got = parse_and_verify(&out[8..]);
                     assert_eq!((got.dst, got.dst_mac), ((ip(pod), 53), POD_MAC), "translated, then charged");
                 }
                 Verdict::Drop => assert_eq!(verdict, XDP_DROPPED, "{host}"),
