@@ -22,13 +22,11 @@ use std::net::SocketAddrV4;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use std::process::Stdio;
-
 use anyhow::Context;
 use plexus_testkit::Netns;
 use serde_json::{json, Value};
 
-use super::topology::helper_exe;
+use super::traffic::bench_net;
 
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
@@ -273,19 +271,10 @@ pub fn flood_from(
     payload: usize,
     secs: u32,
 ) -> anyhow::Result<Value> {
-    let exe = helper_exe()?;
-    let out = client
-        .command(exe)
-        .args(["bench-net", "xdp-flood", "--dev", dev, "--dst-mac", dst_mac])
-        .args(["--src", &src.to_string(), "--dst", &dst.to_string()])
-        .args(["--payload", &payload.to_string(), "--secs", &secs.to_string()])
-        .stdin(Stdio::null())
-        .output()
-        .context("running bench-net xdp-flood")?;
-    if !out.status.success() {
-        anyhow::bail!("bench-net xdp-flood to {dst}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    serde_json::from_slice(&out.stdout).context("bench-net xdp-flood output")
+    let (src, to) = (src.to_string(), dst.to_string());
+    let (payload, secs) = (payload.to_string(), secs.to_string());
+    let args = ["--dev", dev, "--dst-mac", dst_mac, "--src", &src, "--dst", &to, "--payload", &payload, "--secs", &secs];
+    bench_net(client, "xdp-flood", &args, &to)
 }
 
 /// UDP datagrams `ns`'s sockets were handed so far: read by their owners (`InDatagrams`) or

@@ -333,18 +333,10 @@ pub fn udp_fill_from(
     first_port: u16,
     flows: u32,
 ) -> anyhow::Result<Value> {
-    let exe = helper_exe()?;
-    let out = client
-        .command(exe)
-        .args(["bench-net", "udp-fill", "--addr", addr, "--sources", &sources.join(",")])
-        .args(["--first-port", &first_port.to_string(), "--flows", &flows.to_string()])
-        .stdin(Stdio::null())
-        .output()
-        .context("running bench-net udp-fill")?;
-    if !out.status.success() {
-        bail!("bench-net udp-fill to {addr}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    serde_json::from_slice(&out.stdout).context("bench-net udp-fill output")
+    let sources = sources.join(",");
+    let (first_port, flows) = (first_port.to_string(), flows.to_string());
+    let args = ["--addr", addr, "--sources", &sources, "--first-port", &first_port, "--flows", &flows];
+    bench_net(client, "udp-fill", &args, addr)
 }
 
 pub fn iperf_server(ns: &Netns, port: u16, cg: Option<&Cgroup>) -> anyhow::Result<Proc> {
@@ -426,15 +418,22 @@ fn cpu_usec(cg: Option<&Cgroup>) -> anyhow::Result<u64> {
 
 /// rr or crr from the client; their JSON report.
 pub fn tcp_client(client: &Netns, mode: &str, addr: &str, secs: u32) -> anyhow::Result<Value> {
+    bench_net(client, mode, &["--addr", addr, "--secs", &secs.to_string()], addr)
+}
+
+/// `bench-net <mode> <args>` run to its end in `ns`; the JSON it printed. `to` says where it
+/// sent traffic, for the error.
+pub fn bench_net(ns: &Netns, mode: &str, args: &[&str], to: &str) -> anyhow::Result<Value> {
     let exe = helper_exe()?;
-    let out = client
+    let out = ns
         .command(exe)
-        .args(["bench-net", mode, "--addr", addr, "--secs", &secs.to_string()])
+        .args(["bench-net", mode])
+        .args(args)
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("running bench-net {mode}"))?;
     if !out.status.success() {
-        bail!("bench-net {mode} to {addr}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!("bench-net {mode} to {to}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     serde_json::from_slice(&out.stdout).with_context(|| format!("bench-net {mode} output"))
 }
