@@ -16,9 +16,10 @@ use plexus_ebpf_common::flow::{
 };
 use plexus_ebpf_common::{v4_mapped, Addr, Endpoint, Rewrite};
 
+use crate::headers::IPV6_HLEN;
 use crate::maps::{count, now, settings, Direction, PM_FRAGMENTS, PM_FRAG_SCRATCH};
 use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
-use crate::tc::{deliver, set_ip_addr, tail_called_ingress, Side, IPV6_HLEN};
+use crate::tc::{deliver, set_ip_addr, tail_called_ingress, Side};
 
 /// Records the first fragment's translation (built in this CPU's scratch entry: it does not
 /// fit the calling program's stack).

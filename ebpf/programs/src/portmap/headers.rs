@@ -24,9 +24,9 @@ const L4_PARSED: usize = 16;
 /// (IPv6 with a fragment header reads less).
 const PARSED_LEN: usize = ETH_HLEN + 60 + L4_PARSED;
 /// IPv6's fixed header, and the fragment header's next-header number and length.
-const IPV6_HLEN: usize = 40;
-const IPPROTO_FRAGMENT: u8 = 44;
-const FRAG_HLEN: usize = 8;
+pub const IPV6_HLEN: usize = 40;
+pub const IPPROTO_FRAGMENT: u8 = 44;
+pub const FRAG_HLEN: usize = 8;
 
 pub struct Headers {
     start: usize,

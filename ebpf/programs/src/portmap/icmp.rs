@@ -27,9 +27,10 @@ use plexus_ebpf_common::flow::{FlowKey, FLOW_SNAT};
 use plexus_ebpf_common::{addr_eq, v4_mapped, Addr, Endpoint, PROTO_SCTP, PROTO_TCP, PROTO_UDP};
 
 use crate::flows::find;
+use crate::headers::IPV6_HLEN;
 use crate::maps::{flow_count, forward, now, settings, FlowEvent};
 use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
-use crate::tc::{deliver, pseudo_header_addr, set_ip_addr, tail_called_ingress, Side, IPV6_HLEN};
+use crate::tc::{deliver, pseudo_header_addr, set_ip_addr, tail_called_ingress, Side};
 
 const ICMP_HLEN: usize = 8;
 

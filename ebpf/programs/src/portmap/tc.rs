@@ -42,14 +42,12 @@ use plexus_ebpf_common::{
 
 use crate::flows::{track_reply, track_request, Request};
 use crate::fragments;
-use crate::headers::Headers;
+use crate::headers::{Headers, FRAG_HLEN, IPPROTO_FRAGMENT, IPV6_HLEN};
 use crate::icmp::is_error;
 use crate::maps::{
     count, flow_count, forward, ingress_limited, now, settings, Direction, FlowEvent, PM_TAILS,
 };
 use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
-
-pub const IPV6_HLEN: usize = 40;
 
 #[classifier]
 pub fn pm_tc_in(ctx: TcContext) -> i32 {
@@ -109,10 +107,6 @@ pub enum Side {
     Src,
     Dst,
 }
-
-/// The IPv6 fragment header's next-header number.
-const IPPROTO_FRAGMENT: u8 = 44;
-const FRAG_HLEN: usize = 8;
 
 #[inline(always)]
 fn parse(ctx: &TcContext) -> Option<Kind> {
