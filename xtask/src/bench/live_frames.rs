@@ -273,7 +273,20 @@ pub fn flood_from(
 ) -> anyhow::Result<Value> {
     let (src, to) = (src.to_string(), dst.to_string());
     let (payload, secs) = (payload.to_string(), secs.to_string());
-    let args = ["--dev", dev, "--dst-mac", dst_mac, "--src", &src, "--dst", &to, "--payload", &payload, "--secs", &secs];
+    let args = [
+        "--dev",
+        dev,
+        "--dst-mac",
+        dst_mac,
+        "--src",
+        &src,
+        "--dst",
+        &to,
+        "--payload",
+        &payload,
+        "--secs",
+        &secs,
+    ];
     bench_net(client, "xdp-flood", &args, &to)
 }
 
