@@ -339,6 +339,63 @@ pub fn udp_fill_from(
     bench_net(client, "udp-fill", &args, addr)
 }
 
+/// `bench-net xdp-flood` in `client`: `frame`'s addresses (its source MAC is `dev`'s) out of
+/// `dev` for `secs` seconds; its report ({"sent", "secs", "frame_bytes"}).
+pub fn flood_from(
+    client: &Netns,
+    dev: &str,
+    dst_mac: &str,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    payload: usize,
+    secs: u32,
+) -> anyhow::Result<Value> {
+    let (src, to) = (src.to_string(), dst.to_string());
+    let (payload, secs) = (payload.to_string(), secs.to_string());
+    let args = [
+        "--dev",
+        dev,
+        "--dst-mac",
+        dst_mac,
+        "--src",
+        &src,
+        "--dst",
+        &to,
+        "--payload",
+        &payload,
+        "--secs",
+        &secs,
+    ];
+    bench_net(client, "xdp-flood", &args, &to)
+}
+
+/// UDP datagrams `ns`'s sockets were handed so far: read by their owners (`InDatagrams`) or
+/// dropped for a full receive buffer (`RcvbufErrors`), from /proc/net/snmp. What the node
+/// delivered, whether or not the application kept up; a datagram with a wrong checksum or to
+/// no socket is in neither.
+pub fn udp_delivered(ns: &Netns) -> anyhow::Result<u64> {
+    let out = ns.command("cat").arg("/proc/net/snmp").output().context("reading /proc/net/snmp")?;
+    udp_counters(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// InDatagrams + RcvbufErrors of /proc/net/snmp's `Udp:` lines (a header line, then values).
+fn udp_counters(snmp: &str) -> anyhow::Result<u64> {
+    let mut lines = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (lines.next(), lines.next());
+    let (Some(names), Some(values)) = (names, values) else {
+        anyhow::bail!("no Udp lines in /proc/net/snmp");
+    };
+    let field = |name: &str| -> anyhow::Result<u64> {
+        let i = names.split_whitespace().position(|n| n == name).with_context(|| format!("no Udp {name}"))?;
+        values
+            .split_whitespace()
+            .nth(i)
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("Udp {name} value"))
+    };
+    Ok(field("InDatagrams")? + field("RcvbufErrors")?)
+}
+
 pub fn iperf_server(ns: &Netns, port: u16, cg: Option<&Cgroup>) -> anyhow::Result<Proc> {
     let child = command_in(ns, cg, "iperf3", &["-s", "-p", &port.to_string()])
         .stdout(Stdio::null())
@@ -468,6 +525,17 @@ pub fn ping(client: &Netns, host: &str, secs: u32) -> anyhow::Result<(Vec<f64>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delivered_datagrams_are_read_and_buffer_dropped_ones() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    Udp: 100 3 7 0 7 0\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    UdpLite: 5 0 0 0 9 0\n";
+        assert_eq!(udp_counters(snmp).unwrap(), 107);
+        assert!(udp_counters("Ip: Forwarding\nIp: 1\n").is_err());
+    }
 
     #[test]
     fn fill_pairs_are_distinct_blocks_of_ports_per_address() {

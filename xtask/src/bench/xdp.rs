@@ -20,12 +20,11 @@ use std::net::SocketAddrV4;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use super::live_frames::{flood_from, udp_delivered};
 use super::report::{Figure, Target};
 use super::runner::{Driver, PlexusDriver, Pod, Runtime, Selection};
 use super::stats::load;
 use super::topology::{mac, Agent, Lab, MASTER};
-use super::traffic::udp_sink;
+use super::traffic::{flood_from, udp_delivered, udp_sink};
 use super::{check_interrupt, Bench, Side};
 
 /// The master's address (the host IP of the mapping) and the client's, on their own subnet.
@@ -66,7 +65,7 @@ fn selection(side: Side) -> Selection {
 }
 
 /// Packets per second the node delivered to the pod's UDP socket while the client's live
-/// frames (see [`live_frames`]) went to `dst` through `dst_mac`, and the run's figures.
+/// frames (see [`super::live_frames`]) went to `dst` through `dst_mac`, and the run's figures.
 fn pps(lab: &Lab, pod: &Pod, dst_mac: &str, dst: SocketAddrV4, secs: u32) -> anyhow::Result<(f64, Value)> {
     let before = udp_delivered(&pod.netns)?;
     let sent = flood_from(&lab.client, "mv0", dst_mac, client_endpoint(), dst, PAYLOAD, secs)?;
@@ -86,7 +85,7 @@ fn client_endpoint() -> SocketAddrV4 {
 
 /// Turns GRO on on the master for the life of the value (and back off after, if it was): a
 /// veth takes live XDP frames only while it has NAPI, which GRO gives it when no XDP program
-/// does (see [`live_frames`]). A NIC has both.
+/// does (see [`super::live_frames`]). A NIC has both.
 pub(super) struct GroOn<'a> {
     lab: &'a Lab,
     was_on: bool,

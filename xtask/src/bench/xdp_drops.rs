@@ -22,13 +22,12 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use super::live_frames::flood_from;
 use super::report::{Figure, Target};
 use super::runner::Pod;
 use super::runner::Selection;
 use super::stats::load;
 use super::topology::{mac, Agent, Lab, MASTER};
-use super::traffic::udp_sink;
+use super::traffic::{flood_from, udp_sink};
 use super::xdp::{with_side_pod, GroOn};
 use super::{check_interrupt, Bench, Side};
 
