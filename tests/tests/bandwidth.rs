@@ -5,8 +5,10 @@
 //! `plexus-bandwidth`; a client namespace on that network runs iperf3 against the pod in both
 //! directions, 1 and 8 flows, at 10 Mbit/s, 100 Mbit/s and 1 Gbit/s. The goodput iperf3's
 //! receiver measures (after omitting the first second, TCP's slow start; from the first byte
-//! with kubelet's huge burst, to show it changes nothing) must be within 5% of the configured
-//! rate (a measurement that comes out short is repeated, up to three attempts: see `measured`).
+//! with kubelet's huge burst, to show it changes nothing) must be within 5% of what the
+//! configured rate lets through: the rate where TC enforces it, 1448/1500 of it where XDP does
+//! (see `goodput`). A measurement that comes out short is repeated, up to three attempts: see
+//! `measured`.
 //!
 //! This kernel has no fq qdisc, so every limit here is the token bucket (the EDT arithmetic is
 //! tested with BPF_PROG_TEST_RUN in the agent's unit tests).
@@ -97,8 +99,13 @@ impl BwWorld {
         (netns, addr)
     }
 
+    /// `plexus-agent bandwidth list --json`, in the node's namespace: where the masters are,
+    /// whose XDP programs it reports.
     fn list(&self) -> Vec<Value> {
-        let out = Command::new(bin("plexus-agent"))
+        let out = self
+            .w
+            .node
+            .command(bin("plexus-agent"))
             .args(["bandwidth", "list", "--json", "--bpf-pin-dir"])
             .arg(&self.pins)
             .arg("--state-dir")
@@ -187,6 +194,25 @@ fn measured(rate: u64, mut measure: impl FnMut() -> f64) -> (f64, u32) {
 /// How far a measured rate may be from the limit.
 const TOLERANCE: f64 = 0.05;
 
+/// The TCP goodput a limit of `rate` lets through in `direction`, by where `bandwidth list`
+/// (`rows`, one pod's) says it is enforced. A limit charges each packet its IP length. TC
+/// mostly sees a flow's segments coalesced (GSO on the sending side, GRO on a receiving veth)
+/// and charges their headers once: the goodput is the rate. XDP sees every segment as its own
+/// frame, so each 1448 bytes of payload (MTU 1500, timestamps on) cost 1500: the goodput is
+/// 3.5% under the rate, and taking the rate for it left a single flow 1.5% to recover its
+/// policer drops in (under CI's load, all three attempts once came out at 94.4%).
+fn goodput(rate: u64, rows: &[Value], direction: &str) -> u64 {
+    const PAYLOAD: u64 = 1448;
+    const PACKET: u64 = 1500;
+    let row = rows.iter().find(|r| r["direction"] == direction);
+    let row = row.unwrap_or_else(|| panic!("no {direction} limit in {rows:#?}"));
+    if row["xdp"].is_null() {
+        rate
+    } else {
+        rate * PAYLOAD / PACKET
+    }
+}
+
 fn assert_within(what: &str, got: f64, rate: u64, tolerance: f64) {
     let ratio = got / rate as f64;
     assert!(
@@ -266,18 +292,21 @@ fn rates_hold(nad: fn(&World, &str) -> String, network: &str, client: (&str, &st
         if network == "bwbr" && i == 0 {
             t.w.node.ip(&["link", "set", "bwcl0", "master", "bwbr0"]);
         }
+        let mine: Vec<Value> = t.list().into_iter().filter(|r| r["container_id"] == cid(&name)).collect();
         for flows in [1, 8] {
             for (direction, reverse) in [("ingress", false), ("egress", true)] {
                 let omit = if burst.is_some() { 0 } else { 1 };
+                let expected = goodput(rate, &mine, direction);
                 let (got, attempts) =
-                    measured(rate, || iperf_flows(&client, &addr, 5201, flows, reverse, omit));
+                    measured(expected, || iperf_flows(&client, &addr, 5201, flows, reverse, omit));
                 results.push((
                     format!(
-                        "{network} {direction} {} Mbit/s, {flows} flow(s), {attempts} attempt(s)",
-                        rate / MBIT
+                        "{network} {direction} {} Mbit/s, {flows} flow(s), {attempts} attempt(s), goodput the limit lets through {:.1} Mbit/s",
+                        rate / MBIT,
+                        expected as f64 / 1e6
                     ),
                     got,
-                    rate,
+                    expected,
                 ));
             }
         }
@@ -401,16 +430,18 @@ fn kernel_native_macvlan_serves_port_mappings_and_bandwidth_itself() {
     let log = t.w.agent_log();
     assert!(log.lines().any(|l| l.contains("plugin types run natively:") && l.contains("macvlan")), "{log}");
 
-    // Measured as the other rates are (see `measured`): under CI's load one run came out 94.4%.
-    let (through_mapping, attempts) = measured(20 * MBIT, || iperf_port(&client, "10.80.0.1", 15201, false));
+    let rows = t.list();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    // Measured as the other rates are (see `measured`), against what the limit lets through
+    // where it is enforced: XDP on the master (see `goodput`).
+    let expected = goodput(20 * MBIT, &rows, "ingress");
+    let (through_mapping, attempts) = measured(expected, || iperf_port(&client, "10.80.0.1", 15201, false));
     assert_within(
         &format!("native macvlan, to the pod via hostIP:hostPort (best of {attempts})"),
         through_mapping,
-        20 * MBIT,
+        expected,
         TOLERANCE,
     );
-    let rows = t.list();
-    assert_eq!(rows.len(), 2, "{rows:#?}");
     let mappings = Command::new(bin("plexus-agent"))
         .args(["portmap", "list", "--json", "--bpf-pin-dir"])
         .arg(&t.pins)
