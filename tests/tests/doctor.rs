@@ -139,6 +139,7 @@ fn mapping(host_port: u16, pod_ip: &str) -> Entry {
         deliver_ifindex: 1,
         deliver: Hook::Egress,
         via_bridge: false,
+        xdp_redirect: false,
     }
 }
 

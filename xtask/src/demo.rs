@@ -371,7 +371,7 @@ fn name_the_web_uplink(nad: &Path) -> anyhow::Result<()> {
 fn port_mapping(demo: &mut Demo, bin: &Path) -> anyhow::Result<()> {
     step(
         "port mapping",
-        "pod-a maps hostPort 8080 to its port 80 on the web network: eBPF programs on the node translate (XDP on the bridge's uplink, TC on the bridge and the veth), no iptables",
+        "pod-a maps hostPort 8080 to its port 80 on the web network: eBPF programs on the node translate (XDP on the bridge's uplink, which redirects the requests into the pod's veth; TC on the bridge and the veth), no iptables",
     );
     let mut server = Command::new("ip")
         .args(["netns", "exec", "pxdemo-pod-a", "python3", "-c", SERVER])

@@ -85,6 +85,12 @@ pub const DELIVER_INGRESS: u16 = 1;
 /// bridge's MAC ([`Rewrite::host_mac`]), reaches the pod by the bridge's own forwarding once
 /// its destination MAC is the pod's: what lets the XDP program on an uplink translate it.
 pub const DELIVER_BRIDGE: u16 = 2;
+/// [`Rewrite::flags`], with [`DELIVER_BRIDGE`]: the pod's end of its veth takes XDP frames (the
+/// agent turned GRO on there, which gives it the NAPI context a veth receives XDP frames on),
+/// so the XDP program on an uplink redirects a translated request straight into the pod's
+/// host-side veth ([`Rewrite::ifindex`]) instead of handing it to the bridge, unless the pod's
+/// ingress is limited on that veth's transmit path (which a redirect skips).
+pub const DELIVER_XDP_REDIRECT: u16 = 4;
 
 /// An IP address as four 32-bit words in network byte order, IPv4 as IPv4-mapped IPv6
 /// (`::ffff:a.b.c.d`), so one key type serves both families.
@@ -147,7 +153,7 @@ impl Endpoint {
 pub struct Rewrite {
     pub addr: Addr,
     pub port_be: u16,
-    /// [`DELIVER_INGRESS`], [`DELIVER_BRIDGE`], or 0.
+    /// [`DELIVER_INGRESS`], [`DELIVER_BRIDGE`] (with or without [`DELIVER_XDP_REDIRECT`]), or 0.
     pub flags: u16,
     /// The device that reaches the pod: the pod's host-side veth (bridge, transmit path) or the
     /// macvlan master (receive path, where macvlan's rx_handler picks the pod by MAC).

@@ -1,9 +1,9 @@
 //! The XDP program on a macvlan master and on a bridge's uplink, with real traffic: mapped TCP
 //! and UDP over both families translated in XDP (shown by detaching the TC ingress program of
 //! the master or the bridge: the requests still reach the pods, translated by XDP alone, and
-//! TC answers the flows XDP made), direct pod access untouched, an agent restart mid-stream losing nothing,
-//! `--no-xdp`, ingress limits enforced in XDP and counted once, and nothing left after the
-//! DELs.
+//! TC answers the flows XDP made; on the bridge, redirected straight into the pod's veth),
+//! direct pod access untouched, an agent restart mid-stream losing nothing, `--no-xdp`,
+//! ingress limits enforced in XDP and counted once, and nothing left after the DELs.
 
 use super::*;
 
@@ -135,6 +135,30 @@ fn bridge_nad_with_uplink(w: &World, name: &str) -> String {
     nad.to_string()
 }
 
+/// The frames XDP redirected into the pod's veth on `bridge` (the port that is not `uplink`),
+/// and those that failed: its host end's `tx_queue_0_xdp_xmit` and `_errors`.
+fn xdp_xmit(t: &PmWorld, bridge: &str, uplink: &str) -> (u64, u64) {
+    let (ok, ports) = t.w.node.exec(&["ip", "-o", "link", "show", "master", bridge]);
+    assert!(ok, "{ports}");
+    let veth: Vec<&str> = ports
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|name| name.split('@').next().unwrap_or(name))
+        .filter(|name| *name != uplink)
+        .collect();
+    assert_eq!(veth.len(), 1, "one pod's veth on {bridge}: {ports}");
+    let (ok, stats) = t.w.node.exec(&["ethtool", "-S", veth[0]]);
+    assert!(ok, "{stats}");
+    let stat = |name: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(name).and_then(|v| v.strip_prefix(':')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {stats}"))
+    };
+    (stat("tx_queue_0_xdp_xmit"), stat("tx_queue_0_xdp_xmit_errors"))
+}
+
 #[test]
 fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_bridge_uplink_both_families() {
     let mut t = PmWorld::new();
@@ -156,7 +180,7 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_bridge_uplink_both_families() {
     assert_eq!(ip_link_xdp_on(&t, "pmbr0"), "none", "the bridge itself keeps TC");
     let listed = t.list();
     assert_eq!(listed.len(), 4);
-    assert!(listed.iter().all(|r| r["path"] == "xdp native"), "{listed:#?}");
+    assert!(listed.iter().all(|r| r["path"] == "xdp native redirect"), "{listed:#?}");
 
     // Without the bridge's TC ingress program, XDP on the uplink alone translates the
     // requests, the bridge forwards them to the pod, and the pod's veth answers the flows XDP
@@ -164,6 +188,14 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_bridge_uplink_both_families() {
     let tc_in = t.pins.join("links").join(format!("tc_{bridge}_in"));
     let served = Served { hosts: ["10.77.0.1", "fd00:77::1"], tcp: 8080, udp: 5353, pod: "web", pod_tcp: 80 };
     assert_xdp_serves(&t, &c, &served, &tc_in, "[fd00:77::c8]");
+    // The requests went straight into the pod's veth, whose pod end has GRO on for it.
+    let (ok, features) = t.pods[0].exec(&["ethtool", "-k", "net1"]);
+    assert!(ok && features.contains("generic-receive-offload: on"), "{features}");
+    let (redirected, failed) = xdp_xmit(&t, "pmbr0", "pmcl0");
+    assert!(
+        redirected > 0 && failed == 0,
+        "XDP redirected {redirected} frames into the pod's veth, {failed} failed"
+    );
 
     restart_then_del_detaches_xdp(&mut t, &tc_in, "web", "pmcl0");
 

@@ -6,7 +6,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use plexus_ebpf_common::{
-    v4_mapped, Addr, Endpoint, Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS, PROTO_SCTP, PROTO_TCP, PROTO_UDP,
+    v4_mapped, Addr, Endpoint, Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS, DELIVER_XDP_REDIRECT, PROTO_SCTP,
+    PROTO_TCP, PROTO_UDP,
 };
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +79,11 @@ pub struct Entry {
     /// it existed read false: TC alone, as then.
     #[serde(default)]
     pub via_bridge: bool,
+    /// With `via_bridge`: the pod's end of its veth takes XDP frames, so the XDP program on an
+    /// uplink redirects requests straight into the veth (`DELIVER_XDP_REDIRECT`). Records
+    /// written before it existed read false: through the bridge, as then.
+    #[serde(default)]
+    pub xdp_redirect: bool,
 }
 
 impl Entry {
@@ -95,7 +101,8 @@ impl Entry {
             addr: addr_words(self.pod_ip),
             port_be: self.container_port.to_be(),
             flags: if self.deliver == Hook::Ingress { DELIVER_INGRESS } else { 0 }
-                | if self.via_bridge { DELIVER_BRIDGE } else { 0 },
+                | if self.via_bridge { DELIVER_BRIDGE } else { 0 }
+                | if self.via_bridge && self.xdp_redirect { DELIVER_XDP_REDIRECT } else { 0 },
             ifindex: self.deliver_ifindex,
             pod_mac: self.pod_mac.parse::<Mac>().map(|m| m.0).unwrap_or_default(),
             host_mac: self.host_mac.parse::<Mac>().map(|m| m.0).unwrap_or_default(),
@@ -211,6 +218,7 @@ pub fn plan(
                 deliver_ifindex: topology.deliver_ifindex,
                 deliver: topology.deliver,
                 via_bridge: topology.bridge == Some(holder.index),
+                xdp_redirect: topology.bridge == Some(holder.index) && topology.pod_takes_xdp,
             });
             made += 1;
         }
@@ -277,6 +285,7 @@ mod tests {
             deliver: Hook::Egress,
             holders,
             bridge: Some(5),
+            pod_takes_xdp: false,
         }
     }
 
@@ -317,6 +326,35 @@ mod tests {
         assert_eq!(u16::from_be(fwd.port_be), 80);
         assert_eq!(words_addr(&fwd.addr), "10.77.0.5".parse::<IpAddr>().unwrap());
         assert_eq!(words_addr(&entries[1].host_endpoint().addr), "fd00:77::1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn requests_are_redirected_in_xdp_only_through_the_bridge_to_a_pod_that_takes_xdp_frames() {
+        let bridge = iface(5, "br0", &["10.77.0.1/24"]);
+        let other = iface(6, "eth0", &["192.0.2.1/24"]);
+        let mut t = topology(vec![bridge, other]);
+        let plan_with = |t: &Topology, host_ip: &str| {
+            plan("ns/net", &[mapping(8080, 80, Protocol::Udp, Some(host_ip))], &pod(&["10.77.0.5/24"]), t)
+                .unwrap()
+                .remove(0)
+        };
+        let e = plan_with(&t, "10.77.0.1");
+        assert!(!e.xdp_redirect);
+        assert_eq!(e.forward().flags, DELIVER_BRIDGE, "the pod's veth does not take XDP frames");
+
+        t.pod_takes_xdp = true;
+        let e = plan_with(&t, "10.77.0.1");
+        assert!(e.xdp_redirect);
+        assert_eq!(e.forward().flags, DELIVER_BRIDGE | DELIVER_XDP_REDIRECT);
+        let e = plan_with(&t, "192.0.2.1");
+        assert!(!e.via_bridge && !e.xdp_redirect, "a host IP not the bridge's: no XDP at all");
+        assert_eq!(e.forward().flags, 0);
+
+        // A record written before the field existed: through the bridge.
+        let mut old = serde_json::to_value(plan_with(&t, "10.77.0.1")).unwrap();
+        old.as_object_mut().unwrap().remove("xdp_redirect");
+        let old: Entry = serde_json::from_value(old).unwrap();
+        assert_eq!(old.forward().flags, DELIVER_BRIDGE);
     }
 
     #[test]

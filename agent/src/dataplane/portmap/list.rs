@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use plexus_ebpf_common::{Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS};
+use plexus_ebpf_common::{Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS, DELIVER_XDP_REDIRECT};
 
 use serde::Serialize;
 
@@ -37,7 +37,8 @@ pub struct Listed {
     /// Flows tracked for the mapping.
     pub flows: usize,
     /// Where its requests are translated: `xdp native`, `xdp generic` (on the interface they
-    /// enter, then TC for what XDP leaves), or `tc`.
+    /// enter, then TC for what XDP leaves; with ` redirect` where XDP redirects them into the
+    /// pod's veth), or `tc`.
     pub path: String,
 }
 
@@ -45,11 +46,17 @@ pub struct Listed {
 /// node and it can deliver them from there (`xdp`: pinned XDP links' interfaces with the
 /// kernel's mode): on the interface that delivers them up its receive path (a macvlan master),
 /// or on an uplink of the bridge that holds the host IP (`uplinks`: the XDP points of the
-/// mapping's record); else TC.
+/// mapping's record); else TC. On an uplink, ` redirect` says XDP redirects the requests into
+/// the pod's veth (`DELIVER_XDP_REDIRECT`, while the pod's ingress is not limited).
 pub fn request_path(fwd: &Rewrite, uplinks: &[u32], xdp: &BTreeMap<u32, Mode>) -> String {
-    let up_here = (fwd.flags & DELIVER_INGRESS != 0).then_some(&fwd.ifindex);
+    if fwd.flags & DELIVER_INGRESS != 0 {
+        if let Some(mode) = xdp.get(&fwd.ifindex) {
+            return format!("xdp {}", mode.as_str());
+        }
+    }
     let bridged: &[u32] = if fwd.flags & DELIVER_BRIDGE != 0 { uplinks } else { &[] };
-    match up_here.into_iter().chain(bridged).find_map(|i| xdp.get(i)) {
+    match bridged.iter().find_map(|i| xdp.get(i)) {
+        Some(mode) if fwd.flags & DELIVER_XDP_REDIRECT != 0 => format!("xdp {} redirect", mode.as_str()),
         Some(mode) => format!("xdp {}", mode.as_str()),
         None => "tc".into(),
     }
@@ -166,6 +173,13 @@ mod tests {
         assert_eq!(request_path(&fwd(7, DELIVER_INGRESS), &[], &xdp), "tc");
         assert_eq!(request_path(&fwd(9, DELIVER_BRIDGE), &[8, 6], &xdp), "xdp generic");
         assert_eq!(request_path(&fwd(9, DELIVER_BRIDGE), &[8], &xdp), "tc", "no XDP on the uplink");
+        let redirect = DELIVER_BRIDGE | DELIVER_XDP_REDIRECT;
+        assert_eq!(request_path(&fwd(9, redirect), &[5], &xdp), "xdp native redirect");
+        assert_eq!(
+            request_path(&fwd(9, redirect), &[8], &xdp),
+            "tc",
+            "no XDP on the uplink, nothing to redirect"
+        );
         assert_eq!(request_path(&fwd(9, 0), &[6], &xdp), "tc", "another interface holds the host IP");
     }
 }

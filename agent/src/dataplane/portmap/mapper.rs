@@ -257,6 +257,7 @@ mod tests {
             deliver_ifindex: 7,
             deliver: Hook::Egress,
             via_bridge: false,
+            xdp_redirect: false,
         }
     }
 

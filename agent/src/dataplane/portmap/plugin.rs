@@ -11,6 +11,8 @@
 //! `runtimeConfig.portMappings`, installs the map entries and attaches the programs; the rest
 //! is every chained plugin's (see [`crate::dataplane::chained`]).
 
+use std::path::Path;
+
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -18,12 +20,14 @@ use super::config::PortmapConf;
 use super::entries::plan;
 use super::mapper::Mapper;
 use super::store::Record;
-use super::topology::{pod_side, resolve, Attachment};
+use super::topology::{pod_side, resolve, Attachment, Topology};
 use super::PortmapError;
 use crate::cni::result::CniResult;
 use crate::dataplane::chained::{pod_name, ChainArgs, Chained, ChainedPlugin};
 use crate::dataplane::netdev;
+use crate::delegate::env::InvocationEnv;
 use crate::delegate::native::NativeCall;
+use crate::netlink::{gro_on, run_in};
 
 /// The CNI `type` of the plugin.
 pub const TYPE: &str = "plexus-portmap";
@@ -65,7 +69,8 @@ impl Chained for Mapper {
                 host_interface: conf.host_interface.as_deref(),
                 uplinks: conf.uplinks.as_deref(),
             };
-            let topology = resolve(&attachment, &node, default_route)?;
+            let mut topology = resolve(&attachment, &node, default_route)?;
+            topology.pod_takes_xdp = pod_takes_xdp(&topology, env).await;
             let entries = plan(&conf.chain.network, &conf.mappings, &pod, &topology)?;
             Ok(Record {
                 container_id: env.container_id.clone(),
@@ -76,5 +81,32 @@ impl Chained for Mapper {
                 entries,
             })
         })
+    }
+}
+
+/// Whether the pod's end of its veth takes XDP frames: where the bridge has uplinks running the
+/// XDP program, GRO is turned on there (in the pod's namespace), which gives the veth the NAPI
+/// context it receives redirected XDP frames on. A failure only costs the redirect: requests
+/// reach the pod through the bridge, as without it.
+async fn pod_takes_xdp(topology: &Topology, env: &InvocationEnv) -> bool {
+    if !topology.has_xdp_uplinks() || env.netns.is_empty() {
+        return false;
+    }
+    let ifname = env.ifname.clone();
+    match run_in(Path::new(&env.netns), move || gro_on(&ifname)).await {
+        Ok(Ok(on)) => {
+            if !on {
+                tracing::debug!(ifname = %env.ifname, "GRO stays off on the pod's interface: requests go through the bridge");
+            }
+            on
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(ifname = %env.ifname, "cannot turn GRO on on the pod's interface ({e}): requests go through the bridge");
+            false
+        }
+        Err(e) => {
+            tracing::debug!("{e}: requests go through the bridge");
+            false
+        }
     }
 }

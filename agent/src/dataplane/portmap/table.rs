@@ -417,6 +417,7 @@ mod kernel_tests {
             deliver_ifindex: 7,
             deliver: Hook::Egress,
             via_bridge: false,
+            xdp_redirect: false,
         }
     }
 

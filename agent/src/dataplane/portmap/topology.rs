@@ -18,8 +18,9 @@
 //!   A bridge's uplinks (the ports where clients' traffic enters the node: `uplinks` in the
 //!   config, or by default the ports that reach the wire, none on a host-only bridge) get the
 //!   XDP program, which translates the plain requests addressed to the bridge before the bridge
-//!   sees them and hands them to the bridge's forwarding with the pod's MAC; TC on the bridge
-//!   does everything XDP leaves.
+//!   sees them and redirects them into the pod's veth (when its pod end takes XDP frames, see
+//!   `Topology::pod_takes_xdp`, and the pod's ingress is not limited) or hands them to the
+//!   bridge's forwarding with the pod's MAC; TC on the bridge does everything XDP leaves.
 //! - `hostInterface` names the interface holding the host IP explicitly.
 
 use std::net::IpAddr;
@@ -50,6 +51,17 @@ pub struct Topology {
     pub holders: Vec<NodeInterface>,
     /// The bridge the pod's veth is a port of (bridge networks).
     pub bridge: Option<u32>,
+    /// The pod's end of its veth takes XDP frames (GRO on: see `DELIVER_XDP_REDIRECT`), so the
+    /// XDP program on the bridge's uplinks may redirect requests straight into the veth. Not
+    /// resolved from the node's interfaces: the plugin finds it out in the pod's namespace.
+    pub pod_takes_xdp: bool,
+}
+
+impl Topology {
+    /// The bridge has uplinks the XDP program runs on.
+    pub fn has_xdp_uplinks(&self) -> bool {
+        self.bridge.is_some() && self.hooks.iter().any(|h| h.attach == Attach::Xdp)
+    }
 }
 
 impl Topology {
@@ -176,6 +188,7 @@ pub fn resolve(
                 deliver: Hook::Egress,
                 holders: vec![explicit.unwrap_or(bridge).clone()],
                 bridge: Some(bridge.index),
+                pod_takes_xdp: false,
             })
         }
         "macvlan" if a.uplinks.is_some() => Err(TopologyError::UplinksWithoutBridge {
@@ -211,6 +224,7 @@ pub fn resolve(
                 deliver: Hook::Ingress,
                 holders,
                 bridge: None,
+                pod_takes_xdp: false,
             })
         }
         other => Err(TopologyError::Unsupported { network: a.network.to_owned(), plugin: other.to_owned() }),

@@ -11,9 +11,11 @@
 //!   to the pod by its destination MAC;
 //! - a bridge pod: the mapping's host IP is the bridge's and the pod is behind it
 //!   (`DELIVER_BRIDGE`), and the frame is addressed to the bridge's MAC (`host_mac`), so it
-//!   arrived on one of the bridge's ports (an uplink): the bridge forwards it to the pod's port
-//!   by the pod's MAC, and the veth's transmit path (where the pod's ingress limit is) still
-//!   runs.
+//!   arrived on one of the bridge's ports (an uplink). Where the pod's veth takes XDP frames
+//!   (`DELIVER_XDP_REDIRECT`) and the pod's ingress is not limited, the frame is redirected
+//!   straight into the pod's host-side veth, whose peer receives it on its NAPI context: no
+//!   socket buffer on the node, no bridge. Otherwise the bridge forwards it to the pod's port
+//!   by the pod's MAC, and the veth's transmit path (where the pod's ingress limit is) runs.
 //! It is translated exactly as `pm_tc_in` would translate it (destination address, port and
 //! MAC, the IPv4 header checksum and the TCP/UDP checksum), with the same flow made or
 //! refreshed in the same flow table ([`crate::flows`]), so the pod's replies are translated back
@@ -28,18 +30,21 @@
 //! Then the ingress limit of the pod the frame is for ([`crate::police`], the shaping object's
 //! `bw_xdp` runs the same on masters without port mappings).
 
+use aya_ebpf::helpers::bpf_redirect;
 use aya_ebpf::macros::xdp;
 use aya_ebpf::programs::XdpContext;
 use plexus_ebpf_common::csum::Delta;
 use plexus_ebpf_common::flow::FlowKey;
 use plexus_ebpf_common::{
-    addr_eq, v4_mapped, Addr, Endpoint, DELIVER_BRIDGE, DELIVER_INGRESS, PROTO_TCP, PROTO_UDP,
+    addr_eq, v4_mapped, Addr, Endpoint, DELIVER_BRIDGE, DELIVER_INGRESS, DELIVER_XDP_REDIRECT, PROTO_TCP,
+    PROTO_UDP,
 };
 
 use crate::flows::{track_request, Request};
 use crate::frame::{at, read, write};
 use crate::maps::{
-    count, flow_count, forward, now, settings, Direction, FlowEvent, BW_CLOCK, BW_LIMITS, BW_STATS,
+    count, flow_count, forward, ingress_limited, now, settings, Direction, FlowEvent, BW_CLOCK, BW_LIMITS,
+    BW_STATS,
 };
 use crate::police::police;
 use crate::shared::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6};
@@ -53,7 +58,9 @@ const UDP_LEN: usize = 8;
 
 #[xdp]
 pub fn pm_xdp(ctx: XdpContext) -> u32 {
-    portmap(&ctx);
+    if let Some(redirected) = portmap(&ctx) {
+        return redirected;
+    }
     police(&ctx, &BW_LIMITS, &BW_STATS, &BW_CLOCK)
 }
 
@@ -110,25 +117,26 @@ fn parse(ctx: &XdpContext) -> Option<Packet> {
 }
 
 /// Translates the packet when it is a mapped one XDP can deliver; leaves it untouched
-/// otherwise.
+/// otherwise. The verdict when it redirected the packet into a pod's veth (the pod's own
+/// ingress limit is on that veth, not here).
 #[inline(always)]
-fn portmap(ctx: &XdpContext) {
-    let Some(p) = parse(ctx) else { return };
+fn portmap(ctx: &XdpContext) -> Option<u32> {
+    let p = parse(ctx)?;
     let host = Endpoint::new(p.dst, p.dport, p.proto);
-    let Some(rw) = forward(&host) else { return };
+    let rw = forward(&host)?;
     // Up this interface to a macvlan pod, or through the bridge the frame is addressed to; any
     // other delivery (up another interface, a pod's veth from elsewhere) is TC's.
     let up_here = rw.flags & DELIVER_INGRESS != 0 && rw.ifindex as usize == ctx.ingress_ifindex();
     let through_bridge =
         rw.flags & DELIVER_BRIDGE != 0 && read::<[u8; 6]>(ctx, 0).is_some_and(|m| same_mac(&m, &rw.host_mac));
     if !up_here && !through_bridge {
-        return;
+        return None;
     }
     // The pod reaching its own host port (the source needs rewriting too): TC's.
     if addr_eq(&p.src, &rw.addr) {
-        return;
+        return None;
     }
-    let Some(s) = settings() else { return };
+    let s = settings()?;
     let now = now(s);
     let request = Request {
         key: FlowKey::new(rw.addr, rw.port_be, p.src, p.sport, p.proto),
@@ -165,6 +173,11 @@ fn portmap(ctx: &XdpContext) {
     }
     write(ctx, 0, rw.pod_mac);
     count(&host, (ctx.data_end() - ctx.data()) as u32, Direction::In);
+    if through_bridge && rw.flags & DELIVER_XDP_REDIRECT != 0 && !ingress_limited(rw.ifindex) {
+        // SAFETY: a helper call with plain values.
+        return Some(unsafe { bpf_redirect(rw.ifindex, 0) } as u32);
+    }
+    None
 }
 
 /// Compares MACs byte by byte (array equality may compile to `memcmp`, which BPF lacks).

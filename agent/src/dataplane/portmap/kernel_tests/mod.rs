@@ -139,6 +139,7 @@ fn entry(
         deliver_ifindex: deliver.0,
         deliver: deliver.1,
         via_bridge: false,
+        xdp_redirect: false,
     }
 }
 

@@ -7,7 +7,7 @@ use aya::maps::{Array, HashMap, PerCpuHashMap};
 use aya::programs::{Program, TestRun, TestRunOptions, Xdp};
 use plexus_ebpf_common::flow::FLOW_REPLIED;
 use plexus_ebpf_common::shape::{
-    admit, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
+    admit, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_EGRESS, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
     MAP_STATS as MAP_SHAPE_STATS, XDP_CHARGED,
 };
 
@@ -164,6 +164,44 @@ fn bridge_requests_on_an_uplink_are_translated_for_the_bridge_to_forward() {
                 "not the bridge's IP",
             );
             assert_eq!(f.flows().len(), 1, "{proto:?} {host}: no other flow");
+        }
+    }
+}
+
+/// XDP_REDIRECT.
+const XDP_REDIRECTED: u32 = 4;
+
+/// A bridge pod whose veth takes XDP frames: the request on an uplink is translated as for the
+/// bridge and redirected straight into the pod's veth; while the pod's ingress is limited on
+/// that veth's transmit path (which a redirect would skip), it goes through the bridge instead.
+#[test]
+fn bridge_requests_are_redirected_into_a_veth_that_takes_xdp_frames_unless_its_ingress_is_limited() {
+    for (host, pod, client) in FAMILIES {
+        for proto in [Protocol::Tcp, Protocol::Udp] {
+            let mut f = Fixture::new();
+            f.at(T0);
+            let through_bridge =
+                Entry { via_bridge: true, ..entry(proto, host, 8080, pod, 80, (7, Hook::Egress)) };
+            f.tables.install(&through_bridge).unwrap();
+            let request = packet(&spec(proto, (client, 40000), (host, 8080)).flags(0x02));
+            let (verdict, for_bridge) = f.run_xdp(&request);
+            assert_eq!(verdict, PASS);
+
+            let mut f = Fixture::new();
+            f.at(T0);
+            let e = Entry { xdp_redirect: true, ..through_bridge.clone() };
+            f.tables.install(&e).unwrap();
+            let (verdict, out) = f.run_xdp(&request);
+            assert_eq!(verdict, XDP_REDIRECTED, "{proto:?} {host}: into the pod's veth");
+            assert_eq!(out, for_bridge, "{proto:?} {host}: the same translation");
+            assert!(f.flow(&flow_key(proto, (pod, 80), (client, 40000))).is_some(), "the same flow");
+            assert_eq!(f.counters(&e).packets_in, 1);
+
+            let veth_limit = ShapeKey { ifindex: 7, hook: HOOK_EGRESS, pad: 0, mac: [0; 6] };
+            f.limit(veth_limit, Shape { rate_bps: 8_000_000, burst_ns: 1_000_000, flags: 0, pad: 0, tat: 0 });
+            let (verdict, out) = f.run_xdp(&request);
+            assert_eq!((verdict, out), (PASS, for_bridge), "{proto:?} {host}: limited, through the bridge");
+            assert_eq!(f.limit_counters(&veth_limit).passed_packets, 0, "the veth's limit is TC's to charge");
         }
     }
 }
