@@ -1,16 +1,22 @@
 //! Frames as a NIC's driver hands them to XDP, for the XDP figures (issue #18): the hidden
 //! `bench-net xdp-flood` sends one crafted UDP frame over and over out of a veth with the
 //! kernel's own packet generator, `BPF_PROG_TEST_RUN` in live-frame mode
-//! (`BPF_F_TEST_XDP_LIVE_FRAMES`, Linux 5.18+). A two-instruction XDP program returns
-//! `XDP_TX`, which the kernel turns into a redirect out of the context's ingress device: the
-//! frames leave through `veth_ndo_xdp_xmit` and reach the peer (the macvlan master) as XDP
-//! frames on its NAPI ring, with no socket buffer built, exactly as a NIC's receive ring
-//! delivers them. The master's native XDP program runs on them before any skb exists; without
-//! one, veth builds the skb and the packet takes the TC path, as on a NIC. (A veth receives
-//! such frames only while it has NAPI: an XDP program attached, or GRO on; the bench turns GRO
-//! on on the master.)
+//! (`BPF_F_TEST_XDP_LIVE_FRAMES`, Linux 5.18+). A small XDP program (see [`program`]) writes
+//! the frame's headers and returns `XDP_TX`, which the kernel turns into a redirect out of the
+//! context's ingress device: the frames leave through `veth_ndo_xdp_xmit` and reach the peer
+//! (the macvlan master, the bridge's uplink) as XDP frames on its NAPI ring, with no socket
+//! buffer built, exactly as a NIC's receive ring delivers them. The receiving side's native
+//! XDP program runs on them before any skb exists; without one, veth builds the skb and the
+//! packet takes the TC path, as on a NIC. (A veth receives such frames only while it has NAPI:
+//! an XDP program attached, or GRO on; the bench turns GRO on on the receiving veth.)
 //!
-//! Frames the master's ring has no room for are dropped by the sender's veth (counted in its
+//! Why the program writes the headers: the kernel fills a live-frame page with the frame once
+//! and then recycles it as it comes back, and the receiving side translates frames in place
+//! (XDP, or TC on the skb built around the same page). Left alone, a page would come back
+//! already addressed to the pod and be sent again as such: the port mapping's figure would
+//! measure mostly unmapped frames.
+//!
+//! Frames the receiving ring has no room for are dropped by the sender's veth (counted in its
 //! `xdp_xmit_err` statistics); the figures count what arrived, not what was sent.
 //!
 //! The program is loaded and run with the `bpf(2)` system call directly, not through libbpf
@@ -44,13 +50,62 @@ struct Insn {
     imm: i32,
 }
 
-/// `r0 = XDP_TX; exit`.
-const PROGRAM: [Insn; 2] = [
-    // BPF_ALU64 | BPF_MOV | BPF_K
-    Insn { code: 0xb7, regs: 0, off: 0, imm: XDP_TX },
-    // BPF_JMP | BPF_EXIT
-    Insn { code: 0x95, regs: 0, off: 0, imm: 0 },
-];
+/// The headers of a frame: Ethernet, IPv4 without options, UDP.
+const HEADERS: usize = 14 + 20 + 8;
+
+/// The generator's program for `frame`: writes its headers at the start of the packet (when
+/// the packet is that long), then `XDP_TX`.
+///
+/// ```text
+/// r2 = ctx->data; r3 = ctx->data_end; r4 = r2 + HEADERS
+/// if r4 > r3 goto tx
+/// *(r2 + off) = the headers' bytes, 8 (then 4, 2, 1) at a time
+/// tx: r0 = XDP_TX; exit
+/// ```
+fn program(frame: &[u8]) -> Vec<Insn> {
+    let headers = &frame[..HEADERS.min(frame.len())];
+    let mut stores = Vec::new();
+    let mut off = 0;
+    while off < headers.len() {
+        let left = headers.len() - off;
+        let (size, code) = match left {
+            8.. => (8, 0),
+            4..=7 => (4, 0x62),
+            2 | 3 => (2, 0x6a),
+            _ => (1, 0x72),
+        };
+        let chunk = &headers[off..off + size];
+        if size == 8 {
+            let v = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            // BPF_LD | BPF_IMM | BPF_DW: r5 = v (two instructions), then
+            // BPF_STX | BPF_MEM | BPF_DW: *(u64 *)(r2 + off) = r5.
+            stores.push(Insn { code: 0x18, regs: 5, off: 0, imm: v as u32 as i32 });
+            stores.push(Insn { code: 0, regs: 0, off: 0, imm: (v >> 32) as u32 as i32 });
+            stores.push(Insn { code: 0x7b, regs: 5 << 4 | 2, off: off as i16, imm: 0 });
+        } else {
+            // BPF_ST | BPF_MEM | size: *(r2 + off) = imm.
+            let mut word = [0u8; 4];
+            word[..size].copy_from_slice(chunk);
+            stores.push(Insn { code, regs: 2, off: off as i16, imm: u32::from_le_bytes(word) as i32 });
+        }
+        off += size;
+    }
+    let mut p = vec![
+        // BPF_LDX | BPF_MEM | BPF_W: r2 = ctx->data, r3 = ctx->data_end.
+        Insn { code: 0x61, regs: 1 << 4 | 2, off: 0, imm: 0 },
+        Insn { code: 0x61, regs: 1 << 4 | 3, off: 4, imm: 0 },
+        // BPF_ALU64 | BPF_MOV | BPF_X: r4 = r2; BPF_ALU64 | BPF_ADD | BPF_K: r4 += len.
+        Insn { code: 0xbf, regs: 2 << 4 | 4, off: 0, imm: 0 },
+        Insn { code: 0x07, regs: 4, off: 0, imm: headers.len() as i32 },
+        // BPF_JMP | BPF_JGT | BPF_X: if r4 > r3 skip the stores.
+        Insn { code: 0x2d, regs: 3 << 4 | 4, off: stores.len() as i16, imm: 0 },
+    ];
+    p.extend(stores);
+    // BPF_ALU64 | BPF_MOV | BPF_K: r0 = XDP_TX; BPF_JMP | BPF_EXIT.
+    p.push(Insn { code: 0xb7, regs: 0, off: 0, imm: XDP_TX });
+    p.push(Insn { code: 0x95, regs: 0, off: 0, imm: 0 });
+    p
+}
 
 /// The leading fields of `union bpf_attr` for BPF_PROG_LOAD; the kernel zeroes the rest.
 #[repr(C, align(8))]
@@ -111,20 +166,21 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
     Ok(r)
 }
 
-/// The loaded `XDP_TX` program.
+/// The loaded [`program`] of one frame.
 pub struct Generator {
     prog: OwnedFd,
 }
 
 impl Generator {
-    pub fn load() -> anyhow::Result<Self> {
+    pub fn load(frame: &[u8]) -> anyhow::Result<Self> {
         let license = c"GPL";
         let mut name = [0u8; 16];
         name[..7].copy_from_slice(b"pxbench");
+        let program = program(frame);
         let mut attr = ProgLoadAttr {
             prog_type: BPF_PROG_TYPE_XDP,
-            insn_cnt: PROGRAM.len() as u32,
-            insns: PROGRAM.as_ptr() as u64,
+            insn_cnt: program.len() as u32,
+            insns: program.as_ptr() as u64,
             license: license.as_ptr() as u64,
             prog_name: name,
             ..Default::default()
@@ -243,7 +299,7 @@ pub fn flood(dev: &str, frame: &Udp4, secs: f64) -> anyhow::Result<Value> {
         .parse::<u32>()
         .context("ifindex")?;
     let bytes = frame.frame();
-    let generator = Generator::load()?;
+    let generator = Generator::load(&bytes)?;
     // A round of 2^16 frames takes a few tens of milliseconds: the end is overshot by at most
     // that, and `secs` reports the time actually spent.
     const ROUND: u32 = 1 << 16;
@@ -268,6 +324,52 @@ mod tests {
             src: "10.69.0.200:40000".parse().unwrap(),
             dst: "10.69.0.1:7201".parse().unwrap(),
             payload,
+        }
+    }
+
+    /// One plain (not live) test run of the generator's program on `packet`: its verdict and
+    /// the packet it left.
+    fn run_once(generator: &Generator, packet: &[u8]) -> (u32, Vec<u8>) {
+        let mut out = vec![0u8; packet.len() + 64];
+        let ctx = XdpMd {
+            data: 0,
+            data_end: packet.len() as u32,
+            data_meta: 0,
+            ingress_ifindex: 1,
+            rx_queue_index: 0,
+            egress_ifindex: 0,
+        };
+        let mut attr = TestRunAttr {
+            ctx_size_in: std::mem::size_of::<XdpMd>() as u32,
+            ctx_in: &ctx as *const XdpMd as u64,
+            prog_fd: generator.prog.as_raw_fd() as u32,
+            data_size_in: packet.len() as u32,
+            data_in: packet.as_ptr() as u64,
+            data_size_out: out.len() as u32,
+            data_out: out.as_mut_ptr() as u64,
+            repeat: 1,
+            ..Default::default()
+        };
+        bpf(BPF_PROG_TEST_RUN, &mut attr)
+            .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN (as root) of {} bytes: {e}", packet.len()));
+        out.truncate(attr.data_size_out as usize);
+        (attr.retval, out)
+    }
+
+    /// What the receiving side translated in place is written back before each send; the
+    /// payload is left alone (nobody changes it).
+    #[test]
+    fn the_program_writes_the_headers_back_and_transmits() {
+        for payload in [22, 23, 100] {
+            let frame = sample(payload).frame();
+            let generator = Generator::load(&frame).expect("loading the generator's program (as root)");
+            let mut translated = frame.clone();
+            translated[..HEADERS].iter_mut().for_each(|b| *b ^= 0x5a);
+            assert_eq!(
+                run_once(&generator, &translated),
+                (XDP_TX as u32, frame.clone()),
+                "payload {payload}"
+            );
         }
     }
 

@@ -27,7 +27,8 @@
 //! node's `nf_conntrack_max`), so the run measures lookups in a table of 100,000 flows, not
 //! evictions.
 //!
-//! udp_pps_64b, the XDP path against the TC path on a macvlan master, is [`super::xdp`]'s.
+//! udp_pps_64b and udp_pps_64b_bridge, the XDP path against the TC path on a macvlan master
+//! and on a bridge's uplink, are [`super::xdp`]'s.
 //!
 //! The targets are issue #12's, as ratios to the baseline of the same run (and the step's to
 //! the reference's).

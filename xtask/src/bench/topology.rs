@@ -50,7 +50,8 @@ pub const CLIENT_ADDR: &str = "10.77.255.250";
 pub const FILL_SOURCES: [&str; 2] = ["10.78.255.250", "10.78.255.249"];
 /// The node's route back to [`FILL_SOURCES`], on the bridge.
 const FILL_NET: &str = "10.78.0.0/16";
-const CLIENT_PORT: &str = "pxcl0";
+/// The client's port on [`PM_BRIDGE`] (its peer is the client's `eth1`): the bridge's uplink.
+pub const CLIENT_PORT: &str = "pxcl0";
 /// Node interfaces that are the bench's, not leftovers of a pod.
 const INFRA_LINKS: &[&str] = &["lo", MASTER, CLIENT_PORT, PM_BRIDGE, DEFAULT_BRIDGE];
 

@@ -151,7 +151,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
     ])
     .with_target(Target::at_most(Side::Reference, 0.5, ISSUE));
     lab.client.try_ip(&["addr", "add", &format!("{CLIENT_IP}/{PREFIX}"), "dev", "mv0"])?;
-    let gro = GroOn::new(lab)?;
+    let gro = GroOn::new(lab, MASTER)?;
     let before = load();
     for side in [Side::Plexus, Side::Reference] {
         check_interrupt()?;
