@@ -19,6 +19,14 @@ use crate::dataplane::portmap::mapper::XDP;
 const PASS: u32 = 2;
 
 impl Fixture {
+    /// A fixture at [`T0`] with `e` installed.
+    fn at_t0_with(e: &Entry) -> Fixture {
+        let mut f = Fixture::new();
+        f.at(T0);
+        f.tables.install(e).unwrap();
+        f
+    }
+
     /// Runs `packet` through `pm_xdp` as received on the loopback device (where the test
     /// mappings deliver with [`Hook::Ingress`]).
     fn run_xdp(&self, packet: &[u8]) -> (u32, Vec<u8>) {
@@ -62,10 +70,8 @@ const FAMILIES: [(&str, &str, &str); 2] =
 fn mapped_requests_are_translated_in_xdp_and_answered_through_tc() {
     for (host, pod, client) in FAMILIES {
         for proto in [Protocol::Tcp, Protocol::Udp] {
-            let mut f = Fixture::new();
-            f.at(T0);
             let e = on_master(proto, host, 8080, pod, 80);
-            f.tables.install(&e).unwrap();
+            let f = Fixture::at_t0_with(&e);
             let request = packet(&spec(proto, (client, 40000), (host, 8080)).flags(0x02));
             let (verdict, out) = f.run_xdp(&request);
             assert_eq!(verdict, PASS, "{proto:?} {host}: up to macvlan's rx_handler");
@@ -79,9 +85,7 @@ fn mapped_requests_are_translated_in_xdp_and_answered_through_tc() {
             // The same flow TC makes for the same request.
             let key = flow_key(proto, (pod, 80), (client, 40000));
             let made = f.flow(&key).expect("XDP made the flow");
-            let mut tc = Fixture::new();
-            tc.at(T0);
-            tc.tables.install(&e).unwrap();
+            let tc = Fixture::at_t0_with(&e);
             assert_eq!(tc.run(TC_INGRESS, &request).0, NEXT);
             assert_eq!(tc.flow(&key), Some(made), "{proto:?} {host}: the flow TC makes");
             assert_eq!(tc.run(TC_INGRESS, &request).1, out, "{proto:?} {host}: TC's translation");
@@ -116,10 +120,8 @@ fn mapped_requests_are_translated_in_xdp_and_answered_through_tc() {
 fn bridge_requests_on_an_uplink_are_translated_for_the_bridge_to_forward() {
     for (host, pod, client) in FAMILIES {
         for proto in [Protocol::Tcp, Protocol::Udp] {
-            let mut f = Fixture::new();
-            f.at(T0);
             let e = Entry { via_bridge: true, ..entry(proto, host, 8080, pod, 80, (7, Hook::Egress)) };
-            f.tables.install(&e).unwrap();
+            let mut f = Fixture::at_t0_with(&e);
             let request = packet(&spec(proto, (client, 40000), (host, 8080)).flags(0x02));
             let (verdict, out) = f.run_xdp(&request);
             assert_eq!(verdict, PASS, "{proto:?} {host}: on to the bridge's forwarding");
@@ -136,9 +138,7 @@ fn bridge_requests_on_an_uplink_are_translated_for_the_bridge_to_forward() {
             // TC on the bridge makes the same flow and the same bytes (it redirects instead).
             let key = flow_key(proto, (pod, 80), (client, 40000));
             let made = f.flow(&key).expect("XDP made the flow");
-            let mut tc = Fixture::new();
-            tc.at(T0);
-            tc.tables.install(&e).unwrap();
+            let tc = Fixture::at_t0_with(&e);
             let (verdict, by_tc) = tc.run(TC_INGRESS, &request);
             assert_eq!((verdict, &by_tc), (REDIRECT, &out), "{proto:?} {host}: TC's translation");
             assert_eq!(tc.flow(&key), Some(made), "{proto:?} {host}: the flow TC makes");
@@ -178,19 +178,15 @@ const XDP_REDIRECTED: u32 = 4;
 fn bridge_requests_are_redirected_into_a_veth_that_takes_xdp_frames_unless_its_ingress_is_limited() {
     for (host, pod, client) in FAMILIES {
         for proto in [Protocol::Tcp, Protocol::Udp] {
-            let mut f = Fixture::new();
-            f.at(T0);
             let through_bridge =
                 Entry { via_bridge: true, ..entry(proto, host, 8080, pod, 80, (7, Hook::Egress)) };
-            f.tables.install(&through_bridge).unwrap();
+            let f = Fixture::at_t0_with(&through_bridge);
             let request = packet(&spec(proto, (client, 40000), (host, 8080)).flags(0x02));
             let (verdict, for_bridge) = f.run_xdp(&request);
             assert_eq!(verdict, PASS);
 
-            let mut f = Fixture::new();
-            f.at(T0);
             let e = Entry { xdp_redirect: true, ..through_bridge.clone() };
-            f.tables.install(&e).unwrap();
+            let mut f = Fixture::at_t0_with(&e);
             let (verdict, out) = f.run_xdp(&request);
             assert_eq!(verdict, XDP_REDIRECTED, "{proto:?} {host}: into the pod's veth");
             assert_eq!(out, for_bridge, "{proto:?} {host}: the same translation");
@@ -209,10 +205,8 @@ fn bridge_requests_are_redirected_into_a_veth_that_takes_xdp_frames_unless_its_i
 /// A flow begun by TC (a first fragment, say) goes on in XDP: the same entry, refreshed.
 #[test]
 fn xdp_continues_a_flow_tc_began() {
-    let mut f = Fixture::new();
-    f.at(T0);
     let e = on_master(Protocol::Tcp, "10.78.0.1", 8080, "10.78.0.5", 80);
-    f.tables.install(&e).unwrap();
+    let mut f = Fixture::at_t0_with(&e);
     let syn = packet(&spec(Protocol::Tcp, ("10.78.0.200", 40000), ("10.78.0.1", 8080)).flags(0x02));
     assert_eq!(f.run(TC_INGRESS, &syn).0, NEXT);
     let key = flow_key(Protocol::Tcp, ("10.78.0.5", 80), ("10.78.0.200", 40000));
