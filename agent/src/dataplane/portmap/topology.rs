@@ -62,9 +62,7 @@ impl Topology {
     pub fn has_xdp_uplinks(&self) -> bool {
         self.bridge.is_some() && self.hooks.iter().any(|h| h.attach == Attach::Xdp)
     }
-}
 
-impl Topology {
     /// The hooks for entries using `host_ips`: the fixed ones, plus the ingress of every
     /// interface holding one of them (traffic to that address enters there).
     pub fn hooks_for(&self, host_ips: impl IntoIterator<Item = IpAddr>) -> Vec<AttachPoint> {
