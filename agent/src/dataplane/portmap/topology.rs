@@ -337,7 +337,11 @@ mod tests {
                 uplinks: Some(uplinks),
             };
             resolve(&a, &node(), None).map(|t| {
-                t.hooks.iter().filter(|h| h.attach == Attach::Xdp).map(|h| h.ifindex).collect::<Vec<_>>()
+                let points = t.hooks.iter().filter(|h| h.attach == Attach::Xdp).map(|h| h.ifindex);
+                let points: Vec<u32> = points.collect();
+                assert_eq!(t.has_xdp_uplinks(), !points.is_empty(), "{uplinks:?}");
+                assert!(!t.pod_takes_xdp, "found out in the pod's namespace, not here");
+                points
             })
         };
         assert_eq!(xdp(&names(&["vethclient"])), Ok(vec![8]), "a named veth port (a test's client) counts");
@@ -367,6 +371,7 @@ mod tests {
             uplinks: None,
         };
         let t = resolve(&a, &node(), None).unwrap();
+        assert!(!t.has_xdp_uplinks(), "XDP on the master, which is no bridge's uplink");
         assert_eq!(
             t.hooks.iter().map(|h| (h.ifindex, h.hook, h.attach)).collect::<Vec<_>>(),
             [
