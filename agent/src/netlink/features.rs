@@ -25,11 +25,6 @@ pub fn gro_on(ifname: &str) -> io::Result<bool> {
     Ok(ethtool(&socket, ifname, ETHTOOL_GGRO, 0)? != 0)
 }
 
-/// Whether GRO is on on `ifname` (in the calling thread's namespace).
-pub fn gro(ifname: &str) -> io::Result<bool> {
-    Ok(ethtool(&control_socket()?, ifname, ETHTOOL_GGRO, 0)? != 0)
-}
-
 fn control_socket() -> io::Result<OwnedFd> {
     // SAFETY: a plain socket(2) call; the descriptor is owned from here on.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -79,7 +74,7 @@ mod tests {
 
     #[test]
     fn an_interface_that_does_not_exist_is_the_kernels_no_such_device() {
-        let err = gro("plexus-nope0").expect_err("no such interface");
+        let err = gro_on("plexus-nope0").expect_err("no such interface");
         assert_eq!(err.raw_os_error(), Some(libc::ENODEV), "{err}");
     }
 }

@@ -53,7 +53,7 @@ mod kernel_tests;
 pub use bridge::VethPair;
 pub use configure::configure_ip;
 pub use error::{describe, errno_of, LinkCause, LinkError, NamespaceError};
-pub use features::{gro, gro_on};
+pub use features::gro_on;
 pub use handle::Netlink;
 pub use mac::{hardware_address, Mac, MacError};
 pub use moves::{attachment_temp_name, move_into, move_out, temp_name};
