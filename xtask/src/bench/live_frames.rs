@@ -155,6 +155,20 @@ struct XdpMd {
     egress_ifindex: u32,
 }
 
+impl XdpMd {
+    /// A frame of `len` bytes received on `ifindex`, queue 0, without metadata.
+    fn frame(len: usize, ifindex: u32) -> XdpMd {
+        XdpMd {
+            data: 0,
+            data_end: len as u32,
+            data_meta: 0,
+            ingress_ifindex: ifindex,
+            rx_queue_index: 0,
+            egress_ifindex: 0,
+        }
+    }
+}
+
 fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a valid, initialised attribute struct of the size passed; the kernel
     // reads (and for a test run writes) only within it, and the pointers inside it point to
@@ -193,14 +207,7 @@ impl Generator {
     /// Sends `frame` `count` times out of `ifindex` (of the caller's network namespace), in
     /// batches of `batch`.
     pub fn send(&self, frame: &[u8], ifindex: u32, count: u32, batch: u32) -> anyhow::Result<()> {
-        let ctx = XdpMd {
-            data: 0,
-            data_end: frame.len() as u32,
-            data_meta: 0,
-            ingress_ifindex: ifindex,
-            rx_queue_index: 0,
-            egress_ifindex: 0,
-        };
+        let ctx = XdpMd::frame(frame.len(), ifindex);
         let mut attr = TestRunAttr {
             prog_fd: self.prog.as_raw_fd() as u32,
             data_size_in: frame.len() as u32,
@@ -331,14 +338,7 @@ mod tests {
     /// the packet it left.
     fn run_once(generator: &Generator, packet: &[u8]) -> (u32, Vec<u8>) {
         let mut out = vec![0u8; packet.len() + 64];
-        let ctx = XdpMd {
-            data: 0,
-            data_end: packet.len() as u32,
-            data_meta: 0,
-            ingress_ifindex: 1,
-            rx_queue_index: 0,
-            egress_ifindex: 0,
-        };
+        let ctx = XdpMd::frame(packet.len(), 1);
         let mut attr = TestRunAttr {
             ctx_size_in: std::mem::size_of::<XdpMd>() as u32,
             ctx_in: &ctx as *const XdpMd as u64,
