@@ -37,14 +37,20 @@ pub const MAP_FORWARD: &str = "PM_FWD";
 pub const MAP_STATS: &str = "PM_STATS";
 /// One [`flow::Settings`] entry at index 0.
 pub const MAP_SETTINGS: &str = "PM_SETTINGS";
+/// A bit per port number ([`UNMAPPED_WORDS`] words, see [`port_bit`]), set when no mapping
+/// has it as its host port, in any protocol or host IP: the programs then skip the forward
+/// lookup, which most packets (a pod's replies, everything unmapped) would miss. A clear bit
+/// only means "look": a new map, all clear, makes the programs look up every packet.
+pub const MAP_UNMAPPED: &str = "PM_UNMAPPED";
 /// Program array: index [`TAIL_SCTP`] holds the SCTP checksum fixup program, [`TAIL_ICMP`] the
 /// translation of ICMP errors, [`TAIL_FRAGMENT`] that of IP fragments after the first.
 pub const MAP_TAIL: &str = "PM_TAILS";
 
 /// Every map of its own the object defines, for pinning. It also reads the shaping object's
 /// [`shape::MAP_LIMITS`], pinned with that object.
-pub const MAPS: [&str; 8] = [
+pub const MAPS: [&str; 9] = [
     MAP_FORWARD,
+    MAP_UNMAPPED,
     MAP_STATS,
     MAP_SETTINGS,
     MAP_TAIL,
@@ -70,6 +76,17 @@ pub const TAILS: u32 = 3;
 
 /// How many mappings a node can hold (forward entries).
 pub const MAX_MAPPINGS: u32 = 16384;
+
+/// Words of [`MAP_UNMAPPED`]: 64 port numbers each.
+pub const UNMAPPED_WORDS: u32 = 65536 / 64;
+
+/// The word of [`MAP_UNMAPPED`] that holds the bit of port `port_be` (network byte order, as
+/// the packet and [`Endpoint::port_be`] have it), and the bit.
+#[inline(always)]
+pub const fn port_bit(port_be: u16) -> (u32, u64) {
+    let port = u16::from_be(port_be);
+    ((port >> 6) as u32, 1u64 << (port & 63))
+}
 
 pub const PROTO_TCP: u8 = 6;
 pub const PROTO_UDP: u8 = 17;
@@ -205,5 +222,19 @@ mod tests {
         assert!(!same_name("PM_FW", MAP_FORWARD));
         assert!(!same_name("PM_FWDX", MAP_FORWARD));
         assert!(same_name("", ""));
+    }
+
+    #[test]
+    fn every_port_has_one_bit_of_its_own() {
+        let mut seen = [0u64; UNMAPPED_WORDS as usize];
+        for port in 0..=u16::MAX {
+            let (word, bit) = port_bit(port.to_be());
+            assert!(word < UNMAPPED_WORDS, "port {port}");
+            assert_eq!(bit.count_ones(), 1, "port {port}");
+            assert_eq!(seen[word as usize] & bit, 0, "port {port} shares a bit");
+            seen[word as usize] |= bit;
+        }
+        assert!(seen.iter().all(|w| *w == u64::MAX), "every bit belongs to a port");
+        assert_eq!(port_bit(8080u16.to_be()), (8080 / 64, 1 << (8080 % 64)), "host order, not the wire's");
     }
 }

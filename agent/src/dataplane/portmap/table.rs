@@ -1,9 +1,12 @@
 //! The port mapping maps, as the agent writes and the `list` and `flows` subcommands read them.
 //!
 //! Write order makes every intermediate state safe for traffic: on install the counters come
-//! first and the forward entry last, so every packet translated towards the pod is counted;
-//! removal goes the other way, and a mapping's flows go once its forward entry is gone (no new
-//! flow can be made for it then), so no reply of it is translated after its DEL.
+//! first, then the port's bit in the unmapped ports (the programs look the port up), and the
+//! forward entry last, so every packet translated towards the pod is counted; removal goes the
+//! other way, and a mapping's flows go once its forward entry is gone (no new flow can be made
+//! for it then), so no reply of it is translated after its DEL. The unmapped ports are written
+//! by one writer at a time (the agent's, under its mapper; `doctor` removes entries no record
+//! describes): a bit set for a port a forward entry has would hide that mapping.
 //!
 //! Flows are made by the programs only; the agent reads them, removes those of deleted
 //! mappings, and reaps expired ones ([`Tables::reap`]). What it removes is counted in
@@ -19,7 +22,9 @@ use plexus_ebpf_common::flow::{
     Flow, FlowKey, FlowStats, Settings, SockKey, Timeouts, MAP_FLOWS, MAP_FLOW_STATS, MAP_SOCKETS,
     STATS_AGENT, STATS_PROGRAMS,
 };
-use plexus_ebpf_common::{Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS};
+use plexus_ebpf_common::{
+    port_bit, Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS, MAP_UNMAPPED, UNMAPPED_WORDS,
+};
 
 use super::entries::Entry;
 use crate::dataplane::batch;
@@ -33,6 +38,7 @@ static AGENT_STATS: Mutex<()> = Mutex::new(());
 
 pub struct Tables {
     forward: HashMap<MapData, Endpoint, Rewrite>,
+    unmapped: Array<MapData, u64>,
     stats: PerCpuHashMap<MapData, Endpoint, Counters>,
     settings: Array<MapData, Settings>,
     flows: HashMap<MapData, FlowKey, Flow>,
@@ -79,6 +85,7 @@ impl Tables {
         let capacity = flows.map().info().map_err(map_error(MAP_FLOWS, "reading its size"))?.max_entries();
         Ok(Tables {
             forward: HashMap::try_from(open(MAP_FORWARD)?).map_err(opened(MAP_FORWARD))?,
+            unmapped: Array::try_from(open(MAP_UNMAPPED)?).map_err(opened(MAP_UNMAPPED))?,
             stats: PerCpuHashMap::try_from(open(MAP_STATS)?).map_err(opened(MAP_STATS))?,
             settings: Array::try_from(open(MAP_SETTINGS)?).map_err(opened(MAP_SETTINGS))?,
             flows,
@@ -88,9 +95,12 @@ impl Tables {
         })
     }
 
-    /// Takes the maps out of a freshly loaded object.
+    /// Takes the maps out of a freshly loaded object, with the unmapped ports written from the
+    /// forward entries (a map new to the pin directory has none set).
     pub fn take(ebpf: &mut Ebpf) -> Result<Tables, TableError> {
-        Tables::from_maps(&mut |name| take_map(ebpf, name))
+        let mut tables = Tables::from_maps(&mut |name| take_map(ebpf, name))?;
+        tables.sync_unmapped()?;
+        Ok(tables)
     }
 
     /// Opens the pinned maps of a running (or stopped) dataplane: `plexus-agent portmap list`
@@ -112,7 +122,32 @@ impl Tables {
                 .insert(host, per_cpu(Counters::default())?, 0)
                 .map_err(map_error(MAP_STATS, format!("adding {e}")))?;
         }
+        self.set_port_mapped(host.port_be, true)?;
         self.forward.insert(host, e.forward(), 0).map_err(map_error(MAP_FORWARD, format!("adding {e}")))
+    }
+
+    /// Clears (`mapped`) or sets the bit of port `port_be` in the unmapped ports.
+    fn set_port_mapped(&mut self, port_be: u16, mapped: bool) -> Result<(), TableError> {
+        let (index, bit) = port_bit(port_be);
+        let what = || format!("writing the bit of port {}", u16::from_be(port_be));
+        let word = self.unmapped.get(&index, 0).map_err(map_error(MAP_UNMAPPED, what()))?;
+        let next = if mapped { word & !bit } else { word | bit };
+        if next == word {
+            return Ok(());
+        }
+        self.unmapped.set(index, next, 0).map_err(map_error(MAP_UNMAPPED, what()))
+    }
+
+    /// Writes every word of the unmapped ports that differs from what the forward entries say.
+    pub fn sync_unmapped(&mut self) -> Result<(), TableError> {
+        let ports: Vec<u16> = self.forward_keys().iter().map(|k| k.port_be).collect();
+        for (index, want) in (0..UNMAPPED_WORDS).zip(unmapped_words(&ports)) {
+            let what = || format!("writing word {index}");
+            if self.unmapped.get(&index, 0).map_err(map_error(MAP_UNMAPPED, what()))? != want {
+                self.unmapped.set(index, want, 0).map_err(map_error(MAP_UNMAPPED, what()))?;
+            }
+        }
+        Ok(())
     }
 
     /// Removes a mapping: its forward entry, then its flows and the sockets remembered for it,
@@ -127,6 +162,9 @@ impl Tables {
         let host = *host;
         ignore_missing(self.forward.remove(&host))
             .map_err(map_error(MAP_FORWARD, format!("removing {what}")))?;
+        if !self.forward_keys().iter().any(|k| k.port_be == host.port_be) {
+            self.set_port_mapped(host.port_be, false)?;
+        }
         self.remove_flows_of(&host)?;
         self.remove_sockets_where(|h| *h == host)?;
         ignore_missing(self.stats.remove(&host)).map_err(map_error(MAP_STATS, format!("removing {what}")))
@@ -145,10 +183,16 @@ impl Tables {
 
     /// Why `e` is not installed exactly, if it is not.
     pub fn verify(&self, e: &Entry) -> Option<String> {
-        match self.forward.get(&e.host_endpoint(), 0) {
-            Ok(v) if v == e.forward() => None,
-            Ok(_) => Some(format!("the forward entry of {e} differs")),
-            Err(_) => Some(format!("the forward entry of {e} is missing")),
+        let host = e.host_endpoint();
+        match self.forward.get(&host, 0) {
+            Ok(v) if v != e.forward() => return Some(format!("the forward entry of {e} differs")),
+            Err(_) => return Some(format!("the forward entry of {e} is missing")),
+            Ok(_) => {}
+        }
+        let (index, bit) = port_bit(host.port_be);
+        match self.unmapped.get(&index, 0) {
+            Ok(word) if word & bit == 0 => None,
+            _ => Some(format!("port {} of {e} is marked unmapped", e.host_port)),
         }
     }
 
@@ -181,6 +225,7 @@ impl Tables {
                 done.restored += 1;
             }
         }
+        self.sync_unmapped()?;
         Ok(done)
     }
 
@@ -371,6 +416,30 @@ impl Tables {
     pub(crate) fn socket_keys(&self) -> Vec<SockKey> {
         self.sockets.keys().filter_map(Result::ok).collect()
     }
+
+    /// Whether the unmapped ports have port `port` (host order) as mapped (tests).
+    #[cfg(test)]
+    pub(crate) fn port_looked_up(&self, port: u16) -> bool {
+        let (index, bit) = port_bit(port.to_be());
+        self.unmapped.get(&index, 0).is_ok_and(|w| w & bit == 0)
+    }
+
+    /// Marks port `port` (host order) unmapped whatever the forward entries say (tests).
+    #[cfg(test)]
+    pub(crate) fn mark_unmapped(&mut self, port: u16) {
+        self.set_port_mapped(port.to_be(), false).expect("writing the unmapped ports");
+    }
+}
+
+/// The words of the unmapped ports when the forward entries have `ports` (network byte order):
+/// every bit set but theirs.
+pub fn unmapped_words(ports: &[u16]) -> Vec<u64> {
+    let mut words = vec![u64::MAX; UNMAPPED_WORDS as usize];
+    for port in ports {
+        let (index, bit) = port_bit(*port);
+        words[index as usize] &= !bit;
+    }
+    words
 }
 
 /// Now on CLOCK_MONOTONIC_COARSE, the clock of `bpf_ktime_get_coarse_ns`, in nanoseconds: the
@@ -442,6 +511,38 @@ mod kernel_tests {
 
     fn keys(t: &Tables) -> BTreeSet<FlowKey> {
         t.flows().into_iter().map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn the_unmapped_ports_follow_the_forward_entries() {
+        let (_loaded, mut t) = tables(1024);
+        let looked_up = |t: &Tables| (0..=u16::MAX).filter(|p| t.port_looked_up(*p)).collect::<Vec<u16>>();
+        assert_eq!(looked_up(&t), Vec::<u16>::new(), "a fresh table looks up no port");
+        // The same host port in two protocols and on two host IPs, and another port.
+        let tcp = entry(Protocol::Tcp, 8080, "10.77.0.5", 80);
+        let udp = entry(Protocol::Udp, 8080, "10.77.0.5", 80);
+        let other_ip = Entry { host_ip: "10.77.0.2".parse().unwrap(), ..tcp.clone() };
+        let dns = entry(Protocol::Udp, 53, "10.77.0.6", 53);
+        for e in [&tcp, &udp, &other_ip, &dns] {
+            t.install(e).unwrap();
+            assert_eq!(t.verify(e), None);
+        }
+        assert_eq!(looked_up(&t), vec![53, 8080]);
+        t.remove(&tcp).unwrap();
+        t.remove(&udp).unwrap();
+        assert_eq!(looked_up(&t), vec![53, 8080], "another mapping still has 8080");
+        t.remove(&other_ip).unwrap();
+        assert_eq!(looked_up(&t), vec![53], "the last mapping of 8080 is gone");
+
+        // A bit wrongly set hides the mapping: verify says so, reconcile mends it.
+        t.mark_unmapped(53);
+        assert_eq!(t.verify(&dns), Some(format!("port 53 of {dns} is marked unmapped")));
+        let done = t.reconcile(std::slice::from_ref(&dns)).unwrap();
+        assert_eq!(done.restored, 1);
+        assert_eq!((t.verify(&dns), looked_up(&t)), (None, vec![53]));
+        // Reconcile sets the bits of the ports it removes.
+        t.reconcile(&[]).unwrap();
+        assert_eq!(looked_up(&t), Vec::<u16>::new());
     }
 
     #[test]
@@ -565,6 +666,28 @@ mod kernel_tests {
         assert_eq!(done, Reconciled { removed: 1, restored: 0, flows_removed: 2 });
         assert_eq!(keys(&t), [k1].into_iter().collect());
         assert_eq!(t.flow_stats().removed, 2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unmapped_words_have_every_bit_but_the_ports_given() {
+        let all = unmapped_words(&[]);
+        assert_eq!(all.len(), UNMAPPED_WORDS as usize);
+        assert!(all.iter().all(|w| *w == u64::MAX));
+        let words =
+            unmapped_words(&[0u16.to_be(), 63u16.to_be(), 64u16.to_be(), 65535u16.to_be(), 64u16.to_be()]);
+        assert_eq!(words[0], !(1 | 1 << 63));
+        assert_eq!(words[1], !1);
+        assert_eq!(words[1023], !(1 << 63));
+        assert_eq!(
+            words.iter().map(|w| w.count_zeros()).sum::<u32>(),
+            4,
+            "a port given twice clears one bit"
+        );
     }
 }
 

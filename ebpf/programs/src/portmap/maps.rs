@@ -13,13 +13,20 @@ use plexus_ebpf_common::shape::{
     MAX_SHAPED,
 };
 use plexus_ebpf_common::{
-    Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS, MAP_TAIL, MAX_MAPPINGS, TAILS,
+    port_bit, Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS, MAP_TAIL, MAP_UNMAPPED,
+    MAX_MAPPINGS, TAILS, UNMAPPED_WORDS,
 };
 
 use crate::shared::map;
 
 map! { "PM_FWD" == MAP_FORWARD;
     pub static PM_FWD: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
+}
+
+map! { "PM_UNMAPPED" == MAP_UNMAPPED;
+    /// The host ports no mapping has (see plexus_ebpf_common::MAP_UNMAPPED): an array lookup,
+    /// which the verifier inlines, in front of a hash lookup, which is a call.
+    pub static PM_UNMAPPED: Array<u64> = Array::with_max_entries(UNMAPPED_WORDS, 0);
 }
 
 map! { "PM_STATS" == MAP_STATS;
@@ -123,9 +130,14 @@ pub fn count(host: &Endpoint, len: u32, dir: Direction) {
 }
 
 /// The forward entry of a host endpoint, read in place: a map value stays valid while the
-/// program runs (an update by the agent replaces it atomically for later lookups).
+/// program runs (an update by the agent replaces it atomically for later lookups). Not looked
+/// up when no mapping has the port.
 #[inline(always)]
 pub fn forward(host: &Endpoint) -> Option<&'static Rewrite> {
+    let (word, bit) = port_bit(host.port_be);
+    if PM_UNMAPPED.get(word).is_some_and(|w| *w & bit != 0) {
+        return None;
+    }
     // SAFETY: see above.
     unsafe { PM_FWD.get(host) }
 }

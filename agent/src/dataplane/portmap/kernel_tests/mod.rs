@@ -418,6 +418,26 @@ fn unmatched_packets_are_untouched() {
     assert_eq!(f.flow_stats(), FlowStats::default());
 }
 
+/// The programs skip the forward lookup for a port the unmapped ports say no mapping has: a
+/// bit set wrongly hides the mapping (what `verify` reports and reconcile mends), and the
+/// replies of its flows, found in the flow table, are still translated.
+#[test]
+fn a_port_marked_unmapped_is_not_looked_up() {
+    let mut f = Fixture::new();
+    let e = entry(Protocol::Tcp, "10.77.0.1", 8080, "10.77.0.5", 80, (7, Hook::Egress));
+    f.tables.install(&e).unwrap();
+    let request = spec(Protocol::Tcp, ("10.77.0.200", 40000), ("10.77.0.1", 8080));
+    assert_eq!(f.send(&request).0, REDIRECT);
+    f.tables.mark_unmapped(8080);
+    f.assert_untouched(&request, "a request to a port marked unmapped");
+    let (verdict, out) = f.send(&spec(Protocol::Tcp, ("10.77.0.5", 80), ("10.77.0.200", 40000)));
+    assert_eq!((verdict, parse_and_verify(&out).src), (NEXT, (ip("10.77.0.1"), 8080)), "the tracked reply");
+    assert!(f.tables.verify(&e).is_some());
+    f.tables.reconcile(std::slice::from_ref(&e)).unwrap();
+    assert_eq!(f.send(&request).0, REDIRECT);
+    assert_eq!(f.counters(&e).packets_in, 2);
+}
+
 /// A fragmented datagram: the first fragment (with the ports) is translated and tracked, the
 /// later ones follow it; the receiver reassembles a datagram whose checksum is right.
 #[test]
