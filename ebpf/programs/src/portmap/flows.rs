@@ -8,8 +8,10 @@
 //! once a second (SEEN_GRANULARITY_NS) so a busy flow does not bounce its cache line.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use plexus_ebpf_common::flow::{needs_update, next_state, Flow, FlowKey, Settings, FLOW_SNAT};
-use plexus_ebpf_common::{Addr, Endpoint, Rewrite};
+use plexus_ebpf_common::flow::{
+    needs_update, next_state, Flow, FlowKey, Settings, FLOW_SNAT, TCP_ACK, TCP_SYN,
+};
+use plexus_ebpf_common::{Addr, Endpoint, Rewrite, PROTO_TCP};
 
 use crate::maps::{flow_count, now, settings, FlowEvent, PM_FLOWS, PM_SCRATCH};
 
@@ -29,9 +31,16 @@ pub struct Request<'a> {
 /// Makes or refreshes the flow of a request translated forward. A flow that expired, or that
 /// another host port made on the same tuple (the client reused its port for another mapping of
 /// the same container port), is started anew.
+///
+/// A TCP SYN is the first packet of a new connection: its flow is inserted at once, and looked
+/// up only when one is there already (a retransmitted SYN, a reused port), which saves a
+/// lookup that would miss on every new connection.
 #[inline(always)]
 pub fn track_request(r: &Request, s: &Settings, now: u64) {
     let proto = r.key.proto;
+    if proto == PROTO_TCP && r.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN && insert(r, now) {
+        return;
+    }
     if let Some(f) = PM_FLOWS.get_ptr_mut(&r.key) {
         // SAFETY: the map's value, valid while the program runs (see the module's notes).
         let f = unsafe { &mut *f };
@@ -46,14 +55,22 @@ pub fn track_request(r: &Request, s: &Settings, now: u64) {
         fill(f, r, now);
         return;
     }
+    insert(r, now);
+}
+
+/// Inserts the flow of request `r`, unless the table has one on its key; true when inserted.
+#[inline(always)]
+fn insert(r: &Request, now: u64) -> bool {
     // The new value is built in this CPU's scratch entry, then copied into the table.
-    let Some(scratch) = PM_SCRATCH.get_ptr_mut(0) else { return };
+    let Some(scratch) = PM_SCRATCH.get_ptr_mut(0) else { return false };
     // SAFETY: this CPU's scratch value; nothing else runs on this CPU meanwhile.
     let scratch = unsafe { &mut *scratch };
     fill(scratch, r, now);
-    if PM_FLOWS.insert(&r.key, &*scratch, u64::from(BPF_NOEXIST)).is_ok() {
+    let inserted = PM_FLOWS.insert(&r.key, &*scratch, u64::from(BPF_NOEXIST)).is_ok();
+    if inserted {
         flow_count(FlowEvent::Created);
     }
+    inserted
 }
 
 /// Writes a new flow of request `r` into `f`, field by field (no copy on the stack).
