@@ -82,7 +82,56 @@ impl Headers {
             return None;
         }
         // SAFETY: `at..at + size_of::<T>()` is within the packet's linear data, checked above
-        // (the verifier checks it again); packet data has no alignment, hence unaligned.
-        Some(unsafe { core::ptr::read_unaligned(at as *const T) })
+        // (the verifier checks it again), and `T` is plain data of that size.
+        Some(unsafe { load(at) })
     }
+}
+
+/// Reads the `T` at packet address `at`, with one load per 16- or 32-bit word.
+///
+/// Packet fields have no alignment (an IPv4 address sits 2 bytes past a 4-byte boundary
+/// behind Ethernet), and LLVM's BPF backend splits a load it cannot prove aligned into a load
+/// per byte, shifted and or-ed together: four loads and six operations per address, and the
+/// register pressure spills the parse to the stack. The BPF instruction itself has no
+/// alignment rule for packet data: the verifier accepts misaligned packet loads where the
+/// kernel runs on a CPU that handles them (x86-64, arm64), and refuses to load the program
+/// elsewhere. The words are loaded here by instruction, in assembly, so no Rust reference or
+/// typed load ever claims an alignment the packet lacks.
+///
+/// # Safety
+/// `at..at + size_of::<T>()` is packet data the verifier knows is in bounds.
+#[inline(always)]
+unsafe fn load<T: Copy>(at: usize) -> T {
+    let size = core::mem::size_of::<T>();
+    if size == 2 {
+        let v: u16 = load16(at);
+        return core::mem::transmute_copy(&v);
+    }
+    if size == 4 {
+        let v: u32 = load32(at);
+        return core::mem::transmute_copy(&v);
+    }
+    if size == 16 {
+        let v: [u32; 4] = [load32(at), load32(at + 4), load32(at + 8), load32(at + 12)];
+        return core::mem::transmute_copy(&v);
+    }
+    core::ptr::read_unaligned(at as *const T)
+}
+
+/// # Safety
+/// As [`load`]'s.
+#[inline(always)]
+unsafe fn load32(at: usize) -> u32 {
+    let v: u32;
+    core::arch::asm!("{0} = *(u32 *)({1} + 0)", lateout(wreg) v, in(reg) at, options(pure, readonly, nostack));
+    v
+}
+
+/// # Safety
+/// As [`load`]'s.
+#[inline(always)]
+unsafe fn load16(at: usize) -> u16 {
+    let v: u16;
+    core::arch::asm!("{0} = *(u16 *)({1} + 0)", lateout(wreg) v, in(reg) at, options(pure, readonly, nostack));
+    v
 }

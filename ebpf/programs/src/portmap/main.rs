@@ -15,6 +15,7 @@
 #![no_std]
 #![no_main]
 #![feature(core_intrinsics)]
+#![feature(asm_experimental_arch)]
 #![allow(internal_features)]
 
 #[path = "../charge.rs"]

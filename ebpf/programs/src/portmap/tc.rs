@@ -28,7 +28,7 @@
 //! at most four: two checksum updates, one store of the IP and L4 headers, one of the MACs.
 
 use aya_ebpf::bindings::{BPF_F_INGRESS, BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
-use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
+use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer, bpf_skb_store_bytes};
 use aya_ebpf::macros::classifier;
 use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::csum::Delta;
@@ -415,9 +415,12 @@ struct Macs {
 }
 
 /// IPv4 from the header checksum to the ports, when no options sit between (a store of it
-/// replaces the checksum helper and one store per field).
-#[repr(C, packed)]
+/// replaces the checksum helper and one store per field). The header checksum sits 2 bytes
+/// past a 4-byte boundary of the header: `lead` puts every field at its natural alignment
+/// (the verifier refuses a misaligned stack access), and the store starts after it.
+#[repr(C)]
 struct V4Headers {
+    lead: u16,
     csum: u16,
     src: u32,
     dst: u32,
@@ -425,21 +428,39 @@ struct V4Headers {
     dport: u16,
 }
 
-/// IPv4 from the header checksum to the destination address (options follow).
-#[repr(C, packed)]
+/// IPv4 from the header checksum to the destination address (options follow), laid out as
+/// [`V4Headers`].
+#[repr(C)]
 struct V4Addrs {
+    lead: u16,
     csum: u16,
     src: u32,
     dst: u32,
 }
 
 /// IPv6 from the source address to the ports, when no extension header sits between.
-#[repr(C, packed)]
+#[repr(C)]
 struct V6Headers {
     src: Addr,
     dst: Addr,
     sport: u16,
     dport: u16,
+}
+
+/// Stores `value` at `offset` of the packet, but for its first `skip` bytes (a `lead`).
+#[inline(always)]
+fn store_from<T>(ctx: &TcContext, offset: usize, value: &T, skip: usize) -> Result<(), i64> {
+    let len = core::mem::size_of::<T>() - skip;
+    // SAFETY: `skip..size_of::<T>()` is within `value`, which the helper only reads.
+    let rc = unsafe {
+        let from = (value as *const T as *const u8).add(skip);
+        bpf_skb_store_bytes(ctx.skb.skb, offset as u32, from as *const _, len as u32, 0)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(rc)
+    }
 }
 
 /// The ports of a TCP, UDP or SCTP header.
@@ -500,10 +521,17 @@ fn rewrite(ctx: &TcContext, p: &mut Packet, a: &Action) -> Result<(), i64> {
     }
     p.ip_csum = addrs.apply(p.ip_csum);
     if p.l4 == ETH_HLEN + 20 {
-        let h = V4Headers { csum: p.ip_csum, src: p.src[3], dst: p.dst[3], sport: p.sport, dport: p.dport };
-        return ctx.store(ETH_HLEN + 10, &h, 0);
+        let h = V4Headers {
+            lead: 0,
+            csum: p.ip_csum,
+            src: p.src[3],
+            dst: p.dst[3],
+            sport: p.sport,
+            dport: p.dport,
+        };
+        return store_from(ctx, ETH_HLEN + 10, &h, 2);
     }
-    ctx.store(ETH_HLEN + 10, &V4Addrs { csum: p.ip_csum, src: p.src[3], dst: p.dst[3] }, 0)?;
+    store_from(ctx, ETH_HLEN + 10, &V4Addrs { lead: 0, csum: p.ip_csum, src: p.src[3], dst: p.dst[3] }, 2)?;
     ctx.store(p.l4, &ports, 0)
 }
 
