@@ -8,9 +8,16 @@
 //! it, which is one of the two, so it is counted. Without cgroup v2 the whole machine's
 //! /proc/stat busy time is used instead (then background load is included; the figure says
 //! which source it used).
+//!
+//! The TCP figures' clients run on one CPU and their servers on another ([`Role`]), on every
+//! side: left to the scheduler, a client and its server shared a CPU in some runs and not in
+//! others, and a request/response then took about half the time, which made the sides' runs
+//! differ by where they were placed more than by their dataplane. With one CPU allowed,
+//! nothing is pinned.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -271,6 +278,47 @@ fn crr(addr: SocketAddr, secs: f64, size: usize) -> anyhow::Result<Value> {
     }))
 }
 
+/// Which end of a TCP figure a process is: where it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+/// The first two CPUs this process may run on (clients on the first, servers on the second),
+/// or `None` with fewer.
+fn tcp_cpus() -> Option<(usize, usize)> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, which the call fills.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return None;
+    }
+    // SAFETY: CPU_ISSET reads the set within CPU_SETSIZE.
+    let mut allowed = (0..libc::CPU_SETSIZE as usize).filter(|cpu| unsafe { libc::CPU_ISSET(*cpu, &set) });
+    Some((allowed.next()?, allowed.next()?))
+}
+
+/// Makes `c` run on `role`'s CPU (see [`tcp_cpus`]), from before it execs: its threads and
+/// children inherit it.
+fn pin(c: &mut Command, role: Role) -> &mut Command {
+    let Some((client, server)) = tcp_cpus() else { return c };
+    let cpu = if role == Role::Client { client } else { server };
+    // SAFETY: the closure runs in the child between fork and exec and only makes the
+    // async-signal-safe sched_setaffinity call, on a set built before the fork.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` < CPU_SETSIZE, as tcp_cpus found it in a set.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    unsafe {
+        c.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// `program args` inside `ns`, and inside the cgroup when there is one: a shell writes its own
 /// pid to the group and execs, so everything the program does is counted from its first
 /// instruction.
@@ -295,20 +343,23 @@ fn command_in(ns: &Netns, cg: Option<&Cgroup>, program: &str, args: &[&str]) -> 
 
 /// The echo server of rr/crr in a pod, once it listens.
 pub fn echo_server(ns: &Netns, port: u16) -> anyhow::Result<Proc> {
-    helper_server(ns, "serve", port, "the echo server")
+    helper_server(ns, "serve", port, "the echo server", Some(Role::Server))
 }
 
 /// A UDP server in a pod that discards what it gets (so datagrams to it draw no ICMP port
 /// unreachable), once it is bound.
 pub fn udp_sink(ns: &Netns, port: u16) -> anyhow::Result<Proc> {
-    helper_server(ns, "udp-sink", port, "the UDP sink")
+    helper_server(ns, "udp-sink", port, "the UDP sink", None)
 }
 
-/// A `bench-net` server in `ns`, once it printed `ready`.
-fn helper_server(ns: &Netns, mode: &str, port: u16, what: &str) -> anyhow::Result<Proc> {
+/// A `bench-net` server in `ns`, once it printed `ready`; on `role`'s CPU if any.
+fn helper_server(ns: &Netns, mode: &str, port: u16, what: &str, role: Option<Role>) -> anyhow::Result<Proc> {
     let exe = helper_exe()?;
-    let child = ns
-        .command(exe)
+    let mut c = ns.command(exe);
+    if let Some(role) = role {
+        pin(&mut c, role);
+    }
+    let child = c
         .args(["bench-net", mode, "--port", &port.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -397,7 +448,7 @@ fn udp_counters(snmp: &str) -> anyhow::Result<u64> {
 }
 
 pub fn iperf_server(ns: &Netns, port: u16, cg: Option<&Cgroup>) -> anyhow::Result<Proc> {
-    let child = command_in(ns, cg, "iperf3", &["-s", "-p", &port.to_string()])
+    let child = pin(&mut command_in(ns, cg, "iperf3", &["-s", "-p", &port.to_string()]), Role::Server)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -420,15 +471,13 @@ pub fn iperf(client: &Netns, host: &str, port: u16, secs: u32, cg: Option<&Cgrou
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let cpu_before = cpu_usec(cg)?;
-        let out = command_in(
+        let mut c = command_in(
             client,
             cg,
             "iperf3",
             &["-c", host, "-p", &port.to_string(), "-t", &secs.to_string(), "-J"],
-        )
-        .stdin(Stdio::null())
-        .output()
-        .context("running iperf3")?;
+        );
+        let out = pin(&mut c, Role::Client).stdin(Stdio::null()).output().context("running iperf3")?;
         let cpu_after = cpu_usec(cg)?;
         let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         if let Some(bps) = v["end"]["sum_received"]["bits_per_second"].as_f64() {
@@ -473,17 +522,31 @@ fn cpu_usec(cg: Option<&Cgroup>) -> anyhow::Result<u64> {
     }
 }
 
-/// rr or crr from the client; their JSON report.
+/// rr or crr from the client, on the clients' CPU; their JSON report.
 pub fn tcp_client(client: &Netns, mode: &str, addr: &str, secs: u32) -> anyhow::Result<Value> {
-    bench_net(client, mode, &["--addr", addr, "--secs", &secs.to_string()], addr)
+    bench_net_on(client, mode, &["--addr", addr, "--secs", &secs.to_string()], addr, Some(Role::Client))
 }
 
 /// `bench-net <mode> <args>` run to its end in `ns`; the JSON it printed. `to` says where it
 /// sent traffic, for the error.
 pub fn bench_net(ns: &Netns, mode: &str, args: &[&str], to: &str) -> anyhow::Result<Value> {
+    bench_net_on(ns, mode, args, to, None)
+}
+
+/// [`bench_net`], on `role`'s CPU if any.
+fn bench_net_on(
+    ns: &Netns,
+    mode: &str,
+    args: &[&str],
+    to: &str,
+    role: Option<Role>,
+) -> anyhow::Result<Value> {
     let exe = helper_exe()?;
-    let out = ns
-        .command(exe)
+    let mut c = ns.command(exe);
+    if let Some(role) = role {
+        pin(&mut c, role);
+    }
+    let out = c
         .args(["bench-net", mode])
         .args(args)
         .stdin(Stdio::null())
