@@ -139,7 +139,7 @@ impl Tables {
     }
 
     /// Writes every word of the unmapped ports that differs from what the forward entries say.
-    pub fn sync_unmapped(&mut self) -> Result<(), TableError> {
+    fn sync_unmapped(&mut self) -> Result<(), TableError> {
         let ports: Vec<u16> = self.forward_keys().iter().map(|k| k.port_be).collect();
         for (index, want) in (0..UNMAPPED_WORDS).zip(unmapped_words(&ports)) {
             let what = || format!("writing word {index}");
@@ -433,7 +433,7 @@ impl Tables {
 
 /// The words of the unmapped ports when the forward entries have `ports` (network byte order):
 /// every bit set but theirs.
-pub fn unmapped_words(ports: &[u16]) -> Vec<u64> {
+fn unmapped_words(ports: &[u16]) -> Vec<u64> {
     let mut words = vec![u64::MAX; UNMAPPED_WORDS as usize];
     for port in ports {
         let (index, bit) = port_bit(*port);
