@@ -280,7 +280,7 @@ fn crr(addr: SocketAddr, secs: f64, size: usize) -> anyhow::Result<Value> {
 
 /// Which end of a TCP figure a process is: where it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+enum Role {
     Client,
     Server,
 }
@@ -319,6 +319,15 @@ fn pin(c: &mut Command, role: Role) -> &mut Command {
     }
 }
 
+/// This binary (for its `bench-net` subcommand) inside `ns`, on `role`'s CPU if any.
+fn helper_command(ns: &Netns, role: Option<Role>) -> anyhow::Result<Command> {
+    let mut c = ns.command(helper_exe()?);
+    if let Some(role) = role {
+        pin(&mut c, role);
+    }
+    Ok(c)
+}
+
 /// `program args` inside `ns`, and inside the cgroup when there is one: a shell writes its own
 /// pid to the group and execs, so everything the program does is counted from its first
 /// instruction.
@@ -354,12 +363,7 @@ pub fn udp_sink(ns: &Netns, port: u16) -> anyhow::Result<Proc> {
 
 /// A `bench-net` server in `ns`, once it printed `ready`; on `role`'s CPU if any.
 fn helper_server(ns: &Netns, mode: &str, port: u16, what: &str, role: Option<Role>) -> anyhow::Result<Proc> {
-    let exe = helper_exe()?;
-    let mut c = ns.command(exe);
-    if let Some(role) = role {
-        pin(&mut c, role);
-    }
-    let child = c
+    let child = helper_command(ns, role)?
         .args(["bench-net", mode, "--port", &port.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -541,12 +545,7 @@ fn bench_net_on(
     to: &str,
     role: Option<Role>,
 ) -> anyhow::Result<Value> {
-    let exe = helper_exe()?;
-    let mut c = ns.command(exe);
-    if let Some(role) = role {
-        pin(&mut c, role);
-    }
-    let out = c
+    let out = helper_command(ns, role)?
         .args(["bench-net", mode])
         .args(args)
         .stdin(Stdio::null())
