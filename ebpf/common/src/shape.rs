@@ -16,8 +16,9 @@
 //!   Packets that would wait longer than the horizon are dropped.
 //!
 //! An idle clock (behind now) restarts from now: a full bucket. A clock further ahead than
-//! admission ever puts it means time went backwards (or the limit changed): it restarts from now
-//! too, rather than refusing traffic until the clock catches up.
+//! admission ever puts it, by more than a packet's `now` can lag another CPU's
+//! ([`STALE_NOW_NS`]), means time went backwards (or a hand-written state): it restarts from
+//! now too, rather than refusing traffic until the clock catches up.
 
 /// What the port mapping object's XDP program writes in a packet's metadata once it charged
 /// the packet to a limit of the receive path of interface `ifindex` and passed it: the
@@ -58,6 +59,14 @@ pub const SHAPE_EDT: u32 = 1;
 pub const EDT_HORIZON_NS: u64 = 20_000_000;
 
 pub const NSEC_PER_SEC: u64 = 1_000_000_000;
+
+/// How far a packet's `now` may lag the clock another CPU published. A program reads now, then
+/// another CPU reads a later now and advances the clock to up to its own now plus the bucket
+/// before this one's compare-and-swap (a vCPU its host stalls in between widens the gap to
+/// milliseconds). Seen from the earlier now, that clock is beyond the bucket: it is a full
+/// bucket seen a little late (the packet is over the limit), not time gone backwards, and
+/// restarting there would hand out a whole fresh bucket, 300 ms of the rate at once.
+pub const STALE_NOW_NS: u64 = NSEC_PER_SEC;
 
 /// Where a limit applies: a TC hook of a node device, for all its traffic (`mac` zero: the
 /// pod's host-side veth) or for one pod's (`mac`: the pod interface's MAC, on a macvlan master,
@@ -125,11 +134,12 @@ pub fn cost_ns(len: u64, rate_bps: u64) -> u64 {
     (bits * NSEC_PER_SEC + rate_bps / 2) / rate_bps
 }
 
-/// Where the clock continues from: itself while it is ahead of now by at most `reach`
-/// (the furthest admission moves it), otherwise now (idle, or time went backwards).
+/// Where the clock continues from: itself while it is ahead of now by at most `reach` (the
+/// furthest admission moves it) plus [`STALE_NOW_NS`], otherwise now (idle, or time went
+/// backwards).
 #[inline(always)]
 pub fn restart(tat: u64, now: u64, reach: u64) -> u64 {
-    if tat < now || tat - now > reach {
+    if tat < now || tat - now > reach.saturating_add(STALE_NOW_NS) {
         now
     } else {
         tat
@@ -305,6 +315,29 @@ mod tests {
         full.tat = now + full.burst_ns;
         assert_eq!(admit(&mut full, 1000, now, false), Verdict::Drop);
         assert_eq!(full.tat, now + full.burst_ns);
+    }
+
+    #[test]
+    fn a_now_that_lags_another_cpus_sees_the_full_bucket_not_a_fresh_one() {
+        for edt in [false, true] {
+            let mut s = shape(8 * MBIT, 10 * 1000 * 8);
+            if edt {
+                s.flags = SHAPE_EDT;
+            }
+            // Another CPU, at a later now, filled the bucket (and, with EDT, the horizon).
+            let later = 100 * NSEC_PER_SEC;
+            while admit(&mut s, 1000, later, false) != Verdict::Drop {}
+            let full = s.tat;
+            // This CPU read its now before that one, by a microsecond up to the whole margin:
+            // over the limit, the clock untouched.
+            for lag in [1_000, 1_000_000, STALE_NOW_NS] {
+                assert_eq!(admit(&mut s, 1000, later - lag, false), Verdict::Drop, "edt {edt}, lag {lag}");
+                assert_eq!(s.tat, full, "edt {edt}, lag {lag}");
+            }
+            // Past the margin it is time gone backwards: a fresh bucket.
+            assert_ne!(admit(&mut s, 1000, later - 2 * STALE_NOW_NS, false), Verdict::Drop, "edt {edt}");
+            assert_eq!(s.tat, later - 2 * STALE_NOW_NS + 1_000_000, "edt {edt}");
+        }
     }
 
     #[test]

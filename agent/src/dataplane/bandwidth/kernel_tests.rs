@@ -246,7 +246,7 @@ fn edt_stamps_departure_times_spaced_by_the_packets_cost() {
 }
 
 #[test]
-fn a_clock_going_backwards_restarts_the_bucket_instead_of_starving_it() {
+fn a_clock_gone_backwards_restarts_the_bucket_a_lagging_now_does_not() {
     let mut f = Fixture::new();
     let key = device_key(HOOK_INGRESS);
     let rate = 10 * MBIT;
@@ -258,6 +258,12 @@ fn a_clock_going_backwards_restarts_the_bucket_instead_of_starving_it() {
     assert_eq!(f.run(BW_INGRESS, &packet).0, NEXT);
     assert_eq!(f.run(BW_INGRESS, &packet).0, NEXT);
     assert_eq!(f.run(BW_INGRESS, &packet).0, SHOT);
+    // A millisecond back (this CPU read its now before another CPU filled the bucket): still
+    // over the limit, the clock untouched, not a fresh bucket.
+    let full = f.table.shape(&key).expect("shape").tat;
+    f.set_clock(now - 1_000_000);
+    assert_eq!(f.run(BW_INGRESS, &packet).0, SHOT);
+    assert_eq!(f.table.shape(&key).expect("shape").tat, full);
     // Ten seconds back: the clock in the map is far ahead of "now"; a fresh bucket.
     f.set_clock(now - 10 * NSEC_PER_SEC);
     assert_eq!(f.run(BW_INGRESS, &packet).0, NEXT);
