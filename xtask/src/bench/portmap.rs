@@ -6,14 +6,19 @@
 //!   node, which it needs to un-NAT replies bridged straight to a client on the same bridge;
 //! - baseline: no NAT at all: the client talks to the pod's own address over the bridge.
 //!
-//! Per repeat and side (each repeat starting with the next side: see [`rotated`]), one pod is
-//! attached (add_latency), then iperf3 (tcp_throughput and, from the cgroup's CPU time,
-//! cpu_per_gbit), request/response on one connection
-//! (rr_latency_p50/p99) and connect-request-response-close (crr_rate) run against it, and it
-//! is deleted. Then a second pod, mapping the echo server and a UDP port, is attached for
+//! Per repeat (each starting with the next side: see [`rotated`]), each side's pod is attached
+//! in turn (add_latency); then iperf3 (tcp_throughput and, from the cgroup's CPU time,
+//! cpu_per_gbit) runs against each side in turn, then request/response on one connection
+//! (rr_latency_p50/p99), then connect-request-response-close (crr_rate), so that the runs a
+//! ratio compares are seconds apart rather than a side's whole repeat (the machine drifts over
+//! a repeat; side by side, the drift falls on every side alike); the pods are deleted. Then,
+//! side after side, a second pod, mapping the echo server and a UDP port, is attached for
 //! crr_rate_100k_flows and deleted. (A second pod keeps the first pod's ADD what it was: with a
 //! UDP mapping, the reference `portmap` sweeps the node's whole conntrack table for stale UDP
-//! entries on ADD, a cost that would grow with what earlier runs left in the table.)
+//! entries on ADD, a cost that would grow with what earlier runs left in the table.) The pods
+//! of the three sides share the bridge, as they always did one after the other; br_netfilter,
+//! which the reference needs, is on only while the reference's pod is added or its traffic
+//! runs.
 //!
 //! crr_rate_100k_flows: the client sends one datagram to the second pod's UDP mapping
 //! (hostIP:hostPort; the baseline: the pod's own address, where no table exists) from each of
@@ -45,13 +50,14 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use plexus_testkit::Proc;
 use serde_json::{json, Value};
 
 use super::report::{Figure, Target};
 use super::runner::{probe, Driver, PlexusDriver, Pod, ReferenceDriver, Runtime, Selection};
 use super::stats::load;
 use super::topology::{bridge_network, read_sysctl, Agent, Cgroup, Lab, FILL_SOURCES, PM_GATEWAY};
-use super::traffic::{echo_server, iperf, iperf_server, tcp_client, udp_fill_from, udp_sink};
+use super::traffic::{echo_server, iperf, iperf_server, tcp_client, udp_fill_from, udp_sink, Iperf};
 use super::{check_interrupt, Bench, Side};
 use flows::{FlowTable, Occupancy};
 
@@ -213,27 +219,42 @@ struct Contender<'a> {
     table: FlowTable<'a>,
 }
 
+/// What one side's repeat measured, each figure's outcome on its own.
 struct Measured {
     add_ms: f64,
     /// The port mapping step of the ADD (None: the side has none), or why it could not be
     /// read.
     step: Result<Option<(f64, Value)>, String>,
-    gbps: f64,
-    cpu_ms_per_gbit: f64,
-    iperf: Value,
-    rr: Value,
-    crr: Value,
+    iperf: Result<Iperf, String>,
+    rr: Result<Value, String>,
+    crr: Result<Value, String>,
     /// crr_rate_100k_flows: the rate and its detail, or why the figure failed.
     crr_full: Result<(f64, Value), String>,
 }
 
 impl Measured {
+    /// A pod just attached: its ADD measured, no traffic run yet.
+    fn attached(add_ms: f64, step: Result<Option<(f64, Value)>, String>) -> Measured {
+        fn not_run<T>() -> Result<T, String> {
+            Err("not run".to_owned())
+        }
+        Measured { add_ms, step, iperf: not_run(), rr: not_run(), crr: not_run(), crr_full: not_run() }
+    }
+
     /// The progress line of one side's repeat.
     fn line(&self) -> String {
         let step = match &self.step {
             Ok(Some((ms, _))) => format!(" (portmap step {ms:.2} ms)"),
             Ok(None) => String::new(),
             Err(e) => format!(" (portmap step unknown: {e})"),
+        };
+        let iperf = match &self.iperf {
+            Ok(i) => format!("{:.2} Gbit/s, {:.1} ms CPU/Gbit", i.bits_per_sec / 1e9, cpu_ms_per_gbit(i)),
+            Err(e) => format!("iperf3 failed: {e}"),
+        };
+        let field = |r: &Result<Value, String>, k: &str, digits: usize| match r {
+            Ok(v) => v[k].as_f64().map(|v| format!("{v:.digits$}")).unwrap_or_default(),
+            Err(e) => format!("failed: {e}"),
         };
         let full = match &self.crr_full {
             Ok((rate, d)) if d["table_before_fill"].is_null() => {
@@ -254,63 +275,192 @@ impl Measured {
             Err(e) => format!("with {FILL_FLOWS} flows failed: {e}"),
         };
         format!(
-            "add {:.1} ms{step}, {:.2} Gbit/s, {:.1} ms CPU/Gbit, rr p50 {} us, crr {} conn/s, crr {full}",
+            "add {:.1} ms{step}, {iperf}, rr p50 {} us, crr {} conn/s, crr {full}",
             self.add_ms,
-            self.gbps,
-            self.cpu_ms_per_gbit,
-            self.rr["p50_us"].as_f64().map(|v| format!("{v:.1}")).unwrap_or_default(),
-            self.crr["rate"].as_f64().map(|v| format!("{v:.0}")).unwrap_or_default(),
+            field(&self.rr, "p50_us", 1),
+            field(&self.crr, "rate", 0),
         )
+    }
+
+    /// Its values, into the section's figures.
+    fn record(self, side: Side, figs: &mut [Figure]) {
+        match self.iperf {
+            Ok(i) => {
+                let detail = json!({"bits_per_second": i.bits_per_sec, "bytes": i.bytes,
+                                    "cpu_usec": i.cpu_usec, "cpu_source": i.cpu_source});
+                figs[F_TPUT].push(side, i.bits_per_sec / 1e9, detail.clone());
+                figs[F_CPU].push(side, cpu_ms_per_gbit(&i), detail);
+            }
+            Err(e) => {
+                figs[F_TPUT].fail(side, e.clone());
+                figs[F_CPU].fail(side, e);
+            }
+        }
+        let num = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+        match self.rr {
+            Ok(rr) => {
+                figs[F_P50].push(side, num(&rr, "p50_us"), rr.clone());
+                figs[F_P99].push(side, num(&rr, "p99_us"), rr);
+            }
+            Err(e) => {
+                figs[F_P50].fail(side, e.clone());
+                figs[F_P99].fail(side, e);
+            }
+        }
+        match self.crr {
+            Ok(crr) => figs[F_CRR].push(side, num(&crr, "rate"), crr),
+            Err(e) => figs[F_CRR].fail(side, e),
+        }
+        match self.crr_full {
+            Ok((rate, detail)) => figs[F_CRR_FULL].push(side, rate, detail),
+            Err(e) => figs[F_CRR_FULL].fail(side, e),
+        }
+        figs[F_ADD].push(side, self.add_ms, Value::Null);
+        match self.step {
+            Ok(Some((ms, detail))) => figs[F_STEP].push(side, ms, detail),
+            Ok(None) => {}
+            Err(e) => figs[F_STEP].fail(side, e),
+        }
     }
 }
 
-/// What [`traffic`] measured.
-struct Traffic {
-    iperf: super::traffic::Iperf,
-    rr: Value,
-    crr: Value,
+fn cpu_ms_per_gbit(i: &Iperf) -> f64 {
+    let gbits = i.bytes * 8.0 / 1e9;
+    if gbits > 0.0 {
+        i.cpu_usec / 1e3 / gbits
+    } else {
+        0.0
+    }
 }
 
-/// One side's repeat: attach, measure, delete (also when a measurement failed).
-fn measure(
-    b: &Bench,
+/// A side's measured pod of one repeat, attached, with its servers running.
+struct Attached {
+    pod: Pod,
+    /// iperf3 and the echo server; stopped before the DEL.
+    servers: Vec<Proc>,
+}
+
+/// Attaches a side's measured pod and starts its servers: the pod, and the side's outcome
+/// with add_latency and the step filled in. A pod whose servers did not start is deleted
+/// again.
+fn attach(
     lab: &Lab,
     rt: &Runtime,
     cg: Option<&Cgroup>,
     c: &Contender,
     name: &str,
-) -> anyhow::Result<Measured> {
-    let (side, driver, step) = (c.side, c.driver, c.step);
-    lab.bridge_netfilter(side == Side::Reference)?;
-    let pod = Pod::new(name, vec![selection(side)])?;
-    driver.prepare(&pod)?;
-    let step_before = step.before();
+) -> anyhow::Result<(Attached, Measured)> {
+    lab.bridge_netfilter(c.side == Side::Reference)?;
+    let pod = Pod::new(name, vec![selection(c.side)])?;
+    c.driver.prepare(&pod)?;
+    let step_before = c.step.before();
     let t = Instant::now();
-    let added = driver.add(rt, &pod);
+    let added = c.driver.add(rt, &pod);
     let add_ms = t.elapsed().as_secs_f64() * 1e3;
-    driver.finish(&pod);
-    let step = match (&added, step_before) {
-        (Err(_), _) => Err("the ADD failed".to_owned()),
-        (Ok(()), Err(e)) => Err(format!("{e:#}")),
-        (Ok(()), Ok(before)) => step.after(&pod, before).map_err(|e| format!("{e:#}")),
+    c.driver.finish(&pod);
+    added?;
+    let step = match step_before {
+        Err(e) => Err(format!("{e:#}")),
+        Ok(before) => c.step.after(&pod, before).map_err(|e| format!("{e:#}")),
     };
-    let outcome = added.and_then(|()| traffic(b, lab, cg, c, &pod));
-    let deleted = driver.del(rt, &pod);
-    let Traffic { iperf, rr, crr } = outcome?;
-    deleted?;
-    let crr_full = with_full_table(b, lab, rt, c, &format!("{name}-full")).map_err(|e| format!("{e:#}"));
-    let gbits = iperf.bytes * 8.0 / 1e9;
-    Ok(Measured {
-        add_ms,
-        step,
-        gbps: iperf.bits_per_sec / 1e9,
-        cpu_ms_per_gbit: if gbits > 0.0 { iperf.cpu_usec / 1e3 / gbits } else { 0.0 },
-        iperf: json!({"bits_per_second": iperf.bits_per_sec, "bytes": iperf.bytes, "cpu_usec": iperf.cpu_usec,
-                      "cpu_source": iperf.cpu_source}),
-        rr,
-        crr,
-        crr_full,
-    })
+    let servers = iperf_server(&pod.netns, IPERF_PORT, cg)
+        .and_then(|iperf| Ok(vec![iperf, echo_server(&pod.netns, ECHO_PORT)?]));
+    let servers = match servers {
+        Ok(servers) => servers,
+        Err(e) => {
+            let deleted = c.driver.del(rt, &pod);
+            return Err(e.context(format!("starting the pod's servers (its DEL: {deleted:?})")));
+        }
+    };
+    Ok((Attached { pod, servers }, Measured::attached(add_ms, step)))
+}
+
+/// One side in a repeat: its pod while attached, and its outcome (an error once its ADD or
+/// DEL failed).
+struct Slot<'a> {
+    c: &'a Contender<'a>,
+    pod: Option<Attached>,
+    outcome: Result<Measured, String>,
+}
+
+impl Slot<'_> {
+    /// Stops the servers and deletes the pod, if attached; a failed DEL fails the repeat.
+    fn detach(&mut self, rt: &Runtime) {
+        if let Some(mut a) = self.pod.take() {
+            a.servers.clear();
+            if let Err(e) = self.c.driver.del(rt, &a.pod) {
+                self.outcome = Err(format!("DEL: {e:#}"));
+            }
+        }
+    }
+}
+
+/// The traffic of the measured pods, in the order of the section's figures.
+#[derive(Clone, Copy)]
+enum Run {
+    Iperf,
+    Rr,
+    Crr,
+}
+
+/// One repeat: every side's pod attached, in `order`; then each kind of traffic against each
+/// side in that order, so that the runs a ratio compares are seconds apart and the machine's
+/// drift over the repeat falls on every side alike; every pod deleted; then each side's
+/// crr_rate_100k_flows, on its second pod. The sides' outcomes, in `order`.
+fn repeat<'a>(
+    b: &Bench,
+    lab: &Lab,
+    rt: &Runtime,
+    cg: Option<&Cgroup>,
+    order: Vec<&'a Contender<'a>>,
+    r: u32,
+) -> anyhow::Result<Vec<(Side, Result<Measured, String>)>> {
+    let mut slots: Vec<Slot> = Vec::new();
+    for c in order {
+        check_interrupt()?;
+        let (pod, outcome) = match attach(lab, rt, cg, c, &format!("pm{r}-{}", c.side.name())) {
+            Ok((a, m)) => (Some(a), Ok(m)),
+            Err(e) => (None, Err(format!("{e:#}"))),
+        };
+        slots.push(Slot { c, pod, outcome });
+    }
+    let ran = interleaved(b, lab, cg, &mut slots);
+    for slot in &mut slots {
+        slot.detach(rt);
+    }
+    ran?;
+    for slot in &mut slots {
+        check_interrupt()?;
+        if let Ok(m) = &mut slot.outcome {
+            lab.bridge_netfilter(slot.c.side == Side::Reference)?;
+            let name = format!("pm{r}-{}-full", slot.c.side.name());
+            m.crr_full = with_full_table(b, lab, rt, slot.c, &name).map_err(|e| format!("{e:#}"));
+        }
+    }
+    Ok(slots.into_iter().map(|s| (s.c.side, s.outcome)).collect())
+}
+
+/// Each kind of traffic against every attached pod in turn.
+fn interleaved(b: &Bench, lab: &Lab, cg: Option<&Cgroup>, slots: &mut [Slot]) -> anyhow::Result<()> {
+    let secs = b.set.traffic_secs;
+    let text = |e: anyhow::Error| format!("{e:#}");
+    for run in [Run::Iperf, Run::Rr, Run::Crr] {
+        for slot in slots.iter_mut() {
+            let (Some(a), Ok(m)) = (&slot.pod, &mut slot.outcome) else { continue };
+            check_interrupt()?;
+            let side = slot.c.side;
+            lab.bridge_netfilter(side == Side::Reference)?;
+            let host = destination(side, &a.pod)?;
+            let ports = target_ports(side);
+            let echo = format!("{host}:{}", ports.echo);
+            match run {
+                Run::Iperf => m.iperf = iperf(&lab.client, &host, ports.iperf, secs, cg).map_err(text),
+                Run::Rr => m.rr = tcp_client(&lab.client, "rr", &echo, secs).map_err(text),
+                Run::Crr => m.crr = tcp_client(&lab.client, "crr", &echo, secs).map_err(text),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where the client reaches a pod: the host IP, or the pod's own address on the baseline.
@@ -319,19 +469,6 @@ fn destination(side: Side, pod: &Pod) -> anyhow::Result<String> {
         Side::Baseline => pod.secondary_ip(1),
         _ => Ok(PM_GATEWAY.to_owned()),
     }
-}
-
-fn traffic(b: &Bench, lab: &Lab, cg: Option<&Cgroup>, c: &Contender, pod: &Pod) -> anyhow::Result<Traffic> {
-    let host = destination(c.side, pod)?;
-    let ports = target_ports(c.side);
-    let _iperf_server = iperf_server(&pod.netns, IPERF_PORT, cg)?;
-    let _echo_server = echo_server(&pod.netns, ECHO_PORT)?;
-    let secs = b.set.traffic_secs;
-    let echo = format!("{host}:{}", ports.echo);
-    let run = iperf(&lab.client, &host, ports.iperf, secs, cg)?;
-    let rr = tcp_client(&lab.client, "rr", &echo, secs)?;
-    let crr = tcp_client(&lab.client, "crr", &echo, secs)?;
-    Ok(Traffic { iperf: run, rr, crr })
 }
 
 /// crr_rate_100k_flows on a second pod, attached after the measured one is deleted, so the
@@ -552,37 +689,20 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
         // Each repeat starts with the next side, so that no side always runs first, or always
         // right after the same other side (what a side leaves behind, and the machine's drift
         // over a run, fall on every side alike).
-        for c in rotated(&contenders, r as usize - 1) {
-            let side = &c.side;
-            check_interrupt()?;
-            let name = format!("pm{r}-{}", side.name());
-            match measure(b, lab, &rt, cg.as_ref(), c, &name) {
+        let order: Vec<&Contender> = rotated(&contenders, r as usize - 1).collect();
+        for (side, outcome) in repeat(b, lab, &rt, cg.as_ref(), order, r)? {
+            match outcome {
                 Ok(m) => {
                     b.progress(
                         "portmap",
                         &format!("repeat {r}/{}: {}: {}", b.set.repeat, side.name(), m.line()),
                     );
-                    let num = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-                    figs[F_TPUT].push(*side, m.gbps, m.iperf.clone());
-                    figs[F_CPU].push(*side, m.cpu_ms_per_gbit, m.iperf);
-                    figs[F_P50].push(*side, num(&m.rr, "p50_us"), m.rr.clone());
-                    figs[F_P99].push(*side, num(&m.rr, "p99_us"), m.rr);
-                    figs[F_CRR].push(*side, num(&m.crr, "rate"), m.crr);
-                    match m.crr_full {
-                        Ok((rate, detail)) => figs[F_CRR_FULL].push(*side, rate, detail),
-                        Err(e) => figs[F_CRR_FULL].fail(*side, e),
-                    }
-                    figs[F_ADD].push(*side, m.add_ms, Value::Null);
-                    match m.step {
-                        Ok(Some((ms, detail))) => figs[F_STEP].push(*side, ms, detail),
-                        Ok(None) => {}
-                        Err(e) => figs[F_STEP].fail(*side, e),
-                    }
+                    m.record(side, &mut figs);
                 }
                 Err(e) => {
-                    b.progress("portmap", &format!("repeat {r}: {} failed: {e:#}", side.name()));
+                    b.progress("portmap", &format!("repeat {r}: {} failed: {e}", side.name()));
                     for f in &mut figs {
-                        f.fail(*side, format!("{e:#}"));
+                        f.fail(side, e.clone());
                     }
                 }
             }
