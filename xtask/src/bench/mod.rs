@@ -29,6 +29,7 @@ mod scale;
 mod stats;
 pub mod topology;
 pub mod traffic;
+mod wakeup;
 mod xdp;
 mod xdp_drops;
 
