@@ -204,9 +204,7 @@ const TOLERANCE: f64 = 0.05;
 fn goodput(rate: u64, rows: &[Value], direction: &str) -> u64 {
     const PAYLOAD: u64 = 1448;
     const PACKET: u64 = 1500;
-    let row = rows.iter().find(|r| r["direction"] == direction);
-    let row = row.unwrap_or_else(|| panic!("no {direction} limit in {rows:#?}"));
-    if row["xdp"].is_null() {
+    if limit_row(rows, direction)["xdp"].is_null() {
         rate
     } else {
         rate * PAYLOAD / PACKET
@@ -215,9 +213,14 @@ fn goodput(rate: u64, rows: &[Value], direction: &str) -> u64 {
 
 /// The bucket of the limit in `direction` (`bandwidth list`'s burst), in bits.
 fn bucket_bits(rows: &[Value], direction: &str) -> u64 {
-    let row = rows.iter().find(|r| r["direction"] == direction);
-    let row = row.unwrap_or_else(|| panic!("no {direction} limit in {rows:#?}"));
+    let row = limit_row(rows, direction);
     row["burst_bits"].as_u64().unwrap_or_else(|| panic!("no burst in {row}"))
+}
+
+/// The row of `bandwidth list` (`rows`, one pod's) for the limit in `direction`.
+fn limit_row<'a>(rows: &'a [Value], direction: &str) -> &'a Value {
+    let row = rows.iter().find(|r| r["direction"] == direction);
+    row.unwrap_or_else(|| panic!("no {direction} limit in {rows:#?}"))
 }
 
 fn assert_within(what: &str, got: f64, rate: u64, tolerance: f64) {
