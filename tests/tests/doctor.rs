@@ -337,9 +337,9 @@ fn kernel_doctor_finds_every_planted_leftover_and_fix_removes_them_but_not_a_hea
     assert_eq!((code, &rows), (0, &Vec::new()), "a second look finds nothing");
     // Each is gone, checked at its source.
     let tables = t.tables();
-    let hosts: BTreeSet<u16> =
-        tables.forward_keys().iter().chain(&tables.stats_keys()).map(|e| u16::from_be(e.port_be)).collect();
+    let hosts: BTreeSet<u16> = tables.forward_keys().iter().map(|e| u16::from_be(e.port_be)).collect();
     assert_eq!(hosts, [8080].into(), "only the healthy pod's mapping stays");
+    assert_eq!(tables.stray_counters(), Vec::<u32>::new(), "counters of removed mappings left");
     let flow_hosts: BTreeSet<u16> =
         tables.flows().iter().map(|(_, f)| u16::from_be(f.host.port_be)).collect();
     assert!(flow_hosts.is_empty(), "flows left: {flow_hosts:?}");

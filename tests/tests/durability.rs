@@ -142,7 +142,7 @@ impl DurWorld {
         let pins = PinDir::open(&self.pins);
         let tables = Tables::open_pinned(&pins).expect("pinned port mapping maps");
         out.extend(tables.forward_keys().iter().map(|k| format!("port mapping {k:?}")));
-        out.extend(tables.stats_keys().iter().map(|k| format!("port mapping counter {k:?}")));
+        out.extend(tables.stray_counters().iter().map(|i| format!("port mapping counters {i}")));
         out.extend(tables.flows().iter().map(|(k, _)| format!("flow {k:?}")));
         let shaper = Table::open_pinned(&PinDir::open(&self.pins.join(BANDWIDTH_PIN_SUBDIR)))
             .expect("pinned bandwidth maps");

@@ -190,7 +190,7 @@ impl PmWorld {
         assert_eq!(self.flows_json(), Vec::<Value>::new(), "flows listed after the DELs");
         let tables = self.tables();
         assert!(tables.flows().is_empty(), "flows left: {:?}", tables.flows());
-        assert!(tables.stats_keys().is_empty(), "counters left: {:?}", tables.stats_keys());
+        assert!(tables.stray_counters().is_empty(), "counters left: {:?}", tables.stray_counters());
         drop(tables);
         assert!(Store::new(&self.w.path("state")).load_all().expect("records").is_empty(), "records left");
         for tool in ["iptables", "ip6tables"] {
@@ -408,7 +408,7 @@ fn kernel_bridge_tcp_udp_ipv4_ipv6_several_mappings_and_del_removes_everything()
     t.del("web-b", 1);
     assert!(t.list().is_empty());
     let tables = Tables::open_pinned(&PinDir::open(&t.pins)).expect("pinned maps");
-    assert!(tables.flows().is_empty() && tables.stats_keys().is_empty(), "flows or counters left");
+    assert!(tables.flows().is_empty() && tables.stray_counters().is_empty(), "flows or counters left");
     assert!(Store::new(&t.w.path("state")).load_all().expect("records").is_empty(), "portmap records left");
     // The bridge's program stays while the agent runs (the next ADD needs it); a restart
     // with nothing mapped detaches it.

@@ -37,6 +37,8 @@ pub enum TableError {
         #[source]
         source: std::io::Error,
     },
+    #[error("BPF map {map} is full: {what}")]
+    Full { map: &'static str, what: String },
     #[error("counting the possible CPUs ({what}): {source}")]
     Cpus {
         what: &'static str,

@@ -202,12 +202,7 @@ fn maps(src: &Sources) -> Result<Maps, DoctorError> {
     let (mut mappings, mut flows, mut limits) = (Vec::new(), Vec::new(), Vec::new());
     if let Some(pins) = src.portmap_pins() {
         let tables = Tables::open_pinned(&pins)?;
-        let hosts: BTreeSet<_> = tables
-            .forward_keys()
-            .into_iter()
-            .chain(tables.stats_keys())
-            .chain(tables.socket_hosts())
-            .collect();
+        let hosts: BTreeSet<_> = tables.forward_keys().into_iter().chain(tables.socket_hosts()).collect();
         mappings = hosts.into_iter().map(|host| MappingView { host, text: endpoint_text(&host) }).collect();
         flows = counts_by_host(&tables.flows())
             .into_iter()

@@ -27,7 +27,7 @@ pub const MAP_SCRATCH: &str = "PM_SCRATCH";
 
 /// IP fragments after the first carry no ports: an LRU hash of [`FragmentKey`] → [`Fragment`],
 /// made by a translated first fragment, tells the rest of its datagram what to rewrite.
-pub const MAP_FRAGMENTS: &str = "PM_FRAGMENTS";
+pub const MAP_FRAGMENTS: &str = "PM_FRAGS";
 /// A per-CPU [`Fragment`] to build a new one in (see [`MAP_SCRATCH`]). Not pinned.
 pub const MAP_FRAGMENT_SCRATCH: &str = "PM_FRAG_SCRATCH";
 /// Size of the fragments table: datagrams being reassembled at once.
@@ -122,10 +122,10 @@ pub struct Flow {
     /// `FLOW_*` bits.
     pub state: u8,
     pub pad: u8,
-    /// The mapping's forward value (pod endpoint, how to deliver to it): replies turned around
-    /// to the pod and ICMP errors for the pod are delivered with it.
+    /// The mapping's forward value (pod endpoint, how to deliver to it, its counters): replies
+    /// turned around to the pod and ICMP errors for the pod are delivered with it, and the
+    /// flow's packets counted by it.
     pub rewrite: Rewrite,
-    pub pad2: u32,
     /// When the flow was made and last seen, in nanoseconds of the coarse monotonic clock
     /// (`bpf_ktime_get_coarse_ns`, CLOCK_MONOTONIC_COARSE in user space: the same clock, read
     /// at the timekeeper's last tick).
@@ -186,8 +186,8 @@ pub struct Fragment {
     /// The addresses after the rewrite.
     pub src: Addr,
     pub dst: Addr,
-    /// The mapping (its counters).
-    pub host: Endpoint,
+    /// The mapping's forward value, as the first fragment's translation used it (delivery,
+    /// MACs, counters).
     pub rewrite: Rewrite,
     /// `FRAG_*` bits.
     pub flags: u8,
@@ -345,10 +345,17 @@ pub const fn needs_update(flow: &Flow, state: u8, now: u64) -> bool {
 
 const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
 const _: () = assert!(core::mem::size_of::<Flow>() == 96);
+// A flow's counters index sits where the flows of earlier versions (before
+// [`Rewrite::counters`]) had zero padding: a table pinned by one of them keeps its layout, and
+// its flows read as [`crate::NO_COUNTERS`].
+const _: () = assert!(
+    core::mem::offset_of!(Flow, rewrite) + core::mem::offset_of!(Rewrite, counters) == 76
+        && core::mem::offset_of!(Flow, created_ns) == 80
+);
 const _: () = assert!(core::mem::size_of::<FlowStats>() == 40);
 const _: () = assert!(core::mem::size_of::<SockKey>() == 32);
 const _: () = assert!(core::mem::size_of::<FragmentKey>() == 40);
-const _: () = assert!(core::mem::size_of::<Fragment>() == 104);
+const _: () = assert!(core::mem::size_of::<Fragment>() == 88);
 const _: () = assert!(core::mem::size_of::<Timeouts>() == 56);
 const _: () = assert!(core::mem::size_of::<Settings>() == 72);
 

@@ -32,9 +32,12 @@ pub const fn same_name(a: &str, b: &str) -> bool {
 }
 
 /// The mappings: host endpoint (host IP, host port, protocol) → pod endpoint and delivery.
-pub const MAP_FORWARD: &str = "PM_FWD";
-/// Per-CPU packet and byte counters, keyed by the host endpoint of a mapping.
-pub const MAP_STATS: &str = "PM_STATS";
+pub const MAP_FORWARD: &str = "PM_FORWARD";
+/// Per-CPU packet and byte counters of the mappings, an array indexed by
+/// [`Rewrite::counters`]: the programs reach a mapping's counters by index (an array lookup
+/// the verifier inlines) from the forward entry or the flow they hold already, not by a hash
+/// lookup of its host endpoint per packet.
+pub const MAP_COUNTERS: &str = "PM_COUNTERS";
 /// One [`flow::Settings`] entry at index 0.
 pub const MAP_SETTINGS: &str = "PM_SETTINGS";
 /// A bit per port number ([`UNMAPPED_WORDS`] words, see [`port_bit`]), set when no mapping
@@ -51,7 +54,7 @@ pub const MAP_TAIL: &str = "PM_TAILS";
 pub const MAPS: [&str; 9] = [
     MAP_FORWARD,
     MAP_UNMAPPED,
-    MAP_STATS,
+    MAP_COUNTERS,
     MAP_SETTINGS,
     MAP_TAIL,
     flow::MAP_FLOWS,
@@ -61,9 +64,10 @@ pub const MAPS: [&str; 9] = [
 ];
 
 /// Map names of earlier versions that a pin directory may still hold: the agent removes their
-/// pins once the current object is loaded (the stateless reverse map, the settings and the
-/// one-entry tail-call array).
-pub const RETIRED_MAPS: [&str; 3] = ["PM_REV", "PM_CONFIG", "PM_TAIL"];
+/// pins once the current object is loaded (the stateless reverse map, the settings, the
+/// one-entry tail-call array; the forward entries without a counters index, the counters
+/// keyed by host endpoint, and the fragments that kept the host endpoint for them).
+pub const RETIRED_MAPS: [&str; 6] = ["PM_REV", "PM_CONFIG", "PM_TAIL", "PM_FWD", "PM_STATS", "PM_FRAGMENTS"];
 
 /// [`MAP_TAIL`] index of the SCTP fixup program.
 pub const TAIL_SCTP: u32 = 0;
@@ -76,6 +80,15 @@ pub const TAILS: u32 = 3;
 
 /// How many mappings a node can hold (forward entries).
 pub const MAX_MAPPINGS: u32 = 16384;
+
+/// Entries of [`MAP_COUNTERS`]: index 0 is no mapping's ([`NO_COUNTERS`]), so every mapping
+/// has an index of its own in `1..=MAX_MAPPINGS`.
+pub const COUNTER_SLOTS: u32 = MAX_MAPPINGS + 1;
+
+/// [`Rewrite::counters`] of a mapping without counters: the flows an earlier version made,
+/// whose [`flow::Flow`] had zero padding where the index sits now. Their packets are
+/// translated as before and go uncounted.
+pub const NO_COUNTERS: u32 = 0;
 
 /// Words of [`MAP_UNMAPPED`]: 64 port numbers each.
 pub const UNMAPPED_WORDS: u32 = 65536 / 64;
@@ -135,8 +148,8 @@ pub const fn addr_eq(a: &Addr, b: &Addr) -> bool {
     a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]
 }
 
-/// One end of a mapping: the key of [`MAP_FORWARD`] and [`MAP_STATS`] (the host side), and the
-/// pod side in flows.
+/// One end of a mapping: the key of [`MAP_FORWARD`] (the host side), and the pod side in
+/// flows.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Endpoint {
@@ -179,6 +192,10 @@ pub struct Rewrite {
     pub pod_mac: [u8; 6],
     /// The MAC of the node interface that holds the host IP: the source MAC of hairpin packets.
     pub host_mac: [u8; 6],
+    /// The index of the mapping's counters in [`MAP_COUNTERS`], assigned by the agent when it
+    /// installs the mapping; [`NO_COUNTERS`] counts nothing. A flow's copy keeps it, so its
+    /// replies are counted without looking the mapping up.
+    pub counters: u32,
 }
 
 /// Per-CPU counters of one mapping (the agent sums the CPUs).
@@ -208,7 +225,7 @@ mod pod {
 // The layouts are part of the pinned maps' ABI: a change must come with new map names, or an
 // upgraded agent would reuse maps of the old size.
 const _: () = assert!(core::mem::size_of::<Endpoint>() == 20);
-const _: () = assert!(core::mem::size_of::<Rewrite>() == 36);
+const _: () = assert!(core::mem::size_of::<Rewrite>() == 40);
 const _: () = assert!(core::mem::size_of::<Counters>() == 40);
 
 #[cfg(test)]
@@ -217,10 +234,10 @@ mod tests {
 
     #[test]
     fn map_names_compare_byte_for_byte() {
-        assert!(same_name("PM_FWD", MAP_FORWARD));
-        assert!(!same_name("PM_FWD", MAP_STATS));
-        assert!(!same_name("PM_FW", MAP_FORWARD));
-        assert!(!same_name("PM_FWDX", MAP_FORWARD));
+        assert!(same_name("PM_FORWARD", MAP_FORWARD));
+        assert!(!same_name("PM_FORWARD", MAP_COUNTERS));
+        assert!(!same_name("PM_FORWAR", MAP_FORWARD));
+        assert!(!same_name("PM_FORWARDX", MAP_FORWARD));
         assert!(same_name("", ""));
     }
 

@@ -6,8 +6,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use plexus_ebpf_common::{
-    v4_mapped, Addr, Endpoint, Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS, DELIVER_XDP_REDIRECT, PROTO_SCTP,
-    PROTO_TCP, PROTO_UDP,
+    v4_mapped, Addr, Endpoint, Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS, DELIVER_XDP_REDIRECT, NO_COUNTERS,
+    PROTO_SCTP, PROTO_TCP, PROTO_UDP,
 };
 use serde::{Deserialize, Serialize};
 
@@ -95,7 +95,8 @@ impl Entry {
         Endpoint::new(addr_words(self.pod_ip), self.container_port.to_be(), protocol_number(self.protocol))
     }
 
-    /// The forward value: to the pod, and how to deliver to it.
+    /// The forward value: to the pod, and how to deliver to it. Its counters are the table's to
+    /// assign when it installs the mapping.
     pub fn forward(&self) -> Rewrite {
         Rewrite {
             addr: addr_words(self.pod_ip),
@@ -106,6 +107,7 @@ impl Entry {
             ifindex: self.deliver_ifindex,
             pod_mac: self.pod_mac.parse::<Mac>().map(|m| m.0).unwrap_or_default(),
             host_mac: self.host_mac.parse::<Mac>().map(|m| m.0).unwrap_or_default(),
+            counters: NO_COUNTERS,
         }
     }
 }

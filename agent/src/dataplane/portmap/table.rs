@@ -1,10 +1,17 @@
 //! The port mapping maps, as the agent writes and the `list` and `flows` subcommands read them.
 //!
 //! Write order makes every intermediate state safe for traffic: on install the counters come
-//! first, then the port's bit in the unmapped ports (the programs look the port up), and the
-//! forward entry last, so every packet translated towards the pod is counted; removal goes the
-//! other way, and a mapping's flows go once its forward entry is gone (no new flow can be made
-//! for it then), so no reply of it is translated after its DEL. The unmapped ports are written
+//! first (a free index of the counters array, zeroed), then the port's bit in the unmapped
+//! ports (the programs look the port up), and the forward entry naming the counters last, so
+//! every packet translated towards the pod is counted; removal goes the other way, and a
+//! mapping's flows go once its forward entry is gone (no new flow can be made for it then), so
+//! no reply of it is translated after its DEL. Its counters are zeroed last, once no flow
+//! names them.
+//!
+//! A mapping's counters index is its forward entry's ([`Rewrite::counters`]): the forward
+//! entries are the one record of which indexes are taken, so a new mapping takes the lowest
+//! index none of them names (the forward map holds at most as many entries as there are
+//! indexes). The unmapped ports are written
 //! by one writer at a time (the agent's, under its mapper; `doctor` removes entries no record
 //! describes): a bit set for a port a forward entry has would hide that mapping.
 //!
@@ -16,14 +23,15 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::os::fd::AsFd;
 use std::sync::Mutex;
 
-use aya::maps::{Array, HashMap, IterableMap, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues};
+use aya::maps::{Array, HashMap, IterableMap, MapData, MapError, PerCpuArray, PerCpuValues};
 use aya::Ebpf;
 use plexus_ebpf_common::flow::{
     Flow, FlowKey, FlowStats, Settings, SockKey, Timeouts, MAP_FLOWS, MAP_FLOW_STATS, MAP_SOCKETS,
     STATS_AGENT, STATS_PROGRAMS,
 };
 use plexus_ebpf_common::{
-    port_bit, Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS, MAP_UNMAPPED, UNMAPPED_WORDS,
+    port_bit, Counters, Endpoint, Rewrite, COUNTER_SLOTS, MAP_COUNTERS, MAP_FORWARD, MAP_SETTINGS,
+    MAP_UNMAPPED, NO_COUNTERS, UNMAPPED_WORDS,
 };
 
 use super::entries::Entry;
@@ -39,7 +47,7 @@ static AGENT_STATS: Mutex<()> = Mutex::new(());
 pub struct Tables {
     forward: HashMap<MapData, Endpoint, Rewrite>,
     unmapped: Array<MapData, u64>,
-    stats: PerCpuHashMap<MapData, Endpoint, Counters>,
+    counters: PerCpuArray<MapData, Counters>,
     settings: Array<MapData, Settings>,
     flows: HashMap<MapData, FlowKey, Flow>,
     flow_stats: PerCpuArray<MapData, FlowStats>,
@@ -86,7 +94,7 @@ impl Tables {
         Ok(Tables {
             forward: HashMap::try_from(open(MAP_FORWARD)?).map_err(opened(MAP_FORWARD))?,
             unmapped: Array::try_from(open(MAP_UNMAPPED)?).map_err(opened(MAP_UNMAPPED))?,
-            stats: PerCpuHashMap::try_from(open(MAP_STATS)?).map_err(opened(MAP_STATS))?,
+            counters: PerCpuArray::try_from(open(MAP_COUNTERS)?).map_err(opened(MAP_COUNTERS))?,
             settings: Array::try_from(open(MAP_SETTINGS)?).map_err(opened(MAP_SETTINGS))?,
             flows,
             flow_stats: PerCpuArray::try_from(open(MAP_FLOW_STATS)?).map_err(opened(MAP_FLOW_STATS))?,
@@ -115,15 +123,46 @@ impl Tables {
         self.settings.set(0, *s, 0).map_err(map_error(MAP_SETTINGS, "writing the settings"))
     }
 
+    /// Installs (or rewrites) the mapping of `e`; a mapping already installed keeps its
+    /// counters.
     pub fn install(&mut self, e: &Entry) -> Result<(), TableError> {
         let host = e.host_endpoint();
-        if self.stats.get(&host, 0).is_err() {
-            self.stats
-                .insert(host, per_cpu(Counters::default())?, 0)
-                .map_err(map_error(MAP_STATS, format!("adding {e}")))?;
-        }
+        let counters = match self.forward.get(&host, 0) {
+            Ok(installed) if counters_index(installed.counters).is_some() => installed.counters,
+            _ => {
+                let free = self.free_counters(&e.to_string())?;
+                self.zero_counters(free, &e.to_string())?;
+                free
+            }
+        };
         self.set_port_mapped(host.port_be, true)?;
-        self.forward.insert(host, e.forward(), 0).map_err(map_error(MAP_FORWARD, format!("adding {e}")))
+        let value = Rewrite { counters, ..e.forward() };
+        self.forward.insert(host, value, 0).map_err(map_error(MAP_FORWARD, format!("adding {e}")))
+    }
+
+    /// The lowest counters index no forward entry names (`what`: the mapping, for errors).
+    fn free_counters(&self, what: &str) -> Result<u32, TableError> {
+        let taken: BTreeSet<u32> = self.forward_values()?.iter().map(|(_, v)| v.counters).collect();
+        lowest_free_counters(&taken).ok_or_else(|| TableError::Full {
+            map: MAP_COUNTERS,
+            what: format!(
+                "every one of its {} mappings' counters is taken, none is left for {what}",
+                COUNTER_SLOTS - 1
+            ),
+        })
+    }
+
+    fn zero_counters(&mut self, index: u32, what: &str) -> Result<(), TableError> {
+        self.counters
+            .set(index, per_cpu(Counters::default())?, 0)
+            .map_err(map_error(MAP_COUNTERS, format!("zeroing the counters of {what}")))
+    }
+
+    /// Every forward entry with its value, read in chunks.
+    fn forward_values(&self) -> Result<Vec<(Endpoint, Rewrite)>, TableError> {
+        batch::lookup_all::<Endpoint, Rewrite>(self.forward.map().fd().as_fd()).map_err(|source| {
+            TableError::Batch { map: MAP_FORWARD, action: "reading the forward entries", source }
+        })
     }
 
     /// Clears (`mapped`) or sets the bit of port `port_be` in the unmapped ports.
@@ -160,6 +199,7 @@ impl Tables {
     /// entries no record describes (`plexus-agent doctor`).
     pub fn remove_mapping(&mut self, host: &Endpoint, what: &str) -> Result<(), TableError> {
         let host = *host;
+        let counters = self.forward.get(&host, 0).ok().and_then(|v| counters_index(v.counters));
         ignore_missing(self.forward.remove(&host))
             .map_err(map_error(MAP_FORWARD, format!("removing {what}")))?;
         if !self.forward_keys().iter().any(|k| k.port_be == host.port_be) {
@@ -167,7 +207,10 @@ impl Tables {
         }
         self.remove_flows_of(&host)?;
         self.remove_sockets_where(|h| *h == host)?;
-        ignore_missing(self.stats.remove(&host)).map_err(map_error(MAP_STATS, format!("removing {what}")))
+        match counters {
+            Some(index) => self.zero_counters(index, what),
+            None => Ok(()),
+        }
     }
 
     /// The host endpoint of every forward entry.
@@ -185,7 +228,12 @@ impl Tables {
     pub fn verify(&self, e: &Entry) -> Option<String> {
         let host = e.host_endpoint();
         match self.forward.get(&host, 0) {
-            Ok(v) if v != e.forward() => return Some(format!("the forward entry of {e} differs")),
+            Ok(v) if Rewrite { counters: NO_COUNTERS, ..v } != e.forward() => {
+                return Some(format!("the forward entry of {e} differs"))
+            }
+            Ok(v) if counters_index(v.counters).is_none() => {
+                return Some(format!("the forward entry of {e} names no counters"))
+            }
             Err(_) => return Some(format!("the forward entry of {e} is missing")),
             Ok(_) => {}
         }
@@ -203,21 +251,23 @@ impl Tables {
         let mut done = Reconciled::default();
         let want: BTreeMap<Endpoint, Rewrite> =
             desired.iter().map(|e| (e.host_endpoint(), e.forward())).collect();
-        let fwd_keys: Vec<Endpoint> = self.forward.keys().filter_map(Result::ok).collect();
-        for k in fwd_keys.iter().filter(|k| !want.contains_key(k)) {
+        let installed = self.forward_values()?;
+        let mut stale_counters = Vec::new();
+        for (k, v) in installed.iter().filter(|(k, _)| !want.contains_key(k)) {
             ignore_missing(self.forward.remove(k))
                 .map_err(map_error(MAP_FORWARD, "removing a stale entry"))?;
+            stale_counters.extend(counters_index(v.counters));
             done.removed += 1;
         }
         // Flows of any mapping not wanted: those just removed, and those a crash left behind
         // between a forward entry's removal and its flows'.
         done.flows_removed = self.remove_flows_where(|f| !want.contains_key(&f.host))?;
         self.remove_sockets_where(|h| !want.contains_key(h))?;
-        let stat_keys: Vec<Endpoint> = self.stats.keys().filter_map(Result::ok).collect();
-        for k in stat_keys.iter().filter(|k| !want.contains_key(k)) {
-            ignore_missing(self.stats.remove(k)).map_err(map_error(MAP_STATS, "removing stale counters"))?;
+        for index in stale_counters {
+            self.zero_counters(index, "a stale entry")?;
         }
-        let present: BTreeSet<Endpoint> = fwd_keys.into_iter().collect();
+        let present: BTreeSet<Endpoint> =
+            installed.into_iter().map(|(k, _)| k).filter(|k| want.contains_key(k)).collect();
         for e in desired {
             let intact = present.contains(&e.host_endpoint()) && self.verify(e).is_none();
             if !intact {
@@ -236,7 +286,7 @@ impl Tables {
             .iter()
             .filter_map(Result::ok)
             .map(|(host, fwd)| {
-                let per_cpu = self.stats.get(&host, 0).ok();
+                let per_cpu = counters_index(fwd.counters).and_then(|i| self.counters.get(&i, 0).ok());
                 let total = per_cpu.iter().flat_map(|v| v.iter()).fold(Counters::default(), |mut t, c| {
                     t.packets_in += c.packets_in;
                     t.bytes_in += c.bytes_in;
@@ -252,8 +302,15 @@ impl Tables {
         out
     }
 
-    pub fn stats_keys(&self) -> Vec<Endpoint> {
-        self.stats.keys().filter_map(Result::ok).collect()
+    /// The counters indexes no forward entry names that hold counts: what a removal left
+    /// behind (tests and `doctor`; one read per index, the whole array).
+    pub fn stray_counters(&self) -> Vec<u32> {
+        let named: BTreeSet<u32> =
+            self.forward.iter().filter_map(Result::ok).map(|(_, v)| v.counters).collect();
+        (1..COUNTER_SLOTS)
+            .filter(|i| !named.contains(i))
+            .filter(|i| self.counters.get(i, 0).is_ok_and(|v| v.iter().any(|c| *c != Counters::default())))
+            .collect()
     }
 
     /// Every flow of the table, by key. The programs add and remove flows meanwhile: a flow
@@ -417,6 +474,18 @@ impl Tables {
         self.sockets.keys().filter_map(Result::ok).collect()
     }
 
+    /// The forward value installed for `e`, its counters index included (tests).
+    #[cfg(test)]
+    pub(crate) fn installed(&self, e: &Entry) -> Option<Rewrite> {
+        self.forward.get(&e.host_endpoint(), 0).ok()
+    }
+
+    /// Writes the forward value of `e` as given (tests of what `verify` reports).
+    #[cfg(test)]
+    pub(crate) fn set_installed(&mut self, e: &Entry, value: Rewrite) {
+        self.forward.insert(e.host_endpoint(), value, 0).expect("writing a forward entry");
+    }
+
     /// Whether the unmapped ports have port `port` (host order) as mapped (tests).
     #[cfg(test)]
     pub(crate) fn port_looked_up(&self, port: u16) -> bool {
@@ -429,6 +498,16 @@ impl Tables {
     pub(crate) fn mark_unmapped(&mut self, port: u16) {
         self.set_port_mapped(port.to_be(), false).expect("writing the unmapped ports");
     }
+}
+
+/// `index` when it names a mapping's counters.
+fn counters_index(index: u32) -> Option<u32> {
+    (index != NO_COUNTERS && index < COUNTER_SLOTS).then_some(index)
+}
+
+/// The lowest counters index not `taken`, if any is left.
+fn lowest_free_counters(taken: &BTreeSet<u32>) -> Option<u32> {
+    (1..COUNTER_SLOTS).find(|i| !taken.contains(i))
 }
 
 /// The words of the unmapped ports when the forward entries have `ports` (network byte order):
@@ -688,6 +767,28 @@ mod tests {
             4,
             "a port given twice clears one bit"
         );
+    }
+
+    #[test]
+    fn a_new_mapping_takes_the_lowest_counters_index_none_names() {
+        assert_eq!(lowest_free_counters(&BTreeSet::new()), Some(1), "index 0 is no mapping's");
+        assert_eq!(lowest_free_counters(&[NO_COUNTERS, 1, 2, 4].into()), Some(3));
+        assert_eq!(lowest_free_counters(&[2, COUNTER_SLOTS + 5].into()), Some(1));
+        let all: BTreeSet<u32> = (1..COUNTER_SLOTS).collect();
+        assert_eq!(all.len(), plexus_ebpf_common::MAX_MAPPINGS as usize, "an index for every mapping");
+        assert_eq!(lowest_free_counters(&all), None);
+        let mut one_free = all.clone();
+        one_free.remove(&(COUNTER_SLOTS - 1));
+        assert_eq!(lowest_free_counters(&one_free), Some(COUNTER_SLOTS - 1));
+    }
+
+    #[test]
+    fn only_indexes_of_the_array_but_zero_name_counters() {
+        assert_eq!(counters_index(NO_COUNTERS), None);
+        assert_eq!(counters_index(1), Some(1));
+        assert_eq!(counters_index(COUNTER_SLOTS - 1), Some(COUNTER_SLOTS - 1));
+        assert_eq!(counters_index(COUNTER_SLOTS), None);
+        assert_eq!(counters_index(u32::MAX), None);
     }
 }
 

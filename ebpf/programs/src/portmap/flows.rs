@@ -83,7 +83,6 @@ fn fill(f: &mut Flow, r: &Request, now: u64) {
     f.state = next_state(base, r.key.proto, r.tcp_flags, true);
     f.pad = 0;
     f.rewrite = *r.rewrite;
-    f.pad2 = 0;
     f.created_ns = now;
     f.seen_ns = now;
 }

@@ -1,6 +1,6 @@
 //! IP fragments of mapped datagrams. Only the first fragment carries the ports, so it alone
 //! decides (and its flow is tracked as any packet's); what its translation did is recorded in
-//! `PM_FRAGMENTS` under the datagram's identity (addresses, identification, protocol), and
+//! `PM_FRAGS` under the datagram's identity (addresses, identification, protocol), and
 //! `pm_fragment`, tail-called for every later fragment, applies the same address rewrite and
 //! delivery (a later fragment carries no L4 checksum: [`set_ip_addr`] is all it needs). The L4 checksum sits in the first fragment and was updated there; later fragments
 //! need their addresses (and the IPv4 header checksum) only.
@@ -14,31 +14,30 @@ use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::flow::{
     Fragment, FragmentKey, FRAGMENT_TIMEOUT_NS, FRAG_DST, FRAG_HAIRPIN, FRAG_REPLY, FRAG_SRC, FRAG_TO_POD,
 };
-use plexus_ebpf_common::{v4_mapped, Addr, Endpoint, Rewrite};
+use plexus_ebpf_common::{v4_mapped, Addr, Rewrite};
 
 use crate::headers::IPV6_HLEN;
-use crate::maps::{count, now, settings, Direction, PM_FRAGMENTS, PM_FRAG_SCRATCH};
+use crate::maps::{count, now, settings, Direction, PM_FRAGS, PM_FRAG_SCRATCH};
 use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
 use crate::tc::{deliver, set_ip_addr, tail_called_ingress, Side};
 
 /// Records the first fragment's translation (built in this CPU's scratch entry: it does not
 /// fit the calling program's stack).
 #[inline(always)]
-pub fn remember(key: &FragmentKey, src: &Addr, dst: &Addr, host: &Endpoint, rewrite: &Rewrite, flags: u8) {
+pub fn remember(key: &FragmentKey, src: &Addr, dst: &Addr, rewrite: &Rewrite, flags: u8) {
     let Some(s) = settings() else { return };
     let Some(f) = PM_FRAG_SCRATCH.get_ptr_mut(0) else { return };
     // SAFETY: this CPU's scratch value; nothing else runs on this CPU meanwhile.
     let f: &mut Fragment = unsafe { &mut *f };
     f.src = *src;
     f.dst = *dst;
-    f.host = *host;
     f.rewrite = *rewrite;
     f.flags = flags;
     f.pad = [0; 3];
     f.pad2 = 0;
     f.created_ns = now(s);
     // A full table evicts the oldest datagram, whose reassembly has most likely ended.
-    let _ = PM_FRAGMENTS.insert(key, &*f, 0);
+    let _ = PM_FRAGS.insert(key, &*f, 0);
 }
 
 #[classifier]
@@ -76,7 +75,7 @@ fn parse(ctx: &TcContext) -> Option<(bool, FragmentKey)> {
 fn translate(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
     let Some((v6, key)) = parse(ctx) else { return Ok(NEXT) };
     // SAFETY: read in place; a map value stays valid while the program runs.
-    let Some(f) = (unsafe { PM_FRAGMENTS.get(&key) }) else { return Ok(NEXT) };
+    let Some(f) = (unsafe { PM_FRAGS.get(&key) }) else { return Ok(NEXT) };
     let Some(s) = settings() else { return Ok(NEXT) };
     if now(s).saturating_sub(f.created_ns) > FRAGMENT_TIMEOUT_NS {
         return Ok(NEXT);
@@ -95,6 +94,6 @@ fn translate(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
         ctx.store(6, &f.rewrite.host_mac, 0)?;
     }
     let dir = if f.flags & FRAG_REPLY != 0 { Direction::Out } else { Direction::In };
-    count(&f.host, ctx.len(), dir);
+    count(&f.rewrite, ctx.len(), dir);
     Ok(if to_pod { deliver(ctx, &f.rewrite, ingress) } else { NEXT })
 }

@@ -13,14 +13,14 @@ use plexus_ebpf_common::shape::{
     MAX_SHAPED,
 };
 use plexus_ebpf_common::{
-    port_bit, Counters, Endpoint, Rewrite, MAP_FORWARD, MAP_SETTINGS, MAP_STATS, MAP_TAIL, MAP_UNMAPPED,
-    MAX_MAPPINGS, TAILS, UNMAPPED_WORDS,
+    port_bit, Counters, Endpoint, Rewrite, COUNTER_SLOTS, MAP_COUNTERS, MAP_FORWARD, MAP_SETTINGS, MAP_TAIL,
+    MAP_UNMAPPED, MAX_MAPPINGS, NO_COUNTERS, TAILS, UNMAPPED_WORDS,
 };
 
 use crate::shared::map;
 
-map! { "PM_FWD" == MAP_FORWARD;
-    pub static PM_FWD: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
+map! { "PM_FORWARD" == MAP_FORWARD;
+    pub static PM_FORWARD: HashMap<Endpoint, Rewrite> = HashMap::with_max_entries(MAX_MAPPINGS, 0);
 }
 
 map! { "PM_UNMAPPED" == MAP_UNMAPPED;
@@ -29,8 +29,9 @@ map! { "PM_UNMAPPED" == MAP_UNMAPPED;
     pub static PM_UNMAPPED: Array<u64> = Array::with_max_entries(UNMAPPED_WORDS, 0);
 }
 
-map! { "PM_STATS" == MAP_STATS;
-    pub static PM_STATS: PerCpuHashMap<Endpoint, Counters> = PerCpuHashMap::with_max_entries(MAX_MAPPINGS, 0);
+map! { "PM_COUNTERS" == MAP_COUNTERS;
+    /// By [`Rewrite::counters`]: an array lookup, which the verifier inlines.
+    pub static PM_COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 }
 
 map! { "PM_SETTINGS" == MAP_SETTINGS;
@@ -56,8 +57,8 @@ map! { "PM_SCRATCH" == MAP_SCRATCH;
     pub static PM_SCRATCH: PerCpuArray<Flow> = PerCpuArray::with_max_entries(1, 0);
 }
 
-map! { "PM_FRAGMENTS" == MAP_FRAGMENTS;
-    pub static PM_FRAGMENTS: LruHashMap<FragmentKey, Fragment> = LruHashMap::with_max_entries(MAX_FRAGMENTED, 0);
+map! { "PM_FRAGS" == MAP_FRAGMENTS;
+    pub static PM_FRAGS: LruHashMap<FragmentKey, Fragment> = LruHashMap::with_max_entries(MAX_FRAGMENTED, 0);
 }
 
 map! { "PM_FRAG_SCRATCH" == MAP_FRAGMENT_SCRATCH;
@@ -106,12 +107,15 @@ pub enum Direction {
     Local,
 }
 
-/// Adds one packet of `len` bytes to the counters of the mapping whose host side is `host`.
-/// The agent creates the (per-CPU) entry with the mapping, so the program never inserts and
-/// needs no atomics.
+/// Adds one packet of `len` bytes to the counters of the mapping whose forward value (or a
+/// flow's copy of it) is `rw`. Per-CPU values, so no atomics; the agent zeroes a mapping's
+/// counters before its forward entry names them.
 #[inline(always)]
-pub fn count(host: &Endpoint, len: u32, dir: Direction) {
-    if let Some(c) = PM_STATS.get_ptr_mut(host) {
+pub fn count(rw: &Rewrite, len: u32, dir: Direction) {
+    if rw.counters == NO_COUNTERS {
+        return;
+    }
+    if let Some(c) = PM_COUNTERS.get_ptr_mut(rw.counters) {
         // SAFETY: a per-CPU value of this CPU, valid while the program runs.
         unsafe {
             match dir {
@@ -139,7 +143,7 @@ pub fn forward(host: &Endpoint) -> Option<&'static Rewrite> {
         return None;
     }
     // SAFETY: see above.
-    unsafe { PM_FWD.get(host) }
+    unsafe { PM_FORWARD.get(host) }
 }
 
 /// The settings (an array entry: always present), read in place.

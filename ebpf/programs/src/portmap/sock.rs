@@ -126,7 +126,7 @@ fn to_pod(ctx: &SockAddrContext, v6: bool) {
     // pod's endpoint as its peer: the connection itself still works.
     let _ = PM_SOCKETS.insert(&sock_key(ctx, &pod), &host, 0);
     set_user_endpoint(ctx, v6, &rw.addr, rw.port_be);
-    count(&host, 0, Direction::Local);
+    count(rw, 0, Direction::Local);
 }
 
 #[inline(always)]

@@ -4,7 +4,7 @@
 //! every interface a mapped packet or its reply crosses (the agent decides where: the bridge
 //! and each pod's host-side veth, or the macvlan master and a host-side macvlan):
 //!
-//! 1. Forward: a packet whose destination is in `PM_FWD` (hostIP:hostPort/proto) is rewritten
+//! 1. Forward: a packet whose destination is in `PM_FORWARD` (hostIP:hostPort/proto) is rewritten
 //!    to podIP:containerPort, the destination MAC to the pod's, and delivered to the pod. When
 //!    its source is the pod itself (hairpin), the source becomes the host IP too: a packet from
 //!    its own address would be dropped by the pod's kernel as a martian. The flow is made or
@@ -194,8 +194,7 @@ fn parse(ctx: &TcContext) -> Option<Kind> {
 /// case. Every field is always initialised (no `Option` payloads): LLVM copies whole structs,
 /// and stale stack bytes in an unused payload can look like a pointer to the verifier.
 struct Action {
-    /// The mapping's host endpoint (its counters) and which counters.
-    host: Endpoint,
+    /// Which counters of the mapping (`rw`'s).
     dir: Direction,
     rewrite_src: bool,
     src: Addr,
@@ -232,7 +231,6 @@ fn decide(p: &Packet) -> Option<Action> {
         track_request(&request, s, now);
         flow_count(FlowEvent::Forward);
         return Some(Action {
-            host,
             dir: Direction::In,
             rewrite_src: hairpin,
             src: host.addr,
@@ -251,7 +249,6 @@ fn decide(p: &Packet) -> Option<Action> {
     // A hairpin flow's reply goes back to the pod, from hostIP:hostPort to its own address.
     let snat = flow.state & FLOW_SNAT != 0;
     Some(Action {
-        host: flow.host,
         dir: Direction::Out,
         rewrite_src: true,
         src: flow.host.addr,
@@ -285,7 +282,7 @@ fn try_portmap(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
     } else if a.to_pod {
         ctx.store(0, &a.rw.pod_mac, 0)?;
     }
-    count(&a.host, ctx.len(), a.dir);
+    count(a.rw, ctx.len(), a.dir);
     let verdict = if a.to_pod { deliver(ctx, a.rw, ingress) } else { NEXT };
     if p.proto == PROTO_SCTP && ports_before != (p.sport, p.dport) {
         return Ok(sctp_tail_call(ctx, &p, ports_before, verdict));
@@ -353,7 +350,7 @@ fn remember_fragment(src: &Addr, dst: &Addr, id: u32, proto: u8, a: &Action) {
     }
     let new_src = if a.rewrite_src { &a.src } else { src };
     let new_dst = if a.rewrite_dst { &a.dst } else { dst };
-    fragments::remember(&key, new_src, new_dst, &a.host, a.rw, flags);
+    fragments::remember(&key, new_src, new_dst, a.rw, flags);
 }
 
 /// SCTP's CRC32c update for the port rewrite `pm_tc_in`/`pm_tc_out` made (the addresses are

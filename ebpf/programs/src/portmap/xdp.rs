@@ -172,7 +172,7 @@ fn portmap(ctx: &XdpContext) -> Option<u32> {
         write(ctx, p.l4 + 6, l4_delta.apply_udp(csum));
     }
     write(ctx, 0, rw.pod_mac);
-    count(&host, (ctx.data_end() - ctx.data()) as u32, Direction::In);
+    count(rw, (ctx.data_end() - ctx.data()) as u32, Direction::In);
     if through_bridge && rw.flags & DELIVER_XDP_REDIRECT != 0 && !ingress_limited(rw.ifindex) {
         // SAFETY: a helper call with plain values.
         return Some(unsafe { bpf_redirect(rw.ifindex, 0) } as u32);

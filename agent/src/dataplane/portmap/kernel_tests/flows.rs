@@ -82,8 +82,7 @@ fn a_request_makes_a_flow_keyed_by_its_reply() {
             client_port: 40000u16.to_be(),
             state: 0,
             pad: 0,
-            rewrite: e.forward(),
-            pad2: 0,
+            rewrite: f.tables.installed(&e).expect("installed"),
             created_ns: T0,
             seen_ns: T0,
         };
@@ -110,6 +109,41 @@ fn a_request_makes_a_flow_keyed_by_its_reply() {
     }
 }
 
+/// The flows an earlier version made have no counters index (zero padding where it sits now):
+/// their replies are translated as before and counted nowhere; a flow the programs make
+/// names its mapping's counters, and its replies count there.
+#[test]
+fn replies_count_at_their_flows_counters_index() {
+    let mut f = Fixture::new();
+    f.at(T0);
+    let e = entry(Protocol::Tcp, "10.77.0.1", 8080, "10.77.0.5", 80, (7, Hook::Egress));
+    f.tables.install(&e).unwrap();
+    let key = flow_key(Protocol::Tcp, ("10.77.0.5", 80), ("10.77.0.200", 40000));
+    let earlier = Flow {
+        host: e.host_endpoint(),
+        client: addr_words(ip("10.77.0.200")),
+        client_port: 40000u16.to_be(),
+        state: FLOW_REPLIED,
+        pad: 0,
+        rewrite: e.forward(),
+        created_ns: T0,
+        seen_ns: T0,
+    };
+    assert_eq!(earlier.rewrite.counters, plexus_ebpf_common::NO_COUNTERS);
+    f.tables.insert_flow(key, earlier).unwrap();
+    let reply = spec(Protocol::Tcp, ("10.77.0.5", 80), ("10.77.0.200", 40000)).flags(TCP_ACK);
+    f.reply(&reply, "10.77.0.1", 8080);
+    assert_eq!(f.counters(&e).packets_out, 0, "a flow without counters counts nowhere");
+    assert_eq!(f.flow_stats().reverse, 1, "but is translated");
+
+    f.tables.remove_flows_of(&e.host_endpoint()).unwrap();
+    f.request(&spec(Protocol::Tcp, ("10.77.0.200", 40000), ("10.77.0.1", 8080)).flags(TCP_SYN));
+    assert_eq!(f.flow(&key).map(|fl| fl.rewrite.counters), Some(1), "the mapping's index");
+    f.reply(&reply, "10.77.0.1", 8080);
+    let c = f.counters(&e);
+    assert_eq!((c.packets_in, c.packets_out), (1, 1));
+}
+
 #[test]
 fn a_hairpin_flow_is_keyed_by_the_host_ip_and_remembers_the_pod_as_client() {
     let mut f = Fixture::new();
@@ -127,8 +161,7 @@ fn a_hairpin_flow_is_keyed_by_the_host_ip_and_remembers_the_pod_as_client() {
         client_port: 45000u16.to_be(),
         state: FLOW_SNAT,
         pad: 0,
-        rewrite: e.forward(),
-        pad2: 0,
+        rewrite: f.tables.installed(&e).expect("installed"),
         created_ns: T0,
         seen_ns: T0,
     };

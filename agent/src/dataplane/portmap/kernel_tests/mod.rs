@@ -438,6 +438,50 @@ fn a_port_marked_unmapped_is_not_looked_up() {
     assert_eq!(f.counters(&e).packets_in, 2);
 }
 
+/// Each mapping counts at a counters index of its own, which a reinstall keeps; a removed
+/// mapping's counters are zeroed and its index goes to the next new mapping, which starts
+/// from zero. A forward entry naming no counters is what `verify` reports and reconcile mends.
+#[test]
+fn each_mapping_counts_at_an_index_of_its_own() {
+    let mut f = Fixture::new();
+    let tcp = entry(Protocol::Tcp, "10.77.0.1", 8080, "10.77.0.5", 80, (7, Hook::Egress));
+    let udp = entry(Protocol::Udp, "10.77.0.1", 8080, "10.77.0.5", 80, (7, Hook::Egress));
+    let other = entry(Protocol::Tcp, "10.77.0.1", 9090, "10.77.0.6", 80, (8, Hook::Egress));
+    f.tables.install(&tcp).unwrap();
+    f.tables.install(&udp).unwrap();
+    let index = |f: &Fixture, e: &Entry| f.tables.installed(e).expect("installed").counters;
+    assert_eq!((index(&f, &tcp), index(&f, &udp)), (1, 2));
+    let to_tcp = spec(Protocol::Tcp, ("10.77.0.200", 40000), ("10.77.0.1", 8080));
+    let to_udp = spec(Protocol::Udp, ("10.77.0.200", 40000), ("10.77.0.1", 8080));
+    for s in [&to_tcp, &to_tcp, &to_udp] {
+        assert_eq!(f.send(s).0, REDIRECT);
+    }
+    assert_eq!((f.counters(&tcp).packets_in, f.counters(&udp).packets_in), (2, 1));
+
+    let moved = Entry { deliver_ifindex: 9, ..tcp.clone() };
+    f.tables.install(&moved).unwrap();
+    assert_eq!(index(&f, &moved), 1, "a reinstall keeps the index");
+    assert_eq!(f.counters(&moved).packets_in, 2, "and the counts");
+
+    f.tables.remove(&moved).unwrap();
+    assert!(f.tables.stray_counters().is_empty(), "the removed mapping's counters are zeroed");
+    f.tables.install(&other).unwrap();
+    assert_eq!(index(&f, &other), 1, "the lowest free index");
+    assert_eq!(f.counters(&other), plexus_ebpf_common::Counters::default());
+    assert_eq!(f.send(&spec(Protocol::Tcp, ("10.77.0.200", 40001), ("10.77.0.1", 9090))).0, REDIRECT);
+    assert_eq!((f.counters(&other).packets_in, f.counters(&udp).packets_in), (1, 1));
+
+    f.tables.set_installed(&udp, udp.forward());
+    assert_eq!(f.tables.verify(&udp), Some(format!("the forward entry of {udp} names no counters")));
+    assert_eq!(f.send(&to_udp).0, REDIRECT, "translated all the same");
+    assert_eq!(f.counters(&udp).packets_in, 0, "counted nowhere");
+    f.tables.reconcile(&[udp.clone(), other.clone()]).unwrap();
+    assert_eq!(f.tables.verify(&udp), None);
+    assert_eq!(index(&f, &udp), 2);
+    assert_eq!(f.send(&to_udp).0, REDIRECT);
+    assert_eq!(f.counters(&udp).packets_in, 1);
+}
+
 /// A fragmented datagram: the first fragment (with the ports) is translated and tracked, the
 /// later ones follow it; the receiver reassembles a datagram whose checksum is right.
 #[test]
@@ -502,7 +546,7 @@ fn removed_entries_stop_matching_and_take_their_flows() {
     assert_eq!(f.flows().len(), 1);
     f.tables.remove(&e).unwrap();
     f.tables.remove(&e).unwrap();
-    assert!(f.tables.list().is_empty() && f.tables.stats_keys().is_empty() && f.flows().is_empty());
+    assert!(f.tables.list().is_empty() && f.tables.stray_counters().is_empty() && f.flows().is_empty());
     let s = f.flow_stats();
     assert_eq!((s.created, s.removed, s.evicted(0)), (1, 1, 0), "the agent counts the flows it removes");
     f.assert_untouched(&spec(Protocol::Tcp, ("10.77.0.200", 40000), ("10.77.0.1", 8080)), "a request");
