@@ -1,6 +1,8 @@
 //! The port mapping object: its TC, XDP and cgroup socket programs, loaded with the maps of
 //! [`super::table`], and what the lifecycle of [`crate::dataplane::service`] asks of it.
 
+use std::os::fd::OwnedFd;
+
 use aya::maps::ProgramArray;
 use aya::programs::tc::TcHandle;
 use aya::programs::Program;
@@ -126,6 +128,12 @@ fn install_tail_calls(loaded: &mut Loaded) -> Result<(), LoadError> {
     Ok(())
 }
 
+/// The socket hooks only serve node-local clients: without them, mappings still work for
+/// everyone else, so their failure is logged, not fatal.
+fn warn_no_socket_hooks(e: &dyn std::fmt::Display) {
+    tracing::warn!("port mappings will not translate the node's own connections (socket hooks): {e}");
+}
+
 /// The loaded and pinned port mapping object, its maps, and the reaper of its flow table.
 #[derive(Debug)]
 pub struct Mapper {
@@ -133,6 +141,9 @@ pub struct Mapper {
     pub tables: Tables,
     /// Stops with the mapper.
     pub reaper: Option<Reaper>,
+    /// The cgroup whose socket hooks the first reconcile attaches, once the forward entries
+    /// are in place.
+    sockets_pending: Option<OwnedFd>,
 }
 
 impl Feature for Mapper {
@@ -141,8 +152,10 @@ impl Feature for Mapper {
     const NONE_RECORDED: &'static str = "no mapping is recorded";
 
     /// Loads the object with its maps and programs pinned under `pin_dir`, writes the
-    /// programs' settings, attaches the socket hooks for the agent's network namespace and
-    /// starts reaping expired flows.
+    /// programs' settings and starts reaping expired flows. The socket hooks for the agent's
+    /// network namespace are attached by the first reconcile: until it has written the forward
+    /// entries (after an upgrade that renamed the forward map, the new one starts empty), the
+    /// hooks of the previous run go on translating with theirs.
     fn start(opts: &DataplaneOptions) -> Result<Mapper, ObjectError> {
         let pins = PinDir::prepare(&opts.pin_dir)?;
         let mut loaded = load_with(Some(pins.clone()), opts.max_flows)?;
@@ -157,15 +170,13 @@ impl Feature for Mapper {
             timeouts: opts.timeouts,
         };
         tables.set_settings(&settings)?;
-        // The socket hooks only serve node-local clients: without them, mappings still work for
-        // everyone else, so their failure is logged, not fatal.
-        let sockets = cookie
-            .and_then(|_| pin::open_cgroup_root(&opts.cgroup_root))
-            .map_err(ObjectError::from)
-            .and_then(|cgroup| Ok(loaded.attach_sockets(&cgroup)?));
-        if let Err(e) = sockets {
-            tracing::warn!("port mappings will not translate the node's own connections (socket hooks): {e}");
-        }
+        let sockets_pending = match cookie.and_then(|_| pin::open_cgroup_root(&opts.cgroup_root)) {
+            Ok(cgroup) => Some(cgroup),
+            Err(e) => {
+                warn_no_socket_hooks(&e);
+                None
+            }
+        };
         // Expired flows are harmless to traffic (the programs treat them as gone): without the
         // reaper they only hold their slots until the table's LRU evicts them.
         let reaper = Tables::open_pinned(&pins)
@@ -178,7 +189,7 @@ impl Feature for Mapper {
                 None
             }
         };
-        Ok(Mapper { loaded, tables, reaper })
+        Ok(Mapper { loaded, tables, reaper, sockets_pending })
     }
 
     fn loaded(&self) -> &Loaded {
@@ -202,7 +213,13 @@ impl Feature for Mapper {
     }
 
     fn reconcile(&mut self, desired: &[Entry]) -> Result<(usize, usize), TableError> {
-        let done = self.tables.reconcile(desired)?;
+        let done = self.tables.reconcile(desired);
+        if let Some(cgroup) = self.sockets_pending.take() {
+            if let Err(e) = self.loaded.attach_sockets(&cgroup) {
+                warn_no_socket_hooks(&e);
+            }
+        }
+        let done = done?;
         if done.flows_removed > 0 {
             tracing::info!(flows = done.flows_removed, "removed the flows of port mappings that are gone");
         }

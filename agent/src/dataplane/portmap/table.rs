@@ -103,12 +103,13 @@ impl Tables {
         })
     }
 
-    /// Takes the maps out of a freshly loaded object, with the unmapped ports written from the
-    /// forward entries (a map new to the pin directory has none set).
+    /// Takes the maps out of a freshly loaded object. The unmapped ports are left as they are
+    /// until [`Tables::reconcile`] writes them from the forward entries: programs of the
+    /// previous run still attached read them too, and after an upgrade that renamed the forward
+    /// map theirs is not this one (a map new to the pin directory has no bit set: every port is
+    /// looked up).
     pub fn take(ebpf: &mut Ebpf) -> Result<Tables, TableError> {
-        let mut tables = Tables::from_maps(&mut |name| take_map(ebpf, name))?;
-        tables.sync_unmapped()?;
-        Ok(tables)
+        Tables::from_maps(&mut |name| take_map(ebpf, name))
     }
 
     /// Opens the pinned maps of a running (or stopped) dataplane: `plexus-agent portmap list`
@@ -596,7 +597,9 @@ mod kernel_tests {
     fn the_unmapped_ports_follow_the_forward_entries() {
         let (_loaded, mut t) = tables(1024);
         let looked_up = |t: &Tables| (0..=u16::MAX).filter(|p| t.port_looked_up(*p)).collect::<Vec<u16>>();
-        assert_eq!(looked_up(&t), Vec::<u16>::new(), "a fresh table looks up no port");
+        assert_eq!(looked_up(&t).len(), 65536, "a fresh map looks up every port");
+        t.reconcile(&[]).unwrap();
+        assert_eq!(looked_up(&t), Vec::<u16>::new(), "reconciled with no mapping, none");
         // The same host port in two protocols and on two host IPs, and another port.
         let tcp = entry(Protocol::Tcp, 8080, "10.77.0.5", 80);
         let udp = entry(Protocol::Udp, 8080, "10.77.0.5", 80);
