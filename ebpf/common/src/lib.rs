@@ -50,7 +50,7 @@ pub const MAP_UNMAPPED: &str = "PM_UNMAPPED";
 pub const MAP_TAIL: &str = "PM_TAILS";
 
 /// Every map of its own the object defines, for pinning. It also reads the shaping object's
-/// [`shape::MAP_LIMITS`], pinned with that object.
+/// [`shape::MAP_LIMITS`] and [`shape::MAP_UNLIMITED`], pinned with that object.
 pub const MAPS: [&str; 9] = [
     MAP_FORWARD,
     MAP_UNMAPPED,

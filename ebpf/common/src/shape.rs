@@ -41,11 +41,31 @@ pub const MAP_STATS: &str = "BW_STATS";
 /// One u64 at index 0: a fixed "now" in nanoseconds for BPF_PROG_TEST_RUN tests; 0 (always,
 /// in the agent) means the kernel's monotonic clock.
 pub const MAP_CLOCK: &str = "BW_CLOCK";
+/// A bit per interface index, by its low 16 bits ([`UNLIMITED_WORDS`] words, see
+/// [`ifindex_bit`]), set when no interface whose index has those low bits has a limit on its
+/// transmit path ([`HOOK_EGRESS`]): the port mapping programs, which ask of every packet they
+/// deliver to a pod's veth whether its ingress is limited there, then answer no without the
+/// [`MAP_LIMITS`] lookup, which almost always misses. A clear bit only means "look": a new map,
+/// all clear, makes the programs look up every interface, as without it. The agent clears a
+/// bit before it writes a transmit limit and sets it once the last such limit is gone.
+pub const MAP_UNLIMITED: &str = "BW_UNLIMITED";
 /// Every map of the object, for pinning.
-pub const MAPS: [&str; 3] = [MAP_LIMITS, MAP_STATS, MAP_CLOCK];
+pub const MAPS: [&str; 4] = [MAP_LIMITS, MAP_STATS, MAP_CLOCK, MAP_UNLIMITED];
 
 /// How many limited directions a node can hold.
 pub const MAX_SHAPED: u32 = 16384;
+
+/// Words of [`MAP_UNLIMITED`]: 64 interface indexes (by their low 16 bits) each.
+pub const UNLIMITED_WORDS: u32 = 65536 / 64;
+
+/// The word of [`MAP_UNLIMITED`] that holds the bit of interface `ifindex`, and the bit. Indexes
+/// that differ only above their low 16 bits share it: a bit is set only when none of them has a
+/// transmit limit.
+#[inline(always)]
+pub const fn ifindex_bit(ifindex: u32) -> (u32, u64) {
+    let low = ifindex & 0xffff;
+    (low >> 6, 1u64 << (low & 63))
+}
 
 /// [`ShapeKey::hook`]: the device's receive path.
 pub const HOOK_INGRESS: u8 = 0;
@@ -235,6 +255,24 @@ mod tests {
 
     fn shape(rate_bps: u64, burst_bits: u64) -> Shape {
         Shape { rate_bps, burst_ns: burst_bits * NSEC_PER_SEC / rate_bps, ..Shape::default() }
+    }
+
+    #[test]
+    fn every_interface_has_one_bit_shared_only_above_its_low_16_bits() {
+        let mut seen = [0u64; UNLIMITED_WORDS as usize];
+        for ifindex in 0..=u32::from(u16::MAX) {
+            let (word, bit) = ifindex_bit(ifindex);
+            assert!(word < UNLIMITED_WORDS, "ifindex {ifindex}");
+            assert_eq!(bit.count_ones(), 1, "ifindex {ifindex}");
+            assert_eq!(seen[word as usize] & bit, 0, "ifindex {ifindex} shares a bit");
+            seen[word as usize] |= bit;
+            assert_eq!(ifindex_bit(ifindex + 0x1_0000), (word, bit), "ifindex {ifindex} + 65536");
+            assert_eq!(ifindex_bit(ifindex | 0xffff_0000), (word, bit), "ifindex {ifindex} | 0xffff0000");
+        }
+        assert!(seen.iter().all(|w| *w == u64::MAX), "every bit belongs to an ifindex");
+        assert_eq!(ifindex_bit(7), (0, 1 << 7));
+        assert_eq!(ifindex_bit(1000), (1000 / 64, 1 << (1000 % 64)));
+        assert_eq!(ifindex_bit(u32::MAX), (UNLIMITED_WORDS - 1, 1 << 63));
     }
 
     #[test]

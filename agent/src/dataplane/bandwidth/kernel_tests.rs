@@ -1,7 +1,8 @@
 //! The shaping programs on crafted packets, run by the kernel with BPF_PROG_TEST_RUN, with the
 //! programs' clock fixed through BW_CLOCK: verdicts and counters of the token bucket at rates
 //! from 1 Mbit/s to 10 Gbit/s, ECN marks (with the IPv4 checksum recomputed), the EDT departure
-//! time in the output context, a clock going backwards and counters wrapping.
+//! time in the output context, a clock going backwards and counters wrapping; and the table's
+//! bits of the interfaces without a transmit limit.
 //!
 //! Needs root (CAP_BPF), as `cargo xtask test` runs.
 
@@ -12,8 +13,10 @@ use plexus_ebpf_common::shape::{
     NSEC_PER_SEC, SHAPE_EDT,
 };
 
+use super::plan::{Direction, Entry, Mechanism};
 use super::shaper::{BW_EGRESS, BW_INGRESS, OBJECT};
 use super::table::Table;
+use crate::dataplane::attach::Hook;
 use crate::dataplane::loader::Loaded;
 
 const NEXT: u32 = u32::MAX; // TC_ACT_UNSPEC
@@ -309,4 +312,64 @@ fn unlimited_devices_and_non_ip_frames_pass_untouched() {
     arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
     assert_eq!(f.run(BW_INGRESS, &arp), (NEXT, arp.clone(), 0));
     assert_eq!(f.table.counters(&key).passed_packets, 1);
+}
+
+fn entry(ifindex: u32, hook: Hook, mac: Option<[u8; 6]>) -> Entry {
+    Entry {
+        direction: if hook == Hook::Egress { Direction::Ingress } else { Direction::Egress },
+        ifindex,
+        ifname: format!("if{ifindex}"),
+        hook,
+        mac,
+        rate_bps: 10 * MBIT,
+        burst_bits: None,
+        burst_ns: NSEC_PER_SEC,
+        mechanism: Mechanism::TokenBucket,
+    }
+}
+
+/// The bits of the interfaces without a transmit limit (which the port mapping programs read
+/// instead of looking every delivery up in the limits) follow the limits: all set when the
+/// table is taken from an object with none, cleared by a transmit limit (of a whole device or
+/// of one MAC) and not by a receive limit, kept clear while an interface with the same low
+/// index bits is still limited. A bit wrongly set under a limit is what `verify` reports and
+/// reconcile mends.
+#[test]
+fn the_bits_of_interfaces_without_a_transmit_limit_follow_the_limits() {
+    let mut f = Fixture::new();
+    let t = &mut f.table;
+    let unlimited = |t: &Table| [7, 0x1_0007, 8, 9, 65535].map(|ifindex| t.marked_unlimited(ifindex));
+    assert_eq!(unlimited(t), [true; 5], "written at take: the object's map was all clear");
+
+    let veth = entry(7, Hook::Egress, None);
+    let same_low_bits = entry(0x1_0007, Hook::Egress, None);
+    let receive = entry(8, Hook::Ingress, None);
+    let master = entry(9, Hook::Egress, Some(POD_MAC));
+    t.install(&receive).expect("install");
+    assert_eq!(unlimited(t), [true; 5], "a receive limit is not the programs' concern");
+    t.install(&veth).expect("install");
+    assert_eq!(unlimited(t), [false, false, true, true, true], "7 and 65543 share a bit");
+    t.install(&same_low_bits).expect("install");
+    t.install(&master).expect("install");
+    assert_eq!(unlimited(t), [false, false, true, false, true]);
+    for e in [&veth, &same_low_bits, &receive, &master] {
+        assert_eq!(t.verify(e), None);
+    }
+
+    t.remove(&veth).expect("remove");
+    assert_eq!(unlimited(t), [false, false, true, false, true], "65543 still limited");
+    t.remove_key(&same_low_bits.key(), "65543").expect("remove");
+    assert_eq!(unlimited(t), [true, true, true, false, true]);
+    t.remove(&master).expect("remove");
+    t.remove(&receive).expect("remove");
+    assert_eq!(unlimited(t), [true; 5]);
+
+    t.install(&veth).expect("install");
+    t.mark_unlimited(7).expect("marking");
+    assert!(t.verify(&veth).is_some_and(|problem| problem.contains("marked unlimited")));
+    assert_eq!(t.reconcile(&[veth.clone(), master.clone()]).expect("reconcile"), (0, 2));
+    assert_eq!(unlimited(t), [false, false, true, false, true]);
+    assert_eq!(t.verify(&veth), None);
+    assert_eq!(t.reconcile(std::slice::from_ref(&master)).expect("reconcile"), (1, 0));
+    assert_eq!(unlimited(t), [true, true, true, false, true], "a stale limit's bit is set again");
 }

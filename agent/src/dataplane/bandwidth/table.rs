@@ -3,12 +3,27 @@
 //!
 //! Counters are created before the limit (so the first limited packet is counted) and removed
 //! after it.
+//!
+//! The interfaces without a transmit limit ([`MAP_UNLIMITED`], a bit per index's low 16 bits,
+//! which the port mapping programs read instead of looking every delivery up in the limits)
+//! follow the limits: an interface's bit is cleared before a limit is written on its transmit
+//! path, so no packet ever skips a live limit, and set once no transmit limit of an interface
+//! with those low bits remains. A limit keyed by a pod's MAC (a macvlan master's) clears the
+//! bit too, though the programs only ask about limits of a whole device: a clear bit costs a
+//! lookup, never a wrong answer. The whole map is rewritten from the limits when the table is
+//! taken at start and on reconcile (a map new to the pin directory is all clear: everything is
+//! looked up). The bits are read, changed and written back, so they need one writer at a time,
+//! as the limits do (the agent's, under its shaper; `doctor` removes limits no record
+//! describes): a bit set for an interface with a limit would let port-mapped traffic skip it.
 
 use std::collections::BTreeSet;
 
-use aya::maps::{HashMap, MapData, PerCpuHashMap};
+use aya::maps::{Array, HashMap, MapData, PerCpuHashMap};
 use aya::Ebpf;
-use plexus_ebpf_common::shape::{Shape, ShapeCounters, ShapeKey, MAP_LIMITS, MAP_STATS};
+use plexus_ebpf_common::shape::{
+    ifindex_bit, Shape, ShapeCounters, ShapeKey, HOOK_EGRESS, MAP_LIMITS, MAP_STATS, MAP_UNLIMITED,
+    UNLIMITED_WORDS,
+};
 
 use super::plan::Entry;
 pub use crate::dataplane::maps::TableError;
@@ -18,6 +33,7 @@ use crate::dataplane::pin::PinDir;
 pub struct Table {
     limits: HashMap<MapData, ShapeKey, Shape>,
     stats: PerCpuHashMap<MapData, ShapeKey, ShapeCounters>,
+    unlimited: Array<MapData, u64>,
 }
 
 impl std::fmt::Debug for Table {
@@ -30,27 +46,31 @@ impl std::fmt::Debug for Table {
 pub type Counters = ShapeCounters;
 
 impl Table {
-    /// Takes the maps out of a freshly loaded object.
-    pub fn take(ebpf: &mut Ebpf) -> Result<Table, TableError> {
-        let limits = take_map(ebpf, MAP_LIMITS)?;
-        let stats = take_map(ebpf, MAP_STATS)?;
+    fn from_maps(
+        open: &mut dyn FnMut(&'static str) -> Result<aya::maps::Map, TableError>,
+    ) -> Result<Table, TableError> {
         Ok(Table {
-            limits: HashMap::try_from(limits).map_err(map_error(MAP_LIMITS, "opening"))?,
-            stats: PerCpuHashMap::try_from(stats).map_err(map_error(MAP_STATS, "opening"))?,
+            limits: HashMap::try_from(open(MAP_LIMITS)?).map_err(map_error(MAP_LIMITS, "opening"))?,
+            stats: PerCpuHashMap::try_from(open(MAP_STATS)?).map_err(map_error(MAP_STATS, "opening"))?,
+            unlimited: Array::try_from(open(MAP_UNLIMITED)?).map_err(map_error(MAP_UNLIMITED, "opening"))?,
         })
+    }
+
+    /// Takes the maps out of a freshly loaded object, with the interfaces without a transmit
+    /// limit written from the limits (a map new to the pin directory has none set).
+    pub fn take(ebpf: &mut Ebpf) -> Result<Table, TableError> {
+        let mut table = Table::from_maps(&mut |name| take_map(ebpf, name))?;
+        table.sync_unlimited()?;
+        Ok(table)
     }
 
     /// The pinned maps of a running agent.
     pub fn open_pinned(pins: &PinDir) -> Result<Table, TableError> {
-        let open = |name| open_pinned_map(pins, name);
-        Ok(Table {
-            limits: HashMap::try_from(open(MAP_LIMITS)?).map_err(map_error(MAP_LIMITS, "opening"))?,
-            stats: PerCpuHashMap::try_from(open(MAP_STATS)?).map_err(map_error(MAP_STATS, "opening"))?,
-        })
+        Table::from_maps(&mut |name| open_pinned_map(pins, name))
     }
 
     /// Installs (or replaces, with a fresh bucket) the limit of `e`; its counters survive a
-    /// replacement.
+    /// replacement. A transmit limit clears its interface's bit first.
     pub fn install(&mut self, e: &Entry) -> Result<(), TableError> {
         let key = e.key();
         if self.stats.get(&key, 0).is_err() {
@@ -58,7 +78,35 @@ impl Table {
                 .insert(key, per_cpu(ShapeCounters::default())?, 0)
                 .map_err(map_error(MAP_STATS, format!("adding {e}")))?;
         }
+        if key.hook == HOOK_EGRESS {
+            self.set_unlimited(key.ifindex, false)?;
+        }
         self.limits.insert(key, e.shape(), 0).map_err(map_error(MAP_LIMITS, format!("adding {e}")))
+    }
+
+    /// Sets (`unlimited`) or clears the bit of interface `ifindex`, writing only a change.
+    fn set_unlimited(&mut self, ifindex: u32, unlimited: bool) -> Result<(), TableError> {
+        let (index, bit) = ifindex_bit(ifindex);
+        let what = || format!("writing the bit of ifindex {ifindex}");
+        let word = self.unlimited.get(&index, 0).map_err(map_error(MAP_UNLIMITED, what()))?;
+        let next = if unlimited { word | bit } else { word & !bit };
+        if next == word {
+            return Ok(());
+        }
+        self.unlimited.set(index, next, 0).map_err(map_error(MAP_UNLIMITED, what()))
+    }
+
+    /// Writes every word of the interfaces without a transmit limit that differs from what the
+    /// limits say.
+    fn sync_unlimited(&mut self) -> Result<(), TableError> {
+        let keys = self.keys();
+        for (index, want) in (0..UNLIMITED_WORDS).zip(unlimited_words(&keys)) {
+            let what = || format!("writing word {index}");
+            if self.unlimited.get(&index, 0).map_err(map_error(MAP_UNLIMITED, what()))? != want {
+                self.unlimited.set(index, want, 0).map_err(map_error(MAP_UNLIMITED, what()))?;
+            }
+        }
+        Ok(())
     }
 
     pub fn remove(&mut self, e: &Entry) -> Result<(), TableError> {
@@ -66,21 +114,41 @@ impl Table {
     }
 
     /// [`Table::remove`] by key (`what` names it in errors): for limits no record describes
-    /// (`plexus-agent doctor`).
+    /// (`plexus-agent doctor`). The interface's bit is set again once no transmit limit of an
+    /// interface with the same low index bits remains.
     pub fn remove_key(&mut self, key: &ShapeKey, what: &str) -> Result<(), TableError> {
         ignore_missing(self.limits.remove(key)).map_err(map_error(MAP_LIMITS, format!("removing {what}")))?;
+        if key.hook == HOOK_EGRESS {
+            let bit = ifindex_bit(key.ifindex);
+            if !self.keys().iter().any(|k| k.hook == HOOK_EGRESS && ifindex_bit(k.ifindex) == bit) {
+                self.set_unlimited(key.ifindex, true)?;
+            }
+        }
         ignore_missing(self.stats.remove(key)).map_err(map_error(MAP_STATS, format!("removing {what}")))
     }
 
-    /// What is wrong with `e`'s installed limit, if anything.
+    /// What is wrong with `e`'s installed limit, if anything: a transmit limit whose interface
+    /// is marked unlimited is skipped by the port mapping programs.
     pub fn verify(&self, e: &Entry) -> Option<String> {
-        match self.limits.get(&e.key(), 0) {
-            Ok(s) if s.rate_bps == e.rate_bps && s.burst_ns == e.burst_ns && s.flags == e.shape().flags => {
-                None
+        let key = e.key();
+        match self.limits.get(&key, 0) {
+            Ok(s) if s.rate_bps == e.rate_bps && s.burst_ns == e.burst_ns && s.flags == e.shape().flags => {}
+            Ok(s) => {
+                return Some(format!("{e}: the map holds {} bit/s, burst {} ns", s.rate_bps, s.burst_ns))
             }
-            Ok(s) => Some(format!("{e}: the map holds {} bit/s, burst {} ns", s.rate_bps, s.burst_ns)),
-            Err(_) => Some(format!("{e}: no limit in the map")),
+            Err(_) => return Some(format!("{e}: no limit in the map")),
         }
+        if key.hook == HOOK_EGRESS && self.marked_unlimited(key.ifindex) {
+            return Some(format!("{e}: ifindex {} is marked unlimited", key.ifindex));
+        }
+        None
+    }
+
+    /// Whether interface `ifindex`'s bit says it has no transmit limit (an unreadable word
+    /// counts as set: it cannot be shown clear).
+    pub fn marked_unlimited(&self, ifindex: u32) -> bool {
+        let (index, bit) = ifindex_bit(ifindex);
+        self.unlimited.get(&index, 0).map_or(true, |w| w & bit != 0)
     }
 
     /// The counters of a limit, summed over the CPUs (wrapping, as the programs count).
@@ -106,7 +174,8 @@ impl Table {
     }
 
     /// Makes the maps hold exactly `desired`: removes the rest, installs what is missing or
-    /// differs. Returns (removed, restored).
+    /// differs, then rewrites the interfaces without a transmit limit from the limits. Returns
+    /// (removed, restored).
     pub fn reconcile(&mut self, desired: &[Entry]) -> Result<(usize, usize), TableError> {
         let wanted: BTreeSet<ShapeKey> = desired.iter().map(Entry::key).collect();
         let mut removed = 0;
@@ -124,6 +193,7 @@ impl Table {
                 restored += 1;
             }
         }
+        self.sync_unlimited()?;
         Ok((removed, restored))
     }
 
@@ -144,5 +214,64 @@ impl Table {
     #[cfg(test)]
     pub fn set_shape(&mut self, key: ShapeKey, shape: Shape) -> Result<(), TableError> {
         self.limits.insert(key, shape, 0).map_err(map_error(MAP_LIMITS, "setting a limit"))
+    }
+
+    /// Marks interface `ifindex` unlimited whatever the limits say (tests).
+    #[cfg(test)]
+    pub fn mark_unlimited(&mut self, ifindex: u32) -> Result<(), TableError> {
+        self.set_unlimited(ifindex, true)
+    }
+}
+
+/// The words of the interfaces without a transmit limit when the limits have `keys`: every bit
+/// set but those of the interfaces with a transmit limit ([`HOOK_EGRESS`], whatever the MAC).
+fn unlimited_words<'a>(keys: impl IntoIterator<Item = &'a ShapeKey>) -> Vec<u64> {
+    let mut words = vec![u64::MAX; UNLIMITED_WORDS as usize];
+    for key in keys.into_iter().filter(|k| k.hook == HOOK_EGRESS) {
+        let (index, bit) = ifindex_bit(key.ifindex);
+        words[index as usize] &= !bit;
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use plexus_ebpf_common::shape::HOOK_INGRESS;
+
+    use super::*;
+
+    fn key(ifindex: u32, hook: u8, mac: [u8; 6]) -> ShapeKey {
+        ShapeKey { ifindex, hook, pad: 0, mac }
+    }
+
+    #[test]
+    fn unlimited_words_have_every_bit_but_those_of_transmit_limits() {
+        let all = unlimited_words(&[]);
+        assert_eq!(all.len(), UNLIMITED_WORDS as usize);
+        assert!(all.iter().all(|w| *w == u64::MAX));
+        let mac = [2, 0, 0, 0, 0, 5];
+        let words = unlimited_words(&[
+            key(7, HOOK_EGRESS, [0; 6]),
+            key(7, HOOK_INGRESS, [0; 6]),
+            key(8, HOOK_INGRESS, [0; 6]),
+            key(9, HOOK_INGRESS, mac),
+            key(64, HOOK_EGRESS, mac),
+            key(0x1_0007, HOOK_EGRESS, [0; 6]),
+            key(65535, HOOK_EGRESS, [0; 6]),
+        ]);
+        assert_eq!(words[0], !(1 << 7), "receive limits leave their bits set; 7 and 65543 share one");
+        assert_eq!(words[1], !1, "a transmit limit of one MAC clears its device's bit");
+        assert_eq!(words[1023], !(1 << 63));
+        assert_eq!(words.iter().map(|w| w.count_zeros()).sum::<u32>(), 3);
+    }
+
+    #[test]
+    fn a_bit_stays_clear_while_an_interface_with_its_low_bits_is_limited() {
+        let limited = [key(7, HOOK_EGRESS, [0; 6]), key(0x1_0007, HOOK_EGRESS, [0; 6])];
+        let (index, bit) = ifindex_bit(7);
+        assert_eq!(unlimited_words(&limited)[index as usize] & bit, 0);
+        assert_eq!(unlimited_words(&limited[1..])[index as usize] & bit, 0, "7 gone, 65543 limited");
+        assert_eq!(unlimited_words(&limited[..1])[index as usize] & bit, 0, "65543 gone, 7 limited");
+        assert_ne!(unlimited_words(&[])[index as usize] & bit, 0, "both gone");
     }
 }

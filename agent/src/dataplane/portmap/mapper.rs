@@ -7,7 +7,7 @@ use aya::maps::ProgramArray;
 use aya::programs::tc::TcHandle;
 use aya::programs::Program;
 use plexus_ebpf_common::flow::{Settings, DEFAULT_MAX_FLOWS, MAP_FLOWS};
-use plexus_ebpf_common::shape::{MAP_CLOCK, MAP_LIMITS, MAP_STATS as MAP_SHAPE_STATS};
+use plexus_ebpf_common::shape::{MAP_CLOCK, MAP_LIMITS, MAP_STATS as MAP_SHAPE_STATS, MAP_UNLIMITED};
 use plexus_ebpf_common::{MAPS, MAP_TAIL, RETIRED_MAPS, TAIL_FRAGMENT, TAIL_ICMP, TAIL_SCTP};
 
 use super::entries::{endpoint_text, Entry};
@@ -49,10 +49,12 @@ pub static OBJECT: Object = Object {
     bytes: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/plexus-ebpf.o")),
     maps: &MAPS,
     // Which pods' veths limit their ingress: the port mapping programs then deliver through
-    // the veth's transmit path, where the limit applies. The XDP program enforces the ingress
-    // limits of the pods behind a macvlan master with the same limits, counters and clock.
+    // the veth's transmit path, where the limit applies (the interfaces marked unlimited are
+    // not looked up). The XDP program enforces the ingress limits of the pods behind a macvlan
+    // master with the same limits, counters and clock.
     shared_maps: &[
         (MAP_LIMITS, BANDWIDTH_PIN_SUBDIR),
+        (MAP_UNLIMITED, BANDWIDTH_PIN_SUBDIR),
         (MAP_SHAPE_STATS, BANDWIDTH_PIN_SUBDIR),
         (MAP_CLOCK, BANDWIDTH_PIN_SUBDIR),
     ],

@@ -38,7 +38,7 @@ use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap};
 use aya_ebpf::programs::{TcContext, XdpContext};
 use plexus_ebpf_common::shape::{
     Shape, ShapeCounters, ShapeKey, Verdict, XdpCharged, HOOK_EGRESS, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
-    MAP_STATS, MAX_SHAPED, XDP_CHARGED,
+    MAP_STATS, MAP_UNLIMITED, MAX_SHAPED, UNLIMITED_WORDS, XDP_CHARGED,
 };
 
 use charge::charge;
@@ -55,6 +55,14 @@ map! { "BW_STATS" == MAP_STATS;
 map! { "BW_CLOCK" == MAP_CLOCK;
     /// Zero: the programs read the kernel's clock; else the time they use (tests).
     static BW_CLOCK: Array<u64> = Array::with_max_entries(1, 0);
+}
+
+map! { "BW_UNLIMITED" == MAP_UNLIMITED;
+    /// The interfaces without a transmit limit, by bit (see
+    /// plexus_ebpf_common::shape::MAP_UNLIMITED): the agent writes it with the limits, the port
+    /// mapping programs read it. No program here does: it is declared so that it is created
+    /// and pinned with this object's maps, whose limits it describes.
+    static BW_UNLIMITED: Array<u64> = Array::with_max_entries(UNLIMITED_WORDS, 0);
 }
 
 /// The ingress limits of the pods behind a macvlan master without port mappings (where there

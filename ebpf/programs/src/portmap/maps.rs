@@ -9,8 +9,8 @@ use plexus_ebpf_common::flow::{
     MAX_SOCKETS, STATS_PROGRAMS,
 };
 use plexus_ebpf_common::shape::{
-    Shape, ShapeCounters, ShapeKey, HOOK_EGRESS, MAP_CLOCK, MAP_LIMITS, MAP_STATS as MAP_SHAPE_STATS,
-    MAX_SHAPED,
+    ifindex_bit, Shape, ShapeCounters, ShapeKey, HOOK_EGRESS, MAP_CLOCK, MAP_LIMITS,
+    MAP_STATS as MAP_SHAPE_STATS, MAP_UNLIMITED, MAX_SHAPED, UNLIMITED_WORDS,
 };
 use plexus_ebpf_common::{
     port_bit, Counters, Endpoint, Rewrite, COUNTER_SLOTS, MAP_COUNTERS, MAP_FORWARD, MAP_SETTINGS, MAP_TAIL,
@@ -76,6 +76,13 @@ map! { "BW_LIMITS" == MAP_LIMITS;
     pub static BW_LIMITS: HashMap<ShapeKey, Shape> = HashMap::with_max_entries(MAX_SHAPED, 0);
 }
 
+map! { "BW_UNLIMITED" == MAP_UNLIMITED;
+    /// The shaping object's interfaces without a transmit limit, the same pinned map (see
+    /// plexus_ebpf_common::shape::MAP_UNLIMITED): an array lookup, which the verifier inlines,
+    /// in front of the `BW_LIMITS` lookup, which is a call.
+    pub static BW_UNLIMITED: Array<u64> = Array::with_max_entries(UNLIMITED_WORDS, 0);
+}
+
 map! { "BW_STATS" == MAP_SHAPE_STATS;
     /// The shaping object's counters, the same pinned map: what the XDP program passed and
     /// dropped counts where the shaping programs count.
@@ -88,9 +95,14 @@ map! { "BW_CLOCK" == MAP_CLOCK;
 }
 
 /// True when the pod behind host-side veth `ifindex` has an ingress limit on the veth's
-/// transmit path.
+/// transmit path. Not looked up when the interface's bit in `BW_UNLIMITED` says no interface
+/// with its low index bits has one.
 #[inline(always)]
 pub fn ingress_limited(ifindex: u32) -> bool {
+    let (word, bit) = ifindex_bit(ifindex);
+    if BW_UNLIMITED.get(word).is_some_and(|w| *w & bit != 0) {
+        return false;
+    }
     let key = ShapeKey { ifindex, hook: HOOK_EGRESS, pad: 0, mac: [0; 6] };
     // SAFETY: only the presence is read.
     unsafe { BW_LIMITS.get(&key).is_some() }

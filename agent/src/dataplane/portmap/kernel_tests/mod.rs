@@ -20,6 +20,8 @@ mod xdp;
 
 use aya::programs::{Program, SchedClassifier, TestRun, TestRunOptions};
 use plexus_ebpf_common::flow::{Flow, FlowKey, FlowStats, Settings, Timeouts, NSEC_PER_SEC};
+use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS};
+use plexus_testkit::Netns;
 
 use super::entries::{addr_words, Entry};
 use super::mapper::{self, TC_EGRESS, TC_INGRESS};
@@ -480,6 +482,107 @@ fn each_mapping_counts_at_an_index_of_its_own() {
     assert_eq!(index(&f, &udp), 2);
     assert_eq!(f.send(&to_udp).0, REDIRECT);
     assert_eq!(f.counters(&udp).packets_in, 1);
+}
+
+/// Sends `frame` as it is out of interface `ifindex` of the thread's network namespace.
+fn send_frame(ifindex: u32, frame: &[u8]) {
+    // SAFETY: a plain system call; the fd is owned at once.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+    assert!(fd >= 0, "a packet socket: {}", std::io::Error::last_os_error());
+    // SAFETY: a new fd of this process, owned by nothing else.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
+    let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    to.sll_family = libc::AF_PACKET as libc::c_ushort;
+    to.sll_ifindex = ifindex as i32;
+    to.sll_halen = 6;
+    to.sll_addr[..6].copy_from_slice(&frame[..6]);
+    // SAFETY: the frame and the address are valid for the duration of the call.
+    let sent = unsafe {
+        libc::sendto(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (&to as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(sent, frame.len() as isize, "sending a frame: {}", std::io::Error::last_os_error());
+}
+
+/// (received, transmitted) packets of interface `dev` of `ns`.
+fn link_packets(ns: &Netns, dev: &str) -> (u64, u64) {
+    let text = ns.ip(["-s", "-j", "link", "show", "dev", dev].as_slice());
+    let links: Vec<serde_json::Value> = serde_json::from_str(&text).expect("ip -j");
+    let stats = &links[0]["stats64"];
+    (
+        stats["rx"]["packets"].as_u64().expect("rx packets"),
+        stats["tx"]["packets"].as_u64().expect("tx packets"),
+    )
+}
+
+/// A request to a bridge pod, delivered from a receive path, goes straight into the pod
+/// (`bpf_redirect_peer`: the host end of the pod's veth never transmits it) unless the pod's
+/// ingress is limited on that veth's transmit path, which it then crosses. A test run cannot
+/// tell the two apart (both are TC_ACT_REDIRECT), so this one sends a frame through real veths
+/// and counts what the host end transmitted. The limit is looked up only while the veth's bit
+/// in `BW_UNLIMITED` is clear: set wrongly, the request goes straight in as if unlimited.
+#[test]
+fn kernel_requests_cross_a_limited_veths_transmit_path_and_go_straight_into_the_pod_otherwise() {
+    let node = Netns::empty("pxdn");
+    let pod = Netns::empty("pxdp");
+    for ns in [&node, &pod] {
+        // No IPv6: the stack's own packets (duplicate address detection, router solicitations)
+        // would cross the veth too.
+        ns.try_exec("sysctl -qw net.ipv6.conf.default.disable_ipv6=1").expect("sysctl");
+    }
+    // Frames written on c1 arrive on c0's receive path (the bridge's, in the agent); h0 is the
+    // host end of the pod's veth.
+    node.ip("link add c0 type veth peer name c1");
+    node.ip(
+        ["link", "add", "h0", "type", "veth", "peer", "name", "p0", "netns", pod.name.as_str()].as_slice()
+    );
+    for dev in ["c0", "c1", "h0"] {
+        node.ip(["link", "set", dev, "up"].as_slice());
+    }
+    pod.ip("link set p0 up");
+
+    let mut f = Fixture::new();
+    let _inside = node.enter();
+    // SAFETY: NUL-terminated names.
+    let (c1, h0) = unsafe { (libc::if_nametoindex(c"c1".as_ptr()), libc::if_nametoindex(c"h0".as_ptr())) };
+    assert!(c1 != 0 && h0 != 0, "c1 and h0 in the namespace");
+    match f.loaded.ebpf_mut().program_mut(TC_INGRESS) {
+        Some(Program::SchedClassifier(p)) => {
+            p.attach("c0", aya::programs::TcAttachType::Ingress).expect("attaching pm_tc_in to c0");
+        }
+        _ => panic!("no TC program {TC_INGRESS}"),
+    }
+    let e = entry(Protocol::Udp, "10.77.0.1", 8080, "10.77.0.5", 80, (h0, Hook::Egress));
+    f.tables.install(&e).unwrap();
+    let request = packet(&spec(Protocol::Udp, ("10.77.0.200", 40000), ("10.77.0.1", 8080)));
+
+    // Whether the request crossed h0's transmit path on its way into the pod.
+    let transmitted = || {
+        let ((received, _), (_, sent)) = (link_packets(&pod, "p0"), link_packets(&node, "h0"));
+        send_frame(c1, &request);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while link_packets(&pod, "p0").0 == received {
+            assert!(std::time::Instant::now() < deadline, "the request never reached the pod");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        link_packets(&node, "h0").1 - sent
+    };
+    assert_eq!(transmitted(), 0, "unlimited, looked up: straight into the pod");
+    f.set_unlimited_bit(h0, true);
+    assert_eq!(transmitted(), 0, "marked unlimited: straight into the pod");
+    let limit = ShapeKey { ifindex: h0, hook: HOOK_EGRESS, pad: 0, mac: [0; 6] };
+    f.limit(limit, Shape { rate_bps: 8_000_000, burst_ns: 1_000_000, ..Default::default() });
+    assert_eq!(transmitted(), 1, "limited: through the veth's transmit path");
+    f.set_unlimited_bit(h0, true);
+    assert_eq!(transmitted(), 0, "limited but marked unlimited: not looked up");
+    assert_eq!(f.counters(&e).packets_in, 4, "every request translated");
 }
 
 /// A fragmented datagram: the first fragment (with the ports) is translated and tracked, the

@@ -7,8 +7,8 @@ use aya::maps::{Array, HashMap, PerCpuHashMap};
 use aya::programs::{Program, TestRun, TestRunOptions, Xdp};
 use plexus_ebpf_common::flow::FLOW_REPLIED;
 use plexus_ebpf_common::shape::{
-    admit, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_EGRESS, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
-    MAP_STATS as MAP_SHAPE_STATS, XDP_CHARGED,
+    admit, ifindex_bit, Shape, ShapeCounters, ShapeKey, Verdict, HOOK_EGRESS, HOOK_INGRESS, MAP_CLOCK,
+    MAP_LIMITS, MAP_STATS as MAP_SHAPE_STATS, MAP_UNLIMITED, XDP_CHARGED,
 };
 
 use super::*;
@@ -174,6 +174,8 @@ const XDP_REDIRECTED: u32 = 4;
 /// A bridge pod whose veth takes XDP frames: the request on an uplink is translated as for the
 /// bridge and redirected straight into the pod's veth; while the pod's ingress is limited on
 /// that veth's transmit path (which a redirect would skip), it goes through the bridge instead.
+/// The limit is looked up only while the veth's bit in `BW_UNLIMITED` is clear: set wrongly,
+/// the request is redirected as if unlimited.
 #[test]
 fn bridge_requests_are_redirected_into_a_veth_that_takes_xdp_frames_unless_its_ingress_is_limited() {
     for (host, pod, client) in FAMILIES {
@@ -193,11 +195,27 @@ fn bridge_requests_are_redirected_into_a_veth_that_takes_xdp_frames_unless_its_i
             assert!(f.flow(&flow_key(proto, (pod, 80), (client, 40000))).is_some(), "the same flow");
             assert_eq!(f.counters(&e).packets_in, 1);
 
+            // No limit on the veth, as the agent marks it.
+            f.set_unlimited_bit(7, true);
+            assert_eq!(f.run_xdp(&request).0, XDP_REDIRECTED, "{proto:?} {host}: marked unlimited");
+
             let veth_limit = ShapeKey { ifindex: 7, hook: HOOK_EGRESS, pad: 0, mac: [0; 6] };
             f.limit(veth_limit, Shape { rate_bps: 8_000_000, burst_ns: 1_000_000, flags: 0, pad: 0, tat: 0 });
             let (verdict, out) = f.run_xdp(&request);
-            assert_eq!((verdict, out), (PASS, for_bridge), "{proto:?} {host}: limited, through the bridge");
+            assert_eq!(
+                (verdict, out),
+                (PASS, for_bridge.clone()),
+                "{proto:?} {host}: limited, through the bridge"
+            );
             assert_eq!(f.limit_counters(&veth_limit).passed_packets, 0, "the veth's limit is TC's to charge");
+
+            f.set_unlimited_bit(7, true);
+            let (verdict, out) = f.run_xdp(&request);
+            assert_eq!(
+                verdict, XDP_REDIRECTED,
+                "{proto:?} {host}: limited but marked unlimited: not looked up"
+            );
+            assert_eq!(out, for_bridge);
         }
     }
 }
@@ -288,8 +306,12 @@ const XDP_DROPPED: u32 = 1;
 
 impl Fixture {
     /// Installs a limit (and its counters) in the object's own copies of the shaping maps (in
-    /// the agent they are the shaping object's pinned ones).
-    fn limit(&mut self, key: ShapeKey, shape: Shape) {
+    /// the agent they are the shaping object's pinned ones), as the agent's table does: a
+    /// transmit limit clears its interface's bit in `BW_UNLIMITED` first.
+    pub(super) fn limit(&mut self, key: ShapeKey, shape: Shape) {
+        if key.hook == HOOK_EGRESS {
+            self.set_unlimited_bit(key.ifindex, false);
+        }
         let ebpf = self.loaded.ebpf_mut();
         let mut stats: PerCpuHashMap<_, ShapeKey, ShapeCounters> =
             PerCpuHashMap::try_from(ebpf.map_mut(MAP_SHAPE_STATS).expect("BW_STATS")).unwrap();
@@ -297,6 +319,16 @@ impl Fixture {
         let mut limits: HashMap<_, ShapeKey, Shape> =
             HashMap::try_from(ebpf.map_mut(MAP_LIMITS).expect("BW_LIMITS")).unwrap();
         limits.insert(key, shape, 0).unwrap();
+    }
+
+    /// Sets (`unlimited`) or clears interface `ifindex`'s bit in the object's own copy of
+    /// `BW_UNLIMITED`, whatever the limits say.
+    pub(super) fn set_unlimited_bit(&mut self, ifindex: u32, unlimited: bool) {
+        let mut words: Array<_, u64> =
+            Array::try_from(self.loaded.ebpf_mut().map_mut(MAP_UNLIMITED).expect("BW_UNLIMITED")).unwrap();
+        let (index, bit) = ifindex_bit(ifindex);
+        let word = words.get(&index, 0).expect("a word of BW_UNLIMITED");
+        words.set(index, if unlimited { word | bit } else { word & !bit }, 0).expect("writing BW_UNLIMITED");
     }
 
     /// The shaping programs' clock stops at `now`.
