@@ -36,6 +36,7 @@ pub mod pin;
 pub mod portmap;
 pub mod records;
 pub mod service;
+pub mod skip_bits;
 pub mod xdp;
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeSet;
 
-use aya::maps::{Array, HashMap, MapData, PerCpuHashMap};
+use aya::maps::{HashMap, MapData, PerCpuHashMap};
 use aya::Ebpf;
 use plexus_ebpf_common::shape::{
     ifindex_bit, Shape, ShapeCounters, ShapeKey, HOOK_EGRESS, MAP_LIMITS, MAP_STATS, MAP_UNLIMITED,
@@ -29,11 +29,12 @@ use super::plan::Entry;
 pub use crate::dataplane::maps::TableError;
 use crate::dataplane::maps::{ignore_missing, map_error, open_pinned_map, per_cpu, take_map};
 use crate::dataplane::pin::PinDir;
+use crate::dataplane::skip_bits::{all_set_but, SkipBits};
 
 pub struct Table {
     limits: HashMap<MapData, ShapeKey, Shape>,
     stats: PerCpuHashMap<MapData, ShapeKey, ShapeCounters>,
-    unlimited: Array<MapData, u64>,
+    unlimited: SkipBits,
 }
 
 impl std::fmt::Debug for Table {
@@ -52,7 +53,7 @@ impl Table {
         Ok(Table {
             limits: HashMap::try_from(open(MAP_LIMITS)?).map_err(map_error(MAP_LIMITS, "opening"))?,
             stats: PerCpuHashMap::try_from(open(MAP_STATS)?).map_err(map_error(MAP_STATS, "opening"))?,
-            unlimited: Array::try_from(open(MAP_UNLIMITED)?).map_err(map_error(MAP_UNLIMITED, "opening"))?,
+            unlimited: SkipBits::new(open(MAP_UNLIMITED)?, MAP_UNLIMITED)?,
         })
     }
 
@@ -84,29 +85,17 @@ impl Table {
         self.limits.insert(key, e.shape(), 0).map_err(map_error(MAP_LIMITS, format!("adding {e}")))
     }
 
-    /// Sets (`unlimited`) or clears the bit of interface `ifindex`, writing only a change.
+    /// Sets (`unlimited`) or clears the bit of interface `ifindex`.
     fn set_unlimited(&mut self, ifindex: u32, unlimited: bool) -> Result<(), TableError> {
-        let (index, bit) = ifindex_bit(ifindex);
         let what = || format!("writing the bit of ifindex {ifindex}");
-        let word = self.unlimited.get(&index, 0).map_err(map_error(MAP_UNLIMITED, what()))?;
-        let next = if unlimited { word | bit } else { word & !bit };
-        if next == word {
-            return Ok(());
-        }
-        self.unlimited.set(index, next, 0).map_err(map_error(MAP_UNLIMITED, what()))
+        self.unlimited.set(ifindex_bit(ifindex), unlimited, what)
     }
 
     /// Writes every word of the interfaces without a transmit limit that differs from what the
     /// limits say.
     fn sync_unlimited(&mut self) -> Result<(), TableError> {
         let keys = self.keys();
-        for (index, want) in (0..UNLIMITED_WORDS).zip(unlimited_words(&keys)) {
-            let what = || format!("writing word {index}");
-            if self.unlimited.get(&index, 0).map_err(map_error(MAP_UNLIMITED, what()))? != want {
-                self.unlimited.set(index, want, 0).map_err(map_error(MAP_UNLIMITED, what()))?;
-            }
-        }
-        Ok(())
+        self.unlimited.sync(&unlimited_words(&keys))
     }
 
     pub fn remove(&mut self, e: &Entry) -> Result<(), TableError> {
@@ -147,8 +136,7 @@ impl Table {
     /// Whether interface `ifindex`'s bit says it has no transmit limit (an unreadable word
     /// counts as set: it cannot be shown clear).
     pub fn marked_unlimited(&self, ifindex: u32) -> bool {
-        let (index, bit) = ifindex_bit(ifindex);
-        self.unlimited.get(&index, 0).map_or(true, |w| w & bit != 0)
+        self.unlimited.get(ifindex_bit(ifindex)).unwrap_or(true)
     }
 
     /// The counters of a limit, summed over the CPUs (wrapping, as the programs count).
@@ -226,12 +214,8 @@ impl Table {
 /// The words of the interfaces without a transmit limit when the limits have `keys`: every bit
 /// set but those of the interfaces with a transmit limit ([`HOOK_EGRESS`], whatever the MAC).
 fn unlimited_words<'a>(keys: impl IntoIterator<Item = &'a ShapeKey>) -> Vec<u64> {
-    let mut words = vec![u64::MAX; UNLIMITED_WORDS as usize];
-    for key in keys.into_iter().filter(|k| k.hook == HOOK_EGRESS) {
-        let (index, bit) = ifindex_bit(key.ifindex);
-        words[index as usize] &= !bit;
-    }
-    words
+    let limited = keys.into_iter().filter(|k| k.hook == HOOK_EGRESS).map(|k| ifindex_bit(k.ifindex));
+    all_set_but(UNLIMITED_WORDS, limited)
 }
 
 #[cfg(test)]

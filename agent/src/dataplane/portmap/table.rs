@@ -39,6 +39,7 @@ use crate::dataplane::batch;
 pub use crate::dataplane::maps::TableError;
 use crate::dataplane::maps::{ignore_missing, map_error, open_pinned_map, per_cpu, take_map};
 use crate::dataplane::pin::PinDir;
+use crate::dataplane::skip_bits::{all_set_but, SkipBits};
 
 /// Serialises the read-modify-write of the agent's flow counters between the handles of one
 /// process (the service's, the reaper's): the map has no atomic add from user space.
@@ -46,7 +47,7 @@ static AGENT_STATS: Mutex<()> = Mutex::new(());
 
 pub struct Tables {
     forward: HashMap<MapData, Endpoint, Rewrite>,
-    unmapped: Array<MapData, u64>,
+    unmapped: SkipBits,
     counters: PerCpuArray<MapData, Counters>,
     settings: Array<MapData, Settings>,
     flows: HashMap<MapData, FlowKey, Flow>,
@@ -93,7 +94,7 @@ impl Tables {
         let capacity = flows.map().info().map_err(map_error(MAP_FLOWS, "reading its size"))?.max_entries();
         Ok(Tables {
             forward: HashMap::try_from(open(MAP_FORWARD)?).map_err(opened(MAP_FORWARD))?,
-            unmapped: Array::try_from(open(MAP_UNMAPPED)?).map_err(opened(MAP_UNMAPPED))?,
+            unmapped: SkipBits::new(open(MAP_UNMAPPED)?, MAP_UNMAPPED)?,
             counters: PerCpuArray::try_from(open(MAP_COUNTERS)?).map_err(opened(MAP_COUNTERS))?,
             settings: Array::try_from(open(MAP_SETTINGS)?).map_err(opened(MAP_SETTINGS))?,
             flows,
@@ -168,26 +169,14 @@ impl Tables {
 
     /// Clears (`mapped`) or sets the bit of port `port_be` in the unmapped ports.
     fn set_port_mapped(&mut self, port_be: u16, mapped: bool) -> Result<(), TableError> {
-        let (index, bit) = port_bit(port_be);
         let what = || format!("writing the bit of port {}", u16::from_be(port_be));
-        let word = self.unmapped.get(&index, 0).map_err(map_error(MAP_UNMAPPED, what()))?;
-        let next = if mapped { word & !bit } else { word | bit };
-        if next == word {
-            return Ok(());
-        }
-        self.unmapped.set(index, next, 0).map_err(map_error(MAP_UNMAPPED, what()))
+        self.unmapped.set(port_bit(port_be), !mapped, what)
     }
 
     /// Writes every word of the unmapped ports that differs from what the forward entries say.
     fn sync_unmapped(&mut self) -> Result<(), TableError> {
         let ports: Vec<u16> = self.forward_keys().iter().map(|k| k.port_be).collect();
-        for (index, want) in (0..UNMAPPED_WORDS).zip(unmapped_words(&ports)) {
-            let what = || format!("writing word {index}");
-            if self.unmapped.get(&index, 0).map_err(map_error(MAP_UNMAPPED, what()))? != want {
-                self.unmapped.set(index, want, 0).map_err(map_error(MAP_UNMAPPED, what()))?;
-            }
-        }
-        Ok(())
+        self.unmapped.sync(&unmapped_words(&ports))
     }
 
     /// Removes a mapping: its forward entry, then its flows and the sockets remembered for it,
@@ -238,9 +227,8 @@ impl Tables {
             Err(_) => return Some(format!("the forward entry of {e} is missing")),
             Ok(_) => {}
         }
-        let (index, bit) = port_bit(host.port_be);
-        match self.unmapped.get(&index, 0) {
-            Ok(word) if word & bit == 0 => None,
+        match self.unmapped.get(port_bit(host.port_be)) {
+            Some(false) => None,
             _ => Some(format!("port {} of {e} is marked unmapped", e.host_port)),
         }
     }
@@ -490,8 +478,7 @@ impl Tables {
     /// Whether the unmapped ports have port `port` (host order) as mapped (tests).
     #[cfg(test)]
     pub(crate) fn port_looked_up(&self, port: u16) -> bool {
-        let (index, bit) = port_bit(port.to_be());
-        self.unmapped.get(&index, 0).is_ok_and(|w| w & bit == 0)
+        self.unmapped.get(port_bit(port.to_be())) == Some(false)
     }
 
     /// Marks port `port` (host order) unmapped whatever the forward entries say (tests).
@@ -514,12 +501,7 @@ fn lowest_free_counters(taken: &BTreeSet<u32>) -> Option<u32> {
 /// The words of the unmapped ports when the forward entries have `ports` (network byte order):
 /// every bit set but theirs.
 fn unmapped_words(ports: &[u16]) -> Vec<u64> {
-    let mut words = vec![u64::MAX; UNMAPPED_WORDS as usize];
-    for port in ports {
-        let (index, bit) = port_bit(*port);
-        words[index as usize] &= !bit;
-    }
-    words
+    all_set_but(UNMAPPED_WORDS, ports.iter().map(|p| port_bit(*p)))
 }
 
 /// Now on CLOCK_MONOTONIC_COARSE, the clock of `bpf_ktime_get_coarse_ns`, in nanoseconds: the
