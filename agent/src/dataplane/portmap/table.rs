@@ -132,8 +132,9 @@ impl Tables {
         let counters = match self.forward.get(&host, 0) {
             Ok(installed) if counters_index(installed.counters).is_some() => installed.counters,
             _ => {
-                let free = self.free_counters(&e.to_string())?;
-                self.zero_counters(free, &e.to_string())?;
+                let what = e.to_string();
+                let free = self.free_counters(&what)?;
+                self.zero_counters(free, &what)?;
                 free
             }
         };
@@ -255,8 +256,7 @@ impl Tables {
         for index in stale_counters {
             self.zero_counters(index, "a stale entry")?;
         }
-        let present: BTreeSet<Endpoint> =
-            installed.into_iter().map(|(k, _)| k).filter(|k| want.contains_key(k)).collect();
+        let present: BTreeSet<Endpoint> = installed.into_iter().map(|(k, _)| k).collect();
         for e in desired {
             let intact = present.contains(&e.host_endpoint()) && self.verify(e).is_none();
             if !intact {
