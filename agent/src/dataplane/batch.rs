@@ -1,7 +1,8 @@
 //! Reading and removing many entries of a BPF hash map with one system call per chunk
 //! (`BPF_MAP_LOOKUP_BATCH`, `BPF_MAP_DELETE_BATCH`, Linux 5.6+), instead of two per entry as
 //! aya's iterator does (next key, then lookup): a walk of 100,000 flows is a few dozen calls
-//! instead of 200,000, so DEL and the reaper stay cheap on a full table.
+//! instead of 200,000, so DEL and the reaper stay cheap on a full table. A walk hands each
+//! chunk to the caller as it is read ([`lookup_each`]), so it holds one chunk, not the table.
 //!
 //! aya 0.14 has no batch operations; the calls are made directly, with the `bpf_attr` layout
 //! of the batch commands (include/uapi/linux/bpf.h).
@@ -54,8 +55,20 @@ fn fd_u32(map: BorrowedFd<'_>) -> io::Result<u32> {
 pub fn lookup_all<K: aya::Pod + Default, V: aya::Pod + Default>(
     map: BorrowedFd<'_>,
 ) -> io::Result<Vec<(K, V)>> {
-    let map_fd = fd_u32(map)?;
     let mut out = Vec::new();
+    lookup_each(map, |k: &K, v: &V| out.push((*k, *v)))?;
+    Ok(out)
+}
+
+/// Calls `each` on every (key, value) of the hash map `map` (not per-CPU), a chunk at a time as
+/// it is read, so the walk holds one chunk of the map, not all of it. As [`lookup_all`]: the
+/// types must have the map's key and value sizes, and an entry made during the walk may be
+/// missed, none is passed twice. On an error, `each` has had the entries read before it.
+pub fn lookup_each<K: aya::Pod + Default, V: aya::Pod + Default>(
+    map: BorrowedFd<'_>,
+    mut each: impl FnMut(&K, &V),
+) -> io::Result<()> {
+    let map_fd = fd_u32(map)?;
     let mut chunk = CHUNK;
     let mut keys: Vec<K> = vec![K::default(); chunk];
     let mut values: Vec<V> = vec![V::default(); chunk];
@@ -75,14 +88,14 @@ pub fn lookup_all<K: aya::Pod + Default, V: aya::Pod + Default>(
         };
         let result = bpf(BPF_MAP_LOOKUP_BATCH, &mut attr);
         let n = (attr.count as usize).min(chunk);
-        out.extend(keys[..n].iter().copied().zip(values[..n].iter().copied()));
+        keys[..n].iter().zip(&values[..n]).for_each(|(k, v)| each(k, v));
         match result {
             Ok(()) => {
                 position = next;
                 started = true;
             }
             // The end of the map.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
             // A bucket holds more entries than the chunk: read it again with a bigger one.
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && n == 0 && chunk < (1 << 20) => {
                 chunk *= 2;

@@ -381,19 +381,19 @@ impl Tables {
         Ok(removed)
     }
 
-    /// Calls `each` on the flows of the table, read in chunks ([`crate::dataplane::batch`]).
-    /// Should the batch read fail, the table is walked key by key; the kernel's walk (next key
-    /// after the last one read) starts over when that key vanished meanwhile, so a table
-    /// changing under it could be walked for long: that walk stops after twice the table's size.
+    /// Calls `each` on the flows of the table, read in chunks as it goes
+    /// ([`batch::lookup_each`]). Should the batch read fail, the table is walked key by key from
+    /// its start, so flows passed before the failure are passed again; the kernel's walk (next
+    /// key after the last one read) starts over when that key vanished meanwhile, so a table
+    /// changing under it could be walked for long, and pass flows twice: that walk stops after
+    /// twice the table's size.
     fn walk_flows(&self, mut each: impl FnMut(FlowKey, Flow)) {
-        match batch::lookup_all::<FlowKey, Flow>(self.flows.map().fd().as_fd()) {
-            Ok(all) => all.into_iter().for_each(|(k, f)| each(k, f)),
-            Err(e) => {
-                tracing::debug!("reading the flow table in chunks: {e}; reading it key by key");
-                let bound = 2 * self.capacity as usize + 16;
-                for (k, f) in self.flows.iter().take(bound).filter_map(Result::ok) {
-                    each(k, f);
-                }
+        let fd = self.flows.map().fd().as_fd();
+        if let Err(e) = batch::lookup_each::<FlowKey, Flow>(fd, |k, f| each(*k, *f)) {
+            tracing::debug!("reading the flow table in chunks: {e}; reading it key by key");
+            let bound = 2 * self.capacity as usize + 16;
+            for (k, f) in self.flows.iter().take(bound).filter_map(Result::ok) {
+                each(k, f);
             }
         }
     }
@@ -804,6 +804,13 @@ mod batch_kernel_tests {
         let chunked = batch::lookup_all::<FlowKey, Flow>(t.flows.map().fd().as_fd()).expect("batch read");
         assert_eq!(chunked.len(), want.len(), "no entry missing or twice");
         assert_eq!(chunked.into_iter().collect::<BTreeMap<_, _>>(), want);
+        // Streamed, chunk by chunk: every entry once.
+        let mut streamed = BTreeMap::new();
+        batch::lookup_each::<FlowKey, Flow>(t.flows.map().fd().as_fd(), |k, f| {
+            assert_eq!(streamed.insert(*k, *f), None, "{k:?} passed twice");
+        })
+        .expect("streamed read");
+        assert_eq!(streamed, want);
         let by_key: BTreeMap<FlowKey, Flow> = t.flows.iter().filter_map(Result::ok).collect();
         assert_eq!(by_key, want);
 
