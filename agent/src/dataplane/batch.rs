@@ -4,12 +4,16 @@
 //! instead of 200,000, so DEL and the reaper stay cheap on a full table. A walk hands each
 //! chunk to the caller as it is read ([`lookup_each`]), so it holds one chunk, not the table.
 //!
-//! aya 0.14 has no batch operations; the calls are made directly, with the `bpf_attr` layout
-//! of the batch commands (include/uapi/linux/bpf.h).
+//! Also the removal of one entry that returns its value ([`lookup_and_delete`]), which aya
+//! 0.14 has for queues and stacks only.
+//!
+//! aya 0.14 has no batch operations; the calls are made directly, with the `bpf_attr` layouts
+//! of include/uapi/linux/bpf.h.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 
@@ -31,13 +35,29 @@ struct BatchAttr {
     flags: u64,
 }
 
-fn bpf(cmd: libc::c_long, attr: &mut BatchAttr) -> io::Result<()> {
-    // SAFETY: `attr` is a `bpf_attr` prefix valid for the batch commands; the kernel reads and
-    // writes it within its size, and the buffers it points to, which the callers size for
-    // `count` entries of the map's key and value sizes.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_bpf, cmd, std::ptr::from_mut(attr), std::mem::size_of::<BatchAttr>())
-    };
+/// `bpf_attr` for the commands on one element (`BPF_MAP_LOOKUP_ELEM`,
+/// `BPF_MAP_LOOKUP_AND_DELETE_ELEM`, ...).
+#[repr(C)]
+#[derive(Debug, Default)]
+struct ElemAttr {
+    map_fd: u32,
+    pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// A `bpf_attr` layout: one of the structs above.
+trait Attr {}
+impl Attr for BatchAttr {}
+impl Attr for ElemAttr {}
+
+fn bpf<A: Attr>(cmd: libc::c_long, attr: &mut A) -> io::Result<()> {
+    // SAFETY: `attr` is a `bpf_attr` prefix (`Attr` is implemented by those only), the one of
+    // `cmd` as its callers pair them; the kernel reads and writes it within its size, and the
+    // buffers it points to, which the callers size for the map's key and value sizes (`count`
+    // entries of each for the batch commands).
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, std::ptr::from_mut(attr), std::mem::size_of::<A>()) };
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -104,6 +124,28 @@ pub fn lookup_each<K: aya::Pod + Default, V: aya::Pod + Default>(
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// Removes `key` from the hash map `map` and returns its value as it was when removed, in one
+/// step under the kernel's bucket lock (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`, for hash maps since
+/// Linux 5.14): unlike a lookup then a delete, no update made in between is removed unseen.
+/// `None` when the key is not there. The types must have the map's key and value sizes.
+pub fn lookup_and_delete<K: aya::Pod, V: aya::Pod + Default>(
+    map: BorrowedFd<'_>,
+    key: &K,
+) -> io::Result<Option<V>> {
+    let mut value = V::default();
+    let mut attr = ElemAttr {
+        map_fd: fd_u32(map)?,
+        key: std::ptr::from_ref(key) as u64,
+        value: std::ptr::from_mut(&mut value) as u64,
+        ..ElemAttr::default()
+    };
+    match bpf(BPF_MAP_LOOKUP_AND_DELETE_ELEM, &mut attr) {
+        Ok(()) => Ok(Some(value)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -24,7 +24,7 @@ const MAX_PERIOD: Duration = Duration::from_secs(10);
 /// the occupancy figures true. Half the shortest timeout removes a flow at most 1.5 timeouts
 /// after its last packet, which keeps expired flows from crowding a busy table; the ceiling
 /// keeps the figures fresh when every timeout is long, and the floor bounds the cost of a pass
-/// (it reads the whole table, two system calls per flow) when a timeout is very short.
+/// (it reads the whole table) when a timeout is very short.
 pub fn period(t: &Timeouts) -> Duration {
     let shortest = [t.tcp_syn, t.tcp_established, t.tcp_closed, t.tcp_reset, t.udp, t.udp_stream, t.sctp]
         .into_iter()

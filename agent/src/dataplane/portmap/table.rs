@@ -45,6 +45,9 @@ use crate::dataplane::skip_bits::{all_set_but, SkipBits};
 /// process (the service's, the reaper's): the map has no atomic add from user space.
 static AGENT_STATS: Mutex<()> = Mutex::new(());
 
+/// The flag of a map update that only adds: it fails with EEXIST when the key is there.
+const BPF_NOEXIST: u64 = 1;
+
 pub struct Tables {
     forward: HashMap<MapData, Endpoint, Rewrite>,
     unmapped: SkipBits,
@@ -339,33 +342,77 @@ impl Tables {
         self.reap_counted(now_ns, timeouts).map(|r| r.removed)
     }
 
-    /// [`Tables::reap`], also counting the flows left.
+    /// [`Tables::reap`], also counting the flows left (those read that were not expired).
     ///
-    /// A flow may be refreshed after it was read (a new packet, or the forward path overwrote
-    /// it with a new flow): the table is read a second time and only flows expired in both
-    /// reads are removed, so only a packet in the short time between the second read and the
-    /// removal can lose its flow, as it would if it came just after the pass. A second batch
-    /// read costs far less than a lookup (a system call) per expired flow.
+    /// The table is read once, in chunks, for the keys of the flows expired at `now_ns`. A flow
+    /// may be refreshed after it was read (a new packet, or the forward path overwrote it with a
+    /// new flow), so each key is removed in one step that returns the flow as it was when
+    /// removed ([`batch::lookup_and_delete`]): a flow no longer expired then goes back as it
+    /// was, unless the programs have made a new flow on its key meanwhile, which stays. So only
+    /// a packet in the microseconds between the removal of a refreshed flow and its reinsertion
+    /// can miss it. The table is not read a second time: one system call per expired flow
+    /// instead.
     pub fn reap_counted(&mut self, now_ns: u64, timeouts: &Timeouts) -> Result<Reaped, TableError> {
-        let mut expired = HashSet::new();
+        let (expired, seen) = self.expired_keys(now_ns, timeouts);
+        let removed = self.remove_if_expired(&expired, now_ns, timeouts)?;
+        Ok(Reaped { removed, live: seen.saturating_sub(expired.len()) })
+    }
+
+    /// The keys of the flows expired at `now_ns`, and how many flows were read: the read of a
+    /// pass of the reaper.
+    fn expired_keys(&self, now_ns: u64, timeouts: &Timeouts) -> (Vec<FlowKey>, usize) {
+        let mut expired = Vec::new();
         let mut seen = 0usize;
         self.walk_flows(|k, f| {
             seen += 1;
             if timeouts.expired(&f, now_ns) {
-                expired.insert(k);
+                expired.push(k);
             }
         });
-        let mut still = Vec::new();
-        if !expired.is_empty() {
-            self.walk_flows(|k, f| {
-                if timeouts.expired(&f, now_ns) && expired.contains(&k) {
-                    still.push(k);
+        (expired, seen)
+    }
+
+    /// Removes the flows of `keys` that are expired at `now_ns` when removed; returns how many.
+    /// A flow refreshed since it was read goes back (see [`Tables::reap_counted`]); a key gone
+    /// already was removed, and counted, by the programs. Every flow this removes and does not
+    /// put back is added to the agent's `removed` counter.
+    fn remove_if_expired(
+        &mut self,
+        keys: &[FlowKey],
+        now_ns: u64,
+        timeouts: &Timeouts,
+    ) -> Result<usize, TableError> {
+        let mut expired = 0usize;
+        // Refreshed flows removed that could not go back: the programs made a new flow on the
+        // key (counted as created, so this one must count as removed), or the insert failed.
+        let mut replaced = 0usize;
+        let result = keys.iter().try_for_each(|k| {
+            let fd = self.flows.map().fd().as_fd();
+            let flow = batch::lookup_and_delete::<FlowKey, Flow>(fd, k).map_err(|source| {
+                TableError::Batch { map: MAP_FLOWS, action: "removing an expired flow", source }
+            })?;
+            match flow {
+                None => Ok(()),
+                Some(f) if timeouts.expired(&f, now_ns) => {
+                    expired += 1;
+                    Ok(())
                 }
-            });
-        }
-        let removed = self.remove_flows(&still)?;
-        self.count_removed(removed)?;
-        Ok(Reaped { removed, live: seen.saturating_sub(expired.len()) })
+                Some(f) => match self.flows.insert(*k, f, BPF_NOEXIST) {
+                    Ok(()) => Ok(()),
+                    Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {
+                        replaced += 1;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        replaced += 1;
+                        Err(map_error(MAP_FLOWS, "putting back a flow refreshed while reaping")(e))
+                    }
+                },
+            }
+        });
+        // What was removed is counted, also when a removal failed.
+        self.count_removed(expired + replaced)?;
+        result.map(|()| expired)
     }
 
     fn remove_flows_where(&mut self, pick: impl Fn(&Flow) -> bool) -> Result<usize, TableError> {
@@ -709,6 +756,39 @@ mod kernel_tests {
             .into_iter()
             .collect()
         );
+    }
+
+    /// Between the reaper's read and its removal, a packet refreshes one expired flow and the
+    /// programs remove another: the refreshed one stays as refreshed, the one gone is not
+    /// counted, the other expired flows go.
+    #[test]
+    fn reaping_keeps_a_flow_refreshed_after_the_read_and_skips_one_gone_meanwhile() {
+        let (_loaded, mut t) = tables(1024);
+        let udp = entry(Protocol::Udp, 5353, "10.77.0.5", 53);
+        let timeouts = Timeouts::default();
+        let now_s = 1000;
+        // Clients 1 to 5 expired (UDP, no reply: 30 s), 6 and 7 not.
+        let flows: Vec<(FlowKey, Flow)> =
+            (1..=7).map(|n| flow_of(&udp, n, 0, if n <= 5 { now_s - 31 } else { now_s - 1 })).collect();
+        for (k, f) in &flows {
+            t.insert_flow(*k, *f).unwrap();
+        }
+        let (expired, seen) = t.expired_keys(now_s * S, &timeouts);
+        assert_eq!(seen, 7);
+        assert_eq!(
+            expired.iter().copied().collect::<BTreeSet<_>>(),
+            flows[..5].iter().map(|(k, _)| *k).collect::<BTreeSet<_>>()
+        );
+
+        // A reply refreshes client 1's flow; the programs remove client 2's.
+        let refreshed = flow_of(&udp, 1, FLOW_REPLIED, now_s);
+        t.insert_flow(refreshed.0, refreshed.1).unwrap();
+        t.flows.remove(&flows[1].0).unwrap();
+
+        assert_eq!(t.remove_if_expired(&expired, now_s * S, &timeouts).unwrap(), 3, "clients 3 to 5");
+        assert_eq!(t.flow_stats().removed, 3);
+        let left: BTreeMap<FlowKey, Flow> = t.flows().into_iter().collect();
+        assert_eq!(left, [refreshed, flows[5], flows[6]].into_iter().collect(), "refreshed as refreshed");
     }
 
     #[test]
