@@ -4,12 +4,13 @@
 //!
 //! Entries are updated in place through the map's value pointer: a flow's packets run on one
 //! CPU at a time in the common case, and a torn update of `seen_ns` or `state` by two CPUs at
-//! once only shortens or lengthens one flow's life by a packet. `seen_ns` is written at most
-//! once a second (SEEN_GRANULARITY_NS) so a busy flow does not bounce its cache line.
+//! once only shortens or lengthens one flow's life by a packet. A packet writes only what it
+//! changes (see [`refresh`]): a connection's requests and replies run on different CPUs, and
+//! each line one of them writes, the other then reads from afar.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use plexus_ebpf_common::flow::{
-    needs_update, next_state, Flow, FlowKey, Settings, FLOW_SNAT, TCP_ACK, TCP_SYN,
+    next_state, seen_is_stale, Flow, FlowKey, Settings, FLOW_SNAT, TCP_ACK, TCP_SYN,
 };
 use plexus_ebpf_common::{Addr, Endpoint, Rewrite, PROTO_TCP};
 
@@ -33,8 +34,8 @@ pub struct Request<'a> {
 /// the same container port), is started anew.
 ///
 /// A TCP SYN is the first packet of a new connection: its flow is inserted at once, and looked
-/// up only when one is there already (a retransmitted SYN, a reused port), which saves a
-/// lookup that would miss on every new connection.
+/// up only when one is there already (a retransmitted SYN, a reused port), which saves a lookup
+/// that would miss on every new connection.
 #[inline(always)]
 pub fn track_request(r: &Request, s: &Settings, now: u64) {
     let proto = r.key.proto;
@@ -45,17 +46,26 @@ pub fn track_request(r: &Request, s: &Settings, now: u64) {
         // SAFETY: the map's value, valid while the program runs (see the module's notes).
         let f = unsafe { &mut *f };
         if f.host.same(r.host) && !s.timeouts.expired(f, now) {
-            let state = next_state(f.state, proto, r.tcp_flags, true);
-            if needs_update(f, state, now) {
-                f.state = state;
-                f.seen_ns = now;
-            }
+            refresh(f, next_state(f.state, proto, r.tcp_flags, true), now);
             return;
         }
         fill(f, r, now);
         return;
     }
     insert(r, now);
+}
+
+/// Writes a packet's news into its flow: the state, if it changed, and the time seen, once
+/// [`seen_is_stale`]. A state change alone leaves the time seen as it is (at most a second
+/// old), so most of a short connection's packets write one cache line of its flow, or none.
+#[inline(always)]
+fn refresh(f: &mut Flow, state: u8, now: u64) {
+    if f.state != state {
+        f.state = state;
+    }
+    if seen_is_stale(f.seen_ns, now) {
+        f.seen_ns = now;
+    }
 }
 
 /// Inserts the flow of request `r`, unless the table has one on its key; true when inserted.
@@ -105,11 +115,7 @@ pub fn track_reply(key: &FlowKey, tcp_flags: u8) -> Option<&'static Flow> {
         }
         return None;
     }
-    let state = next_state(f.state, key.proto, tcp_flags, false);
-    if needs_update(f, state, now) {
-        f.state = state;
-        f.seen_ns = now;
-    }
+    refresh(f, next_state(f.state, key.proto, tcp_flags, false), now);
     Some(f)
 }
 

@@ -230,6 +230,42 @@ fn tcp_fin_from_both_sides_closes_the_flow_with_the_short_timeout() {
     }
 }
 
+/// A packet writes only what it changes: a change of state within a second of the time seen
+/// leaves that time alone (a connection's two directions run on two CPUs, and each line one
+/// writes, the other fetches), so the new state's timeout counts from it.
+#[test]
+fn a_state_change_within_the_second_writes_the_state_alone() {
+    let mut f = Fixture::new();
+    f.short_clock();
+    let (host, pod, client) = ("10.77.0.1", "10.77.0.5", "10.77.0.200");
+    f.tables.install(&entry(Protocol::Tcp, host, 8080, pod, 80, (7, Hook::Egress))).unwrap();
+    let request = spec(Protocol::Tcp, (client, 40000), (host, 8080));
+    let reply = spec(Protocol::Tcp, (pod, 80), (client, 40000));
+    let key = flow_key(Protocol::Tcp, (pod, 80), (client, 40000));
+    let seen = |f: &Fixture| f.flow(&key).map(|fl| (fl.state, fl.seen_ns));
+
+    f.request(&request.flags(TCP_SYN));
+    f.at(T0 + SEC / 2);
+    f.reply(&reply.flags(SYN_ACK), host, 8080);
+    assert_eq!(seen(&f), Some((FLOW_REPLIED, T0)), "replied; seen half a second ago still");
+    f.at(T0 + SEC - 1);
+    f.request(&request.flags(FIN_ACK));
+    f.reply(&reply.flags(FIN_ACK), host, 8080);
+    let closed = FLOW_REPLIED | FLOW_FIN_CLIENT | FLOW_FIN_POD;
+    assert_eq!(seen(&f), Some((closed, T0)), "closed; its timeout counts from T0");
+
+    // A second on, the time seen moves again.
+    f.at(T0 + SEC);
+    f.request(&request.flags(TCP_ACK));
+    assert_eq!(seen(&f), Some((closed, T0 + SEC)));
+    // The closed timeout counts from it: alive at its end, gone a nanosecond later.
+    let flow = f.flow(&key).expect("the closed flow");
+    assert!(!SHORT.expired(&flow, T0 + SEC + SHORT.tcp_closed));
+    f.at(T0 + SEC + SHORT.tcp_closed + 1);
+    f.assert_untouched(&reply.flags(TCP_ACK), "a reply of the expired closed flow");
+    assert_eq!(f.flow(&key), None);
+}
+
 #[test]
 fn tcp_rst_resets_the_flow_and_it_expires_after_the_reset_timeout() {
     let mut f = Fixture::new();
