@@ -9,10 +9,8 @@
 //! each line one of them writes, the other then reads from afar.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use plexus_ebpf_common::flow::{
-    next_state, seen_is_stale, Flow, FlowKey, Settings, FLOW_SNAT, TCP_ACK, TCP_SYN,
-};
-use plexus_ebpf_common::{Addr, Endpoint, Rewrite, PROTO_TCP};
+use plexus_ebpf_common::flow::{next_state, seen_is_stale, Flow, FlowKey, Settings, FLOW_SNAT};
+use plexus_ebpf_common::{Addr, Endpoint, Rewrite};
 
 use crate::maps::{flow_count, now, settings, FlowEvent, PM_FLOWS, PM_SCRATCH};
 
@@ -33,20 +31,17 @@ pub struct Request<'a> {
 /// another host port made on the same tuple (the client reused its port for another mapping of
 /// the same container port), is started anew.
 ///
-/// A TCP SYN is the first packet of a new connection: its flow is inserted at once, and looked
-/// up only when one is there already (a retransmitted SYN, a reused port), which saves a lookup
-/// that would miss on every new connection.
+/// The flow is looked up first, a TCP SYN's too: a client that opens connections fast reuses
+/// its ports within the closed flows' timeout (conntrack's 120 s), and an insert that finds a
+/// flow there has taken a free entry, filled it and handed it back before failing, which costs
+/// more than the lookup a new tuple's insert follows (its bucket is then warm).
 #[inline(always)]
 pub fn track_request(r: &Request, s: &Settings, now: u64) {
-    let proto = r.key.proto;
-    if proto == PROTO_TCP && r.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN && insert(r, now) {
-        return;
-    }
     if let Some(f) = PM_FLOWS.get_ptr_mut(&r.key) {
         // SAFETY: the map's value, valid while the program runs (see the module's notes).
         let f = unsafe { &mut *f };
         if f.host.same(r.host) && !s.timeouts.expired(f, now) {
-            refresh(f, next_state(f.state, proto, r.tcp_flags, true), now);
+            refresh(f, next_state(f.state, r.key.proto, r.tcp_flags, true), now);
             return;
         }
         fill(f, r, now);
@@ -68,19 +63,19 @@ fn refresh(f: &mut Flow, state: u8, now: u64) {
     }
 }
 
-/// Inserts the flow of request `r`, unless the table has one on its key; true when inserted.
+/// Inserts the flow of request `r`, unless the table has one on its key (another CPU made it
+/// since the lookup: that one stays).
+
 #[inline(always)]
-fn insert(r: &Request, now: u64) -> bool {
+fn insert(r: &Request, now: u64) {
     // The new value is built in this CPU's scratch entry, then copied into the table.
-    let Some(scratch) = PM_SCRATCH.get_ptr_mut(0) else { return false };
+    let Some(scratch) = PM_SCRATCH.get_ptr_mut(0) else { return };
     // SAFETY: this CPU's scratch value; nothing else runs on this CPU meanwhile.
     let scratch = unsafe { &mut *scratch };
     fill(scratch, r, now);
-    let inserted = PM_FLOWS.insert(&r.key, &*scratch, u64::from(BPF_NOEXIST)).is_ok();
-    if inserted {
+    if PM_FLOWS.insert(&r.key, &*scratch, u64::from(BPF_NOEXIST)).is_ok() {
         flow_count(FlowEvent::Created);
     }
-    inserted
 }
 
 /// Writes a new flow of request `r` into `f`, field by field (no copy on the stack).
