@@ -65,7 +65,6 @@ fn refresh(f: &mut Flow, state: u8, now: u64) {
 
 /// Inserts the flow of request `r`, unless the table has one on its key (another CPU made it
 /// since the lookup: that one stays).
-
 #[inline(always)]
 fn insert(r: &Request, now: u64) {
     // The new value is built in this CPU's scratch entry, then copied into the table.
