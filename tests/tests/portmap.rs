@@ -20,6 +20,8 @@
 mod direct;
 #[path = "portmap/flows.rs"]
 mod flows;
+#[path = "portmap/hooks.rs"]
+mod hooks;
 #[path = "portmap/pmtu.rs"]
 mod pmtu;
 #[path = "portmap/semantics.rs"]
@@ -209,6 +211,26 @@ impl PmWorld {
         restart_and_expect_only_socket_hooks(self);
     }
 
+    /// A TCP stream of the traffic script from client namespace `ns` to `host`:`port` for
+    /// `secs` seconds: the client sends numbered chunks and checks that each comes back whole,
+    /// in order, so a lost, duplicated or reordered byte breaks it.
+    fn stream(&self, ns: &str, host: &str, port: &str, secs: &str) -> Stream {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, python(), &self.script(), "stream", host, port, secs])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("stream client");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stream stdout"));
+        let mut first = String::new();
+        stdout.read_line(&mut first).expect("the stream's first line");
+        let port: u16 = first
+            .strip_prefix("port ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the stream did not start: {first:?}"));
+        Stream { child, stdout, port }
+    }
+
     fn del(&self, name: &str, pod: usize) {
         let out = self.w.del(&cid(name), &self.pods[pod], (NS, name));
         assert!(out.ok(), "DEL {name}: {} {}", out.stdout, out.stderr);
@@ -243,6 +265,36 @@ impl PmWorld {
 }
 
 /// `[host]:port` for the script's output, which prints bare addresses.
+/// A running [`PmWorld::stream`].
+struct Stream {
+    child: std::process::Child,
+    stdout: BufReader<std::process::ChildStdout>,
+    /// The client's source port.
+    port: u16,
+}
+
+impl Stream {
+    /// Waits for the stream to end; fails the test if it broke. Returns the bytes it moved.
+    fn finish(mut self) -> u64 {
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).expect("the stream's result");
+        let out = self.child.wait_with_output().expect("stream client");
+        assert!(
+            out.status.success() && rest.starts_with("OK"),
+            "stream broke: {rest} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        rest.split_whitespace().nth(1).and_then(|b| b.parse().ok()).unwrap_or(0)
+    }
+}
+
+/// The index of the node's interface `dev`.
+fn node_index(t: &PmWorld, dev: &str) -> u32 {
+    let (ok, out) = t.w.node.exec(&["cat", &format!("/sys/class/net/{dev}/ifindex")]);
+    assert!(ok, "{out}");
+    out.trim().parse().expect("an interface index")
+}
+
 fn bare(ip: &str) -> String {
     ip.trim_start_matches("::ffff:").to_owned()
 }
@@ -540,21 +592,9 @@ fn kernel_agent_restart_keeps_a_running_stream_and_reconciles_the_maps() {
     t.run(&c, &["tcp", "10.77.0.1", "8080", "warm-up"]);
 
     // A TCP stream through the mapping for 10 s: the agent is killed 1.5 s in and started again
-    // 2 s later. The client sends numbered chunks and checks that each comes back whole, in
-    // order: a lost, duplicated or reordered byte breaks the stream.
-    let mut stream = Command::new("ip")
-        .args(["netns", "exec", &c, python(), &t.script(), "stream", "10.77.0.1", "8080", "10"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("stream client");
-    let mut stdout = BufReader::new(stream.stdout.take().expect("stream stdout"));
-    let mut first = String::new();
-    stdout.read_line(&mut first).expect("the stream's first line");
-    let port: u16 = first
-        .strip_prefix("port ")
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("the stream did not start: {first:?}"));
+    // 2 s later.
+    let stream = t.stream(&c, "10.77.0.1", "8080", "10");
+    let port = stream.port;
     std::thread::sleep(Duration::from_millis(1500));
     t.w.kill_agent();
     std::thread::sleep(Duration::from_millis(2000));
@@ -572,15 +612,7 @@ fn kernel_agent_restart_keeps_a_running_stream_and_reconciles_the_maps() {
     assert!(flow["protocol"].as_str().is_some_and(|p| p.eq_ignore_ascii_case("tcp")), "{flow}");
     assert_eq!(flow["state"], "established", "{flow}");
     assert!(flow["age_secs"].as_f64().is_some_and(|a| a >= 3.0), "made before the restart: {flow}");
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).expect("the stream's result");
-    let out = stream.wait_with_output().expect("stream client");
-    assert!(
-        out.status.success() && rest.starts_with("OK"),
-        "stream broke: {rest} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let bytes: u64 = rest.split_whitespace().nth(1).and_then(|b| b.parse().ok()).unwrap_or(0);
+    let bytes = stream.finish();
     assert!(bytes > 100_000, "the stream moved {bytes} bytes");
     assert!(t.w.agent_log().contains("port mappings reconciled"), "{}", t.w.agent_log());
 

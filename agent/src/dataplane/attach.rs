@@ -41,8 +41,15 @@ pub enum Attach {
     /// A cls_bpf filter (direct action, under clsact) at the object's fixed priority and
     /// handle: the hooks of one pod's host-side veth, which come and go with the pod. Attaching
     /// a filter is a netlink message (0.2 to 0.5 ms measured here); a TCX link waits for an RCU
-    /// grace period in the kernel (10 to 25 ms), most of an ADD. Filters live on the device, so
+    /// grace period in the kernel (5 to 50 ms), most of an ADD. Filters live on the device, so
     /// they outlive the agent without pins; a restarted agent replaces them in place.
+    ///
+    /// A TCX program costs less per packet than a filter (no classifier chain around it), so
+    /// the hook of an object that goes first moves to a pinned TCX link after the ADD has
+    /// answered, in the background (see [`super::service`]): the link is attached next to the
+    /// filter, then the filter is removed. TCX programs run before every filter, so the order
+    /// of the objects on the hook stays; an object that goes last (shaping) keeps its filter,
+    /// which runs after every TCX program. Either form counts as the point running.
     Filter,
     /// The object's XDP program, on the receive path of an interface where clients' traffic
     /// enters the node (a macvlan master, a bridge's uplink), as a pinned XDP link: native mode where the driver

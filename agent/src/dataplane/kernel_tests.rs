@@ -11,9 +11,9 @@ use aya::programs::{LinkOrder, Program, SchedClassifier, TcAttachType};
 use plexus_testkit::{Bpffs, Netns};
 
 use super::attach::{Attach, AttachPoint, Hook};
-use super::loader::tc_link_name;
+use super::loader::{tc_link_name, unpinned_tc_link};
 use super::pin::PinDir;
-use super::portmap::mapper::{load, TC_EGRESS, TC_INGRESS};
+use super::portmap::mapper::{load, OBJECT, TC_EGRESS, TC_INGRESS};
 
 /// A network namespace with a veth pair `v0`/`v1`, `v0` up.
 fn with_veth() -> Netns {
@@ -137,6 +137,59 @@ fn filters_attach_replace_in_place_and_detach() {
     second.detach_point(&point).expect("detaching what is gone");
     let gone = AttachPoint { ifname: "nosuch0".into(), ..point.clone() };
     second.detach_point(&gone).expect("detaching from a device that is gone");
+}
+
+/// A filter point moved to a TCX link, as the service does after an ADD: the link is attached
+/// beside the filter, pinned, the filter removed; the point still runs, a restart leaves the
+/// link as it is and adds no filter, and detaching the point removes the link. An unpinned
+/// link that is dropped (a DEL came during the move) detaches.
+#[test]
+fn a_filter_point_moves_to_a_tcx_link_which_restarts_keep_and_detaching_removes() {
+    let ns = with_veth();
+    let bpffs = Bpffs::new("pxdp");
+    let _inside = ns.enter();
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(c"v0".as_ptr()) };
+    let pins = PinDir::prepare(&bpffs.path().join("plexus")).expect("pin dir");
+    let link = pins.link(&tc_link_name(ifindex, Hook::Ingress));
+    let point = AttachPoint { ifindex, ifname: "v0".into(), hook: Hook::Ingress, attach: Attach::Filter };
+    let filters = || {
+        let out = Command::new("tc").args(["filter", "show", "dev", "v0", "ingress"]).output().expect("tc");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    // A link dropped before it is pinned detaches.
+    let mut first = load(Some(pins.clone())).expect("load");
+    let dropped = unpinned_tc_link(&pins, &OBJECT, "v0", Hook::Ingress).expect("a TCX link");
+    assert_eq!(ingress_programs(), [TC_INGRESS], "the unpinned link runs");
+    drop(dropped);
+    assert!(eventually(|| ingress_programs().is_empty()), "{:?}", ingress_programs());
+
+    first.attach_point(&point).expect("attach");
+    assert!(filters().contains(TC_INGRESS), "the ADD attaches a filter: {}", filters());
+    assert!(!first.tc_link_is_current(ifindex, Hook::Ingress).expect("query"));
+    let moved = unpinned_tc_link(&pins, &OBJECT, "v0", Hook::Ingress).expect("a TCX link");
+    assert_eq!(ingress_programs(), [TC_INGRESS], "the link runs beside the filter");
+    first.pin_tc_link(ifindex, Hook::Ingress, moved).expect("pin");
+    first.detach_filter("v0", Hook::Ingress).expect("the filter's removal");
+    assert!(!filters().contains(TC_INGRESS), "{}", filters());
+    let links = first.tc_links().expect("links");
+    assert!(first.runs_at(&point, &links).expect("query"), "the TCX link counts as the point running");
+    assert!(first.tc_link_is_current(ifindex, Hook::Ingress).expect("query"));
+    let attached = linked_program(&link);
+    drop(first);
+
+    // A restart: the point's link runs the same code; no filter comes back.
+    let mut second = load(Some(pins.clone())).expect("load");
+    second.attach_point(&point).expect("attach again");
+    assert!(!filters().contains(TC_INGRESS), "{}", filters());
+    assert_eq!(linked_program(&link), attached);
+    assert_eq!(ingress_programs(), [TC_INGRESS]);
+
+    second.detach_point(&point).expect("detach");
+    assert!(!link.exists(), "the link's pin stays");
+    assert!(eventually(|| ingress_programs().is_empty()), "still attached: {:?}", ingress_programs());
+    assert!(!second.runs_at(&point, &second.tc_links().expect("links")).expect("query"));
 }
 
 /// Where cgroup2 is not mounted (the agent's mount namespace may hide it), its root comes

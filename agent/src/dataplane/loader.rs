@@ -428,13 +428,32 @@ impl Loaded {
         }
     }
 
+    /// Whether the TCX link pinned for (interface, hook), if any, runs this object's program
+    /// (or an identical one).
+    pub fn tc_link_is_current(&mut self, ifindex: u32, hook: Hook) -> Result<bool, LoadError> {
+        let path = self.pins_or_err()?.link(&tc_link_name(ifindex, hook));
+        self.pinned_link_is_current(&path, self.object.program(hook))
+    }
+
+    /// Pins a link made by [`unpinned_tc_link`] as the TCX link of (interface, hook), replacing
+    /// whatever is pinned there.
+    pub fn pin_tc_link(&self, ifindex: u32, hook: Hook, link: FdLink) -> Result<(), LoadError> {
+        pin_over(link, &self.pins_or_err()?.link(&tc_link_name(ifindex, hook)))
+    }
+
     /// Makes sure the program of an attach point runs there, as a TCX link or a filter; an XDP
     /// point's program is optional (see [`super::xdp`]): failing to attach it is logged, and
-    /// TC does its work.
+    /// TC does its work. A filter point whose hook already has a TCX link of this program
+    /// (moved there after an earlier ADD, see [`Attach::Filter`]) is left as it is.
     pub fn attach_point(&mut self, p: &AttachPoint) -> Result<(), LoadError> {
         match p.attach {
             Attach::Tcx => self.attach_tc(p.ifindex, &p.ifname, p.hook),
-            Attach::Filter => self.attach_filter(&p.ifname, p.hook),
+            Attach::Filter => {
+                if self.pins.is_some() && self.tc_link_is_current(p.ifindex, p.hook)? {
+                    return Ok(());
+                }
+                self.attach_filter(&p.ifname, p.hook)
+            }
             Attach::Xdp => {
                 if let Err(e) = self.attach_xdp(p.ifindex, &p.ifname) {
                     tracing::warn!(interface = %p.ifname, "no XDP on {}, TC does all the work there: {e}", p.ifname);
@@ -444,22 +463,30 @@ impl Loaded {
         }
     }
 
-    /// Stops the program of an attach point running there.
+    /// Stops the program of an attach point running there (a filter point's TCX link too).
     pub fn detach_point(&self, p: &AttachPoint) -> Result<(), LoadError> {
         match p.attach {
             Attach::Tcx => self.detach_tc(p.ifindex, p.hook),
-            Attach::Filter => self.detach_filter(&p.ifname, p.hook),
+            Attach::Filter => {
+                self.detach_filter(&p.ifname, p.hook)?;
+                match self.pins {
+                    Some(_) => self.detach_tc(p.ifindex, p.hook),
+                    None => Ok(()),
+                }
+            }
             Attach::Xdp => self.detach_xdp(p.ifindex),
         }
     }
 
     /// Whether the program of an attach point runs there: its TCX link is pinned (`links`,
-    /// from [`Loaded::tc_links`]) or its filter is on the device. An XDP point always counts
-    /// as running: the TC hooks carry everything it does.
+    /// from [`Loaded::tc_links`]) or, for a filter point, either its TCX link is or its filter
+    /// is on the device. An XDP point always counts as running: the TC hooks carry everything
+    /// it does.
     pub fn runs_at(&self, p: &AttachPoint, links: &[(u32, Hook)]) -> Result<bool, LoadError> {
         match p.attach {
             Attach::Xdp => Ok(true),
             Attach::Tcx => Ok(links.contains(&(p.ifindex, p.hook))),
+            Attach::Filter if links.contains(&(p.ifindex, p.hook)) => Ok(true),
             Attach::Filter => Ok(netdev::bpf_filter_present(
                 p.ifindex,
                 p.hook,
@@ -534,6 +561,28 @@ impl Loaded {
         }
         Ok(same)
     }
+}
+
+/// A TCX link of `object`'s program for `hook` on `ifname`, first or last on the hook as the
+/// object goes, attached but not pinned: the caller pins it ([`Loaded::pin_tc_link`]) or drops
+/// it, which detaches it. Made from the program's pin, a handle of its own, so it needs
+/// nothing of the loaded object: the attach waits for an RCU grace period in the kernel (5 to
+/// 50 ms measured here), which the caller spends without holding the service's lock.
+pub fn unpinned_tc_link(
+    pins: &PinDir,
+    object: &'static Object,
+    ifname: &str,
+    hook: Hook,
+) -> Result<FdLink, LoadError> {
+    let name = object.program(hook);
+    let mut program = SchedClassifier::from_pin(pins.prog(name)).map_err(program_error(name))?;
+    let order = if object.first { LinkOrder::first() } else { LinkOrder::last() };
+    let id = program
+        .attach_with_options(ifname, hook.attach_type(), TcAttachOptions::TcxOrder(order))
+        .map_err(program_error(name))?;
+    let link = program.take_link(id).map_err(program_error(name))?;
+    let path = pins.prog(name);
+    link.try_into().map_err(link_error(&path))
 }
 
 /// Logs when the map pinned at `path` has another size than `entries`: the pinned one is used.

@@ -38,6 +38,14 @@ pub enum NetdevError {
     Runtime(#[source] std::io::Error),
 }
 
+/// The index of the interface named `name` in the agent's namespace, if there is one.
+pub fn index_of(name: &str) -> Option<u32> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a NUL-terminated string, which the call only reads.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    (index != 0).then_some(index)
+}
+
 /// Every interface of the node with its global addresses, and the interface of the IPv4
 /// default route (if any, in any table).
 pub async fn snapshot() -> Result<(Vec<NodeInterface>, Option<u32>), NetdevError> {

@@ -4,18 +4,21 @@
 //! TC hooks. A feature says what its object, entries and conflicts are ([`Feature`]); the rest
 //! is written here once.
 //!
+//! A pod's own hooks (its veth's) are attached as filters in the ADD and moved to TCX links in
+//! the background afterwards (see [`Attach::Filter`]), by a thread of the service's own.
+//!
 //! The records on disk are the truth: ADD writes one before installing, DEL removes it (even
 //! when the agent never knew it: an orphan of a crash), and CHECK verifies against it, since
 //! `plexus-agent bandwidth set`, another process, rewrites records and maps in place.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::{Arc, MutexGuard, OnceLock};
+use std::sync::{mpsc, Arc, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use super::attach::{Attach, AttachPoint};
 use super::gate::{Gate, Records, State, Unloaded};
-use super::loader::{LoadError, Loaded, ObjectError};
+use super::loader::{unpinned_tc_link, LoadError, Loaded, ObjectError};
 use super::maps::TableError;
 use super::netdev;
 use super::records::{Record, RecordEntry, RecordStore, StoreError};
@@ -104,6 +107,9 @@ pub struct Service<D: Feature> {
     store: RecordStore<D::Entry>,
     gate: Gate<D, D::Entry>,
     xdp_released: OnceLock<XdpReleased>,
+    /// Where ADDs and the start send the attachments whose filters move to TCX links; set by
+    /// [`Service::start`], which starts the thread moving them.
+    tcx_moves: OnceLock<mpsc::Sender<AttachmentKey>>,
 }
 
 impl<D: Feature> std::fmt::Debug for Service<D> {
@@ -118,7 +124,12 @@ fn available<D: Feature>(object: &mut Result<D, Unloaded>) -> Result<&mut D, Ser
 
 impl<D: Feature> Service<D> {
     fn new(state_dir: &Path) -> Self {
-        Service { store: RecordStore::new(state_dir), gate: Gate::default(), xdp_released: OnceLock::new() }
+        Service {
+            store: RecordStore::new(state_dir),
+            gate: Gate::default(),
+            xdp_released: OnceLock::new(),
+            tcx_moves: OnceLock::new(),
+        }
     }
 
     /// Calls `listener` with every interface whose XDP hook this service lets go of (the last
@@ -163,6 +174,7 @@ impl<D: Feature> Service<D> {
     /// and ADDs asking for the feature fail saying why.
     pub fn start(opts: &DataplaneOptions, state_dir: &Path) -> Arc<Self> {
         let service = Arc::new(Service::new(state_dir));
+        service.run_tcx_moves();
         let (loader, opts) = (service.clone(), opts.clone());
         tokio::spawn(async move {
             let existing = netdev::node_interfaces().await;
@@ -213,6 +225,8 @@ impl<D: Feature> Service<D> {
         };
         self.gate.publish(state);
         self.released_xdp(&released);
+        let records: Vec<Record<D::Entry>> = self.lock().records.values().cloned().collect();
+        records.iter().for_each(|r| self.queue_tcx_move(r));
     }
 
     fn lock(&self) -> MutexGuard<'_, State<D, D::Entry>> {
@@ -267,10 +281,117 @@ impl<D: Feature> Service<D> {
             self.released_xdp(&released);
             return Err(e);
         }
+        self.queue_tcx_move(&record);
         records.insert(key, record);
         drop(state);
         self.released_xdp(&released);
         Ok(())
+    }
+
+    /// Starts the thread that moves attachments' filters to TCX links ([`Service::move_to_tcx`]),
+    /// one attachment at a time, for as long as the service lives.
+    fn run_tcx_moves(self: &Arc<Self>) {
+        let (queue, requests) = mpsc::channel::<AttachmentKey>();
+        let service = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new().name("tcx-moves".into()).spawn(move || {
+            while let Ok(key) = requests.recv() {
+                let Some(service) = service.upgrade() else { break };
+                service.move_to_tcx(&key);
+            }
+        });
+        match spawned {
+            Ok(_) => {
+                let _ = self.tcx_moves.set(queue);
+            }
+            Err(e) => tracing::warn!("{}: pods' hooks stay filters, no thread to move them: {e}", D::WHAT),
+        }
+    }
+
+    /// Asks for the filters of `record` to be moved to TCX links, if it has any.
+    fn queue_tcx_move(&self, record: &Record<D::Entry>) {
+        if record.hooks.iter().any(|p| p.attach == Attach::Filter) {
+            if let Some(queue) = self.tcx_moves.get() {
+                // The thread is gone only with the service.
+                let _ = queue.send(record.key());
+            }
+        }
+    }
+
+    /// Moves the filter points of attachment `key` to TCX links, where the object goes first on
+    /// its hooks (see [`Attach::Filter`]). Each link is attached without the lock, since the
+    /// attach waits for an RCU grace period; then, under the lock, and only while an
+    /// attachment still wants that hook of that same interface, the link is pinned and the
+    /// filter removed. Otherwise (a DEL came meanwhile) the link is dropped, which detaches it.
+    /// Best effort: where it fails, the filter goes on doing the same work, and the failure
+    /// is logged.
+    fn move_to_tcx(&self, key: &AttachmentKey) {
+        let (pins, object, points) = {
+            let mut state = self.lock();
+            let State { object, records, .. } = &mut *state;
+            let (Ok(object), Some(record)) = (object.as_mut(), records.get(key)) else { return };
+            let loaded = object.loaded_mut();
+            let (Some(pins), true) = (loaded.pins().cloned(), loaded.object().first) else { return };
+            let mut points = Vec::new();
+            for p in record.hooks.iter().filter(|p| p.attach == Attach::Filter) {
+                match loaded.tc_link_is_current(p.ifindex, p.hook) {
+                    Ok(false) => points.push(p.clone()),
+                    // Moved already; an agent stopped between the pin and the filter's removal
+                    // left the filter beside the link.
+                    Ok(true) => {
+                        if let Err(e) = loaded.detach_filter(&p.ifname, p.hook) {
+                            tracing::warn!(interface = %p.ifname, "{}: {e}", D::WHAT);
+                        }
+                    }
+                    Err(e) => tracing::warn!(interface = %p.ifname, "{}: {e}", D::WHAT),
+                }
+            }
+            (pins, loaded.object(), points)
+        };
+        for p in points {
+            let started = Instant::now();
+            // Attached by name: only while the name is still the recorded interface's.
+            if netdev::index_of(&p.ifname) != Some(p.ifindex) {
+                continue;
+            }
+            let link = match unpinned_tc_link(&pins, object, &p.ifname, p.hook) {
+                Ok(link) => link,
+                Err(e) => {
+                    tracing::warn!(interface = %p.ifname, "{}: {} keeps its filter: {e}", D::WHAT, p.ifname);
+                    continue;
+                }
+            };
+            let mut state = self.lock();
+            let wanted = state
+                .records
+                .values()
+                .flat_map(|r| r.hooks.iter())
+                .any(|q| q.attach == Attach::Filter && q.same_hook(&p))
+                && netdev::index_of(&p.ifname) == Some(p.ifindex);
+            let object = match state.object.as_mut() {
+                Ok(object) if wanted => object,
+                _ => {
+                    // Detaching waits for a grace period too: not under the lock.
+                    drop(state);
+                    drop(link);
+                    continue;
+                }
+            };
+            let loaded = object.loaded_mut();
+            match loaded
+                .pin_tc_link(p.ifindex, p.hook, link)
+                .and_then(|()| loaded.detach_filter(&p.ifname, p.hook))
+            {
+                Ok(()) => tracing::debug!(
+                    interface = %p.ifname,
+                    took_us = started.elapsed().as_micros() as u64,
+                    "{}: the filter moved to a TCX link",
+                    D::WHAT
+                ),
+                Err(e) => {
+                    tracing::warn!(interface = %p.ifname, "{}: moving {} to a TCX link: {e}", D::WHAT, p.ifname)
+                }
+            }
+        }
     }
 
     /// Removes an attachment's entries; nothing recorded is fine (DEL is idempotent).
@@ -375,7 +496,10 @@ fn reconcile<D: Feature>(
     let loaded = object.loaded_mut();
     for (ifindex, hook) in loaded.tc_links()? {
         let alive = existing.is_none_or(|e| e.iter().any(|(i, _)| *i == ifindex));
-        let tcx = |p: &&AttachPoint| p.attach == Attach::Tcx && p.ifindex == ifindex && p.hook == hook;
+        // A filter point's hook may have moved to a TCX link.
+        let tcx = |p: &&AttachPoint| {
+            matches!(p.attach, Attach::Tcx | Attach::Filter) && p.ifindex == ifindex && p.hook == hook
+        };
         if !alive || !wanted.iter().any(tcx) {
             loaded.detach_tc(ifindex, hook)?;
             report.detached_hooks += 1;

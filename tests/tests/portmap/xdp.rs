@@ -31,12 +31,6 @@ fn master_index(t: &PmWorld) -> u32 {
     node_index(t, "pmm0")
 }
 
-fn node_index(t: &PmWorld, dev: &str) -> u32 {
-    let (ok, out) = t.w.node.exec(&["cat", &format!("/sys/class/net/{dev}/ifindex")]);
-    assert!(ok, "{out}");
-    out.trim().parse().expect("an interface index")
-}
-
 /// What `ip link` says runs at the master's XDP hook ("xdp" native, "xdpgeneric", or none).
 fn ip_link_xdp(t: &PmWorld) -> String {
     ip_link_xdp_on(t, "pmm0")
@@ -227,30 +221,14 @@ fn kernel_xdp_agent_restart_mid_stream_loses_nothing_and_no_xdp_hands_back_to_tc
     assert!(xdp_pin.exists());
 
     // A TCP stream through XDP for 8 s; the agent is killed 1.5 s in and started 2 s later.
-    let mut stream = Command::new("ip")
-        .args(["netns", "exec", &c, python(), &t.script(), "stream", "10.78.0.1", "8080", "8"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("stream client");
-    let mut stdout = BufReader::new(stream.stdout.take().expect("stream stdout"));
-    let mut first = String::new();
-    stdout.read_line(&mut first).expect("the stream's first line");
-    assert!(first.starts_with("port "), "the stream did not start: {first:?}");
+    let stream = t.stream(&c, "10.78.0.1", "8080", "8");
     std::thread::sleep(Duration::from_millis(1500));
     t.w.kill_agent();
     std::thread::sleep(Duration::from_millis(2000));
     t.w.start_agent();
     t.wait_reconciled(2);
     assert_eq!(ip_link_xdp(&t), "xdp", "XDP kept running across the restart");
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).expect("the stream's result");
-    let out = stream.wait_with_output().expect("stream client");
-    assert!(
-        out.status.success() && rest.starts_with("OK"),
-        "stream broke: {rest} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stream.finish();
     assert!(
         plain(&t.w.agent_log()).matches("attached the XDP program").count() == 1,
         "the restart left the identical XDP program alone:\n{}",
