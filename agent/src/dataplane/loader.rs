@@ -347,19 +347,11 @@ impl Loaded {
     /// Makes sure the TC program of `hook` runs on the interface (idempotent, cheap when it
     /// already does).
     pub fn attach_tc(&mut self, ifindex: u32, ifname: &str, hook: Hook) -> Result<(), LoadError> {
-        let path = self.pins_or_err()?.link(&tc_link_name(ifindex, hook));
-        let name = self.object.program(hook);
-        if self.pinned_link_is_current(&path, name)? {
+        if self.tc_link_is_current(ifindex, hook)? {
             return Ok(());
         }
-        let order = if self.object.first { LinkOrder::first() } else { LinkOrder::last() };
-        let program: &mut SchedClassifier = self.typed(name)?;
-        let id = program
-            .attach_with_options(ifname, hook.attach_type(), TcAttachOptions::TcxOrder(order))
-            .map_err(program_error(name))?;
-        let link = program.take_link(id).map_err(program_error(name))?;
-        let link: FdLink = link.try_into().map_err(link_error(&path))?;
-        pin_over(link, &path)
+        let link = unpinned_tc_link(&self.pins_or_err()?, self.object, ifname, hook)?;
+        self.pin_tc_link(ifindex, hook, link)
     }
 
     /// Makes sure the TC program of `hook` runs on the interface as a cls_bpf filter
@@ -565,9 +557,10 @@ impl Loaded {
 
 /// A TCX link of `object`'s program for `hook` on `ifname`, first or last on the hook as the
 /// object goes, attached but not pinned: the caller pins it ([`Loaded::pin_tc_link`]) or drops
-/// it, which detaches it. Made from the program's pin, a handle of its own, so it needs
-/// nothing of the loaded object: the attach waits for an RCU grace period in the kernel (5 to
-/// 50 ms measured here), which the caller spends without holding the service's lock.
+/// it, which detaches it. Made from the program's pin (which the load wrote), a handle of its
+/// own, so it needs nothing of the loaded object: the attach waits for an RCU grace period in
+/// the kernel (5 to 50 ms measured here), which the service's move of a pod's hook spends
+/// without holding its lock.
 pub fn unpinned_tc_link(
     pins: &PinDir,
     object: &'static Object,
