@@ -225,8 +225,8 @@ impl<D: Feature> Service<D> {
         };
         self.gate.publish(state);
         self.released_xdp(&released);
-        let records: Vec<Record<D::Entry>> = self.lock().records.values().cloned().collect();
-        records.iter().for_each(|r| self.queue_tcx_move(r));
+        // Queueing never blocks: the thread takes the lock once this one is let go of.
+        self.lock().records.values().for_each(|r| self.queue_tcx_move(r));
     }
 
     fn lock(&self) -> MutexGuard<'_, State<D, D::Entry>> {
