@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use plexus_agent::dataplane::bandwidth::shaper::PIN_SUBDIR as BANDWIDTH_PIN_SUBDIR;
+use plexus_agent::dataplane::bandwidth::shaper::{BW_EGRESS, PIN_SUBDIR as BANDWIDTH_PIN_SUBDIR};
 use plexus_agent::dataplane::bandwidth::table::Table;
 use plexus_agent::dataplane::pin::PinDir;
 use plexus_tests::traffic::cid;
@@ -502,7 +502,7 @@ fn kernel_port_mapped_traffic_counts_against_the_ingress_limit() {
         }
         json!([sel])
     };
-    t.pod("limited", &mapped(15201, Some(json!({"ingressRate": 20 * MBIT}))));
+    let (limited, _) = t.pod("limited", &mapped(15201, Some(json!({"ingressRate": 20 * MBIT}))));
     t.pod("free", &mapped(15202, None));
     t.w.node.ip(&["link", "set", "bwcl0", "master", "bwbr0"]);
 
@@ -514,4 +514,41 @@ fn kernel_port_mapped_traffic_counts_against_the_ingress_limit() {
     );
     let free = iperf_port(&client, "10.79.0.1", 15202, false);
     assert!(free > 200.0 * MBIT as f64, "the unlimited pod got {:.1} Mbit/s", free / 1e6);
+
+    // Seconds after the ADDs, the port mappings' hooks on the pods' veths have moved to TCX
+    // links, which run before every filter; shaping kept its filters, so on a hook both use
+    // (the pod's veth) it still comes after the port mappings.
+    let veth = node_end(&t, &limited);
+    let portmap_links = PinDir::open(&t.pins).link_names().expect("port mapping link pins");
+    assert!(
+        portmap_links.contains(&format!("tc_{}_in", veth.1)),
+        "the port mappings' hook on {} did not move: {portmap_links:?}",
+        veth.0
+    );
+    let shaping_links =
+        PinDir::open(&t.pins.join(BANDWIDTH_PIN_SUBDIR)).link_names().expect("shaping link pins");
+    assert!(
+        !shaping_links.iter().any(|l| l.starts_with(&format!("tc_{}_", veth.1))),
+        "shaping moved off its filters on {}: {shaping_links:?}",
+        veth.0
+    );
+    let (ok, out) = t.w.node.exec(&["tc", "filter", "show", "dev", &veth.0, "egress"]);
+    assert!(ok && out.contains(BW_EGRESS), "no shaping filter on {}'s transmit path: {out}", veth.0);
+}
+
+/// The node's end (name, index) of the veth whose other end is `net1` in namespace `pod`.
+fn node_end(t: &BwWorld, pod: &str) -> (String, u32) {
+    let pod = t.pods.iter().find(|ns| ns.name == pod).expect("the pod's namespace");
+    let links: Value = serde_json::from_str(&pod.ip(&["-j", "link", "show", "net1"])).expect("ip -j JSON");
+    let index =
+        links[0]["link_index"].as_u64().and_then(|i| u32::try_from(i).ok()).expect("net1's peer index");
+    let links: Value = serde_json::from_str(&t.w.node.ip(&["-j", "link", "show"])).expect("ip -j JSON");
+    let name = links
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["ifindex"].as_u64() == Some(u64::from(index)))
+        .and_then(|l| l["ifname"].as_str())
+        .unwrap_or_else(|| panic!("no interface {index} in the node: {links}"));
+    (name.to_owned(), index)
 }

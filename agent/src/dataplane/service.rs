@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use super::attach::{Attach, AttachPoint};
 use super::gate::{Gate, Records, State, Unloaded};
-use super::loader::{unpinned_tc_link, LoadError, Loaded, ObjectError};
+use super::loader::{unpinned_tc_link, LoadError, Loaded, Object, ObjectError};
 use super::maps::TableError;
 use super::netdev;
 use super::records::{Record, RecordEntry, RecordStore, StoreError};
@@ -33,6 +33,8 @@ pub trait Feature: Send + Sized + 'static {
     const WHAT: &'static str;
     /// What CHECK says when a config asks for entries and none are recorded.
     const NONE_RECORDED: &'static str;
+    /// The BPF object [`Feature::start`] loads.
+    const OBJECT: &'static Object;
 
     /// Loads the object with its maps and programs pinned under the agent's pin directory.
     fn start(opts: &DataplaneOptions) -> Result<Self, ObjectError>;
@@ -108,7 +110,9 @@ pub struct Service<D: Feature> {
     gate: Gate<D, D::Entry>,
     xdp_released: OnceLock<XdpReleased>,
     /// Where ADDs and the start send the attachments whose filters move to TCX links; set by
-    /// [`Service::start`], which starts the thread moving them.
+    /// [`Service::start`], which starts the thread moving them for an object that goes first on
+    /// its hooks (port mappings; shaping keeps its filters, after them). Unset otherwise, and
+    /// nothing is sent.
     tcx_moves: OnceLock<mpsc::Sender<AttachmentKey>>,
 }
 
@@ -174,7 +178,10 @@ impl<D: Feature> Service<D> {
     /// and ADDs asking for the feature fail saying why.
     pub fn start(opts: &DataplaneOptions, state_dir: &Path) -> Arc<Self> {
         let service = Arc::new(Service::new(state_dir));
-        service.run_tcx_moves();
+        // Only an object that goes first on its hooks moves its filters (see `Attach::Filter`).
+        if D::OBJECT.first {
+            service.run_tcx_moves();
+        }
         let (loader, opts) = (service.clone(), opts.clone());
         tokio::spawn(async move {
             let existing = netdev::node_interfaces().await;
@@ -311,7 +318,7 @@ impl<D: Feature> Service<D> {
     fn queue_tcx_move(&self, record: &Record<D::Entry>) {
         if record.hooks.iter().any(|p| p.attach == Attach::Filter) {
             if let Some(queue) = self.tcx_moves.get() {
-                // The thread is gone only with the service.
+                // The thread is gone only with the service; no queue, no moves.
                 let _ = queue.send(record.key());
             }
         }
@@ -330,7 +337,7 @@ impl<D: Feature> Service<D> {
             let State { object, records, .. } = &mut *state;
             let (Ok(object), Some(record)) = (object.as_mut(), records.get(key)) else { return };
             let loaded = object.loaded_mut();
-            let (Some(pins), true) = (loaded.pins().cloned(), loaded.object().first) else { return };
+            let Some(pins) = loaded.pins().cloned() else { return };
             let mut points = Vec::new();
             for p in record.hooks.iter().filter(|p| p.attach == Attach::Filter) {
                 match loaded.tc_link_is_current(p.ifindex, p.hook) {
@@ -345,7 +352,7 @@ impl<D: Feature> Service<D> {
                     Err(e) => tracing::warn!(interface = %p.ifname, "{}: {e}", D::WHAT),
                 }
             }
-            (pins, loaded.object(), points)
+            (pins, D::OBJECT, points)
         };
         for p in points {
             let started = Instant::now();

@@ -59,6 +59,7 @@ impl Feature for Shaper {
     type Entry = Entry;
     const WHAT: &'static str = "bandwidth limits";
     const NONE_RECORDED: &'static str = "no limit is recorded";
+    const OBJECT: &'static Object = &OBJECT;
 
     /// Loads the object with its maps, programs and links pinned under `<pin_dir>/bandwidth`.
     fn start(opts: &DataplaneOptions) -> Result<Shaper, ObjectError> {

@@ -152,6 +152,7 @@ impl Feature for Mapper {
     type Entry = Entry;
     const WHAT: &'static str = "port mappings";
     const NONE_RECORDED: &'static str = "no mapping is recorded";
+    const OBJECT: &'static Object = &OBJECT;
 
     /// Loads the object with its maps and programs pinned under `pin_dir`, writes the
     /// programs' settings and starts reaping expired flows. The socket hooks for the agent's
