@@ -55,11 +55,13 @@ pub const STATS_AGENT: u32 = 1;
 /// Default size of the flow table (entries). Each entry takes [`FLOW_ENTRY_BYTES`] of kernel
 /// memory, preallocated: 131072 entries are 25 MiB.
 pub const DEFAULT_MAX_FLOWS: u32 = 131_072;
-/// Kernel memory per flow table entry: the LRU hash element's header (64 bytes on 64-bit
-/// kernels: list and LRU nodes, hash), the key and the value. Measured on kernel 6.18: the
-/// map's `memlock` (/proc/PID/fdinfo) is 26215296 bytes for 131072 entries, 200 per entry.
+/// Kernel memory per flow table entry: the hash element (its header, 48 bytes on 64-bit
+/// kernels: its links in a hash chain and an LRU list, and its hash; then the key and the
+/// value: 184 bytes) and its bucket (16 bytes; the kernel gives the table as many buckets as
+/// entries, rounded up to a power of two). Measured on kernel 6.18: the map's `memlock`
+/// (/proc/PID/fdinfo) is 26215296 bytes for 131072 entries, 200 per entry.
 pub const FLOW_ENTRY_BYTES: u64 =
-    64 + core::mem::size_of::<FlowKey>() as u64 + core::mem::size_of::<Flow>() as u64;
+    48 + core::mem::size_of::<FlowKey>() as u64 + core::mem::size_of::<Flow>() as u64 + 16;
 /// Size of the socket hooks' table (node-local sockets talking to a host port).
 pub const MAX_SOCKETS: u32 = 16_384;
 
