@@ -539,9 +539,8 @@ fn kernel_port_mapped_traffic_counts_against_the_ingress_limit() {
 /// The node's end (name, index) of the veth whose other end is `net1` in namespace `pod`.
 fn node_end(t: &BwWorld, pod: &str) -> (String, u32) {
     let pod = t.pods.iter().find(|ns| ns.name == pod).expect("the pod's namespace");
-    let links: Value = serde_json::from_str(&pod.ip(&["-j", "link", "show", "net1"])).expect("ip -j JSON");
-    let index =
-        links[0]["link_index"].as_u64().and_then(|i| u32::try_from(i).ok()).expect("net1's peer index");
+    let net1 = pod.link("net1").expect("the pod's net1");
+    let index = net1["link_index"].as_u64().and_then(|i| u32::try_from(i).ok()).expect("net1's peer index");
     let links: Value = serde_json::from_str(&t.w.node.ip(&["-j", "link", "show"])).expect("ip -j JSON");
     let name = links
         .as_array()
