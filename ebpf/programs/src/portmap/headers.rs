@@ -135,3 +135,36 @@ unsafe fn load16(at: usize) -> u16 {
     core::arch::asm!("{0} = *(u16 *)({1} + 0)", lateout(wreg) v, in(reg) at, options(pure, readonly, nostack));
     v
 }
+
+/// The packet's linear data from its start, when it holds `len` bytes: an address the
+/// verifier knows has `len` bytes in bounds, for writes in place ([`store16`], [`store32`]).
+/// A program that writes in place makes the verifier add a prologue that unclones a cloned
+/// skb whose headers are shared (`bpf_skb_pull_data(skb, 0)`), so the headers are its own.
+/// Pointers die with the next helper that may move the packet: take one after them.
+#[inline(always)]
+pub fn writable(ctx: &TcContext, len: usize) -> Option<usize> {
+    let start = ctx.data();
+    if start + len > ctx.data_end() {
+        return None;
+    }
+    Some(start)
+}
+
+/// Writes the 16-bit word `v` (as it sits in memory) at packet address `at`, by instruction
+/// (see [`load`] on alignment).
+///
+/// # Safety
+/// `at..at + 2` is packet data the verifier knows is in bounds ([`writable`]).
+#[inline(always)]
+pub unsafe fn store16(at: usize, v: u16) {
+    core::arch::asm!("*(u16 *)({0} + 0) = {1}", in(reg) at, in(wreg) v, options(nostack));
+}
+
+/// Writes the 32-bit word `v` at packet address `at`, as [`store16`].
+///
+/// # Safety
+/// `at..at + 4` is packet data the verifier knows is in bounds ([`writable`]).
+#[inline(always)]
+pub unsafe fn store32(at: usize, v: u32) {
+    core::arch::asm!("*(u32 *)({0} + 0) = {1}", in(reg) at, in(wreg) v, options(nostack));
+}
