@@ -139,7 +139,8 @@ unsafe fn load16(at: usize) -> u16 {
 /// The packet's linear data from its start, when it holds `len` bytes: an address the
 /// verifier knows has `len` bytes in bounds, for writes in place ([`store16`], [`store32`]).
 /// A program that writes in place makes the verifier add a prologue that unclones a cloned
-/// skb whose headers are shared (`bpf_skb_pull_data(skb, 0)`), so the headers are its own.
+/// skb whose linear data the clone does not own (`bpf_skb_pull_data(skb, 0)`: writable over
+/// `skb_headlen`), so what the program writes is its own.
 /// Pointers die with the next helper that may move the packet: take one after them.
 #[inline(always)]
 pub fn writable(ctx: &TcContext, len: usize) -> Option<usize> {
