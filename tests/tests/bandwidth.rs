@@ -178,7 +178,9 @@ fn iperf_flows(from: &str, server: &str, port: u16, flows: u32, reverse: bool, o
 /// A rate measured until it is not below the limit's tolerance, at most three times; the best
 /// attempt and how many were made. The machine's other work (two cores, shared with the test
 /// harness and the agent) can only slow a flow down: a single TCP flow at 1 Gbit/s has come
-/// out a few percent short now and then, and again within 1% on the next attempt. A limiter
+/// out a few percent short now and then, and again within 1% on the next attempt; on CI's
+/// machine one at 30 Mbit/s once came out 9% short, where this machine measures it within 3%
+/// every time, with its two cores busy or not. A limiter
 /// that passes too much is caught on any attempt (the best one is the highest), and one that
 /// passes too little on all three.
 fn measured(rate: u64, mut measure: impl FnMut() -> f64) -> (f64, u32) {
@@ -221,6 +223,13 @@ fn bucket_bits(rows: &[Value], direction: &str) -> u64 {
 fn limit_row<'a>(rows: &'a [Value], direction: &str) -> &'a Value {
     let row = rows.iter().find(|r| r["direction"] == direction);
     row.unwrap_or_else(|| panic!("no {direction} limit in {rows:#?}"))
+}
+
+/// `measure` within the tolerance of `rate`, measured as [`measured`] says (best of at most
+/// three attempts, the count in the message).
+fn assert_measured(what: &str, rate: u64, measure: impl FnMut() -> f64) {
+    let (got, attempts) = measured(rate, measure);
+    assert_within(&format!("{what} (best of {attempts})"), got, rate, TOLERANCE);
 }
 
 fn assert_within(what: &str, got: f64, rate: u64, tolerance: f64) {
@@ -385,12 +394,12 @@ fn kernel_limits_change_in_place_without_recreating_the_pod() {
     t.start();
     let (_, addr) = t.pod("resized", &limited("bwbr", 10 * MBIT, None));
     t.w.node.ip(&["link", "set", "bwcl0", "master", "bwbr0"]);
-    assert_within("before", iperf(&client, &addr, 1, false), 10 * MBIT, TOLERANCE);
+    assert_measured("before", 10 * MBIT, || iperf(&client, &addr, 1, false));
 
     t.set("resized", &["--ingress-rate", "30000000"]);
-    assert_within("after set", iperf(&client, &addr, 1, false), 30 * MBIT, TOLERANCE);
+    assert_measured("after set", 30 * MBIT, || iperf(&client, &addr, 1, false));
     // The other direction kept its limit; the listing and the agent's CHECK agree.
-    assert_within("egress, untouched", iperf(&client, &addr, 1, true), 10 * MBIT, TOLERANCE);
+    assert_measured("egress, untouched", 10 * MBIT, || iperf(&client, &addr, 1, true));
     let rows = t.list();
     let rate = |d: &str| rows.iter().find(|r| r["direction"] == d).and_then(|r| r["rate_bps"].as_u64());
     assert_eq!((rate("ingress"), rate("egress")), (Some(30 * MBIT), Some(10 * MBIT)), "{rows:#?}");
@@ -450,13 +459,9 @@ fn kernel_native_macvlan_serves_port_mappings_and_bandwidth_itself() {
     // Measured as the other rates are (see `measured`), against what the limit lets through
     // where it is enforced: XDP on the master (see `goodput`).
     let expected = goodput(20 * MBIT, &rows, "ingress");
-    let (through_mapping, attempts) = measured(expected, || iperf_port(&client, "10.80.0.1", 15201, false));
-    assert_within(
-        &format!("native macvlan, to the pod via hostIP:hostPort (best of {attempts})"),
-        through_mapping,
-        expected,
-        TOLERANCE,
-    );
+    assert_measured("native macvlan, to the pod via hostIP:hostPort", expected, || {
+        iperf_port(&client, "10.80.0.1", 15201, false)
+    });
     let mappings = Command::new(bin("plexus-agent"))
         .args(["portmap", "list", "--json", "--bpf-pin-dir"])
         .arg(&t.pins)
@@ -506,12 +511,9 @@ fn kernel_port_mapped_traffic_counts_against_the_ingress_limit() {
     t.pod("free", &mapped(15202, None));
     t.w.node.ip(&["link", "set", "bwcl0", "master", "bwbr0"]);
 
-    assert_within(
-        "limited pod via 10.79.0.1:15201",
-        iperf_port(&client, "10.79.0.1", 15201, false),
-        20 * MBIT,
-        TOLERANCE,
-    );
+    assert_measured("limited pod via 10.79.0.1:15201", 20 * MBIT, || {
+        iperf_port(&client, "10.79.0.1", 15201, false)
+    });
     let free = iperf_port(&client, "10.79.0.1", 15202, false);
     assert!(free > 200.0 * MBIT as f64, "the unlimited pod got {:.1} Mbit/s", free / 1e6);
 
