@@ -179,10 +179,9 @@ fn iperf_flows(from: &str, server: &str, port: u16, flows: u32, reverse: bool, o
 /// attempt and how many were made. The machine's other work (two cores, shared with the test
 /// harness and the agent) can only slow a flow down: a single TCP flow at 1 Gbit/s has come
 /// out a few percent short now and then, and again within 1% on the next attempt; on CI's
-/// machine one at 30 Mbit/s once came out 9% short, where this machine measures it within 3%
-/// every time, with its two cores busy or not. A limiter
-/// that passes too much is caught on any attempt (the best one is the highest), and one that
-/// passes too little on all three.
+/// machine one at 30 Mbit/s once came out 9% short, where the development machine measured it
+/// within 3% every time, its two cores busy or not. A limiter that passes too much is caught
+/// on any attempt (the best one is the highest), and one that passes too little on all three.
 fn measured(rate: u64, mut measure: impl FnMut() -> f64) -> (f64, u32) {
     let mut best = measure();
     let mut attempts = 1;
