@@ -228,13 +228,14 @@ fn limit_row<'a>(rows: &'a [Value], direction: &str) -> &'a Value {
 /// three attempts, the count in the message).
 fn assert_measured(what: &str, rate: u64, measure: impl FnMut() -> f64) {
     let (got, attempts) = measured(rate, measure);
-    assert_within(&format!("{what} (best of {attempts})"), got, rate, TOLERANCE);
+    assert_within(&format!("{what} (best of {attempts})"), got, rate);
 }
 
-fn assert_within(what: &str, got: f64, rate: u64, tolerance: f64) {
+/// `got` within [`TOLERANCE`] of `rate`, either way.
+fn assert_within(what: &str, got: f64, rate: u64) {
     let ratio = got / rate as f64;
     assert!(
-        (ratio - 1.0).abs() <= tolerance,
+        (ratio - 1.0).abs() <= TOLERANCE,
         "{what}: {:.2} Mbit/s achieved for a limit of {:.2} Mbit/s ({:.1}%)",
         got / 1e6,
         rate as f64 / 1e6,
@@ -348,7 +349,7 @@ fn rates_hold(nad: fn(&World, &str) -> String, network: &str, client: (&str, &st
         .collect();
     eprintln!("{}", report.join("\n"));
     for (what, got, rate) in &results {
-        assert_within(what, *got, *rate, TOLERANCE);
+        assert_within(what, *got, *rate);
     }
 
     for i in 0..3 {
