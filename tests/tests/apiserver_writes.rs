@@ -339,3 +339,72 @@ async fn status_writes_need_the_status_subresource_in_rbac() {
         ("podnetworks", Some("status"), "patch")
     );
 }
+
+/// The API server refuses a body written whole that does not say what it is: the controller's
+/// create of `default` failed on a real API server this way while this server took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_without_api_version_and_kind_is_refused_as_the_api_server_refuses_it() {
+    let server = TestApiServer::start();
+    let client = client(&server).await;
+    let raw = |body: Value| {
+        let request = http::Request::post(format!("/apis/plexus.dev/v1alpha1/{POD_NETWORK_PLURAL}"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap();
+        let client = client.clone();
+        async move { client.request::<Value>(request).await }
+    };
+    let bare = json!({"metadata": {"name": "default"}, "spec": {"enabled": true}});
+    let (code, reason) = api_error(raw(bare).await);
+    assert_eq!((code, reason.as_str()), (400, "BadRequest"));
+    let other = json!({"apiVersion": "plexus.dev/v1", "kind": "PodNetwork", "metadata": {"name": "x"}});
+    assert_eq!(api_error(raw(other).await).0, 400);
+    assert!(server.objects(POD_NETWORK_PLURAL).is_empty(), "nothing was stored");
+}
+
+/// Every write of the PodNetwork controller, through its own writer, against the test API
+/// server that checks what a real one checks (type meta, the CRDs' schemas, the status
+/// subresource): each is accepted and stored as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_the_controller_makes_is_accepted_by_the_strict_server() {
+    use plexus_agent::controller::plan::{Action, Target};
+    use plexus_agent::controller::reconcile::Writer;
+    use plexus_tests::test_apiserver::pod_network_attachment;
+
+    let server = TestApiServer::start();
+    let writer = Writer::new(client(&server).await);
+    let outcome = writer.apply(&[Action::CreateDefault]).await;
+    assert_eq!((outcome.written, outcome.failed), (1, 0), "{outcome:?}");
+    let stored = server.get(POD_NETWORK_PLURAL, "", "default").expect("default created");
+    assert_eq!(stored["spec"], json!({"enabled": true}));
+
+    server.apply(pod_network_attachment("ns1", "a", json!({"podNetworkName": "default"})));
+    let condition = |type_: &str| {
+        serde_json::from_value(json!({"type": type_, "status": "True", "reason": type_, "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}))
+        .unwrap()
+    };
+    let pn = Target::PodNetwork { name: "default".into() };
+    let pna = Target::Attachment { namespace: "ns1".into(), name: "a".into() };
+    let writes = [
+        Action::Conditions {
+            target: pn.clone(),
+            resource_version: None,
+            conditions: vec![condition("Ready")],
+        },
+        Action::Finalizers { target: pn, resource_version: None, finalizers: vec![IN_USE_FINALIZER.into()] },
+        Action::Conditions {
+            target: pna.clone(),
+            resource_version: None,
+            conditions: vec![condition("Ready")],
+        },
+        Action::Finalizers { target: pna, resource_version: None, finalizers: vec![IN_USE_FINALIZER.into()] },
+    ];
+    let outcome = writer.apply(&writes).await;
+    assert_eq!((outcome.written, outcome.conflicts, outcome.failed), (4, 0, 0), "{outcome:?}");
+    for (resource, ns, name) in [(POD_NETWORK_PLURAL, "", "default"), ("podnetworkattachments", "ns1", "a")] {
+        let o = server.get(resource, ns, name).expect("still there");
+        assert_eq!(o["status"]["conditions"][0]["type"], "Ready", "{resource}");
+        assert_eq!(o["metadata"]["finalizers"], json!([IN_USE_FINALIZER]), "{resource}");
+    }
+}

@@ -25,7 +25,7 @@ pub const PLURAL: &str = "ipamclaims";
 pub const STATUS: &str = "ipamclaims/status";
 
 /// The object (spec 8.2).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct IpamClaim {
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -55,7 +55,8 @@ custom_resource!(
     version = VERSION,
     kind = KIND,
     plural = PLURAL,
-    scope = NamespaceResourceScope
+    scope = NamespaceResourceScope,
+    status = status
 );
 
 impl IpamClaim {

@@ -28,7 +28,7 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// The resource as the API server serves it (NPWG spec 3.2). Written by hand rather than
 /// derived: plexus needs no generated schema, and `deploy/crd.yaml` is the schema.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct NetworkAttachmentDefinition {
     #[serde(default)]
     pub metadata: ObjectMeta,

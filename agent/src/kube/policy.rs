@@ -21,7 +21,7 @@ use super::resource::custom_resource;
 use ::kube::runtime::watcher::{self, watcher, Event};
 use ::kube::{Client, ResourceExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::watch::Sink;
@@ -33,7 +33,7 @@ pub const PLURAL: &str = "networkattachmentpolicies";
 
 /// The object as served. `spec` is read as any JSON so that one malformed object is an error
 /// naming it, not a list that cannot be decoded.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct NetworkAttachmentPolicy {
     #[serde(default)]
     pub metadata: ObjectMeta,

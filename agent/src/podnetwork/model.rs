@@ -108,7 +108,8 @@ impl Default for PodNetworkSpec {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Serialized with its `apiVersion` and `kind` (see [`crate::kube::resource`]).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct PodNetwork {
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -126,7 +127,7 @@ pub struct PodNetworkAttachmentSpec {
     pub parameters_refs: Vec<ParametersRef>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct PodNetworkAttachment {
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -139,7 +140,7 @@ pub struct PodNetworkAttachment {
 /// plexus's parameters object. `spec` holds the keys of an NPWG selection element and is
 /// validated as the annotation's keys are; read as any JSON so that a malformed object is an
 /// error naming it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct AttachmentParameters {
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -209,6 +210,22 @@ mod tests {
         .unwrap();
         assert_eq!(pna.spec.pod_network_name, "dataplane");
         assert!(!pna.is_ready(), "no conditions: not Ready (KEP: Created)");
+    }
+
+    #[test]
+    fn a_pod_network_is_written_with_its_api_version_and_kind_and_reads_back() {
+        let pn = PodNetwork {
+            metadata: ObjectMeta { name: Some("default".into()), ..Default::default() },
+            ..Default::default()
+        };
+        let written = serde_json::to_value(&pn).unwrap();
+        assert_eq!(
+            written,
+            json!({"apiVersion": "plexus.dev/v1alpha1", "kind": "PodNetwork",
+                   "metadata": {"name": "default"}, "spec": {"enabled": true}}),
+            "no status key without a status"
+        );
+        assert_eq!(serde_json::from_value::<PodNetwork>(written).unwrap(), pn);
     }
 
     #[test]

@@ -476,6 +476,9 @@ fn create(shared: &Shared, target: &Target, body: &[u8]) -> Response<Body> {
         Ok(o) => o,
         Err(r) => return refused(r, target),
     };
+    if let Err(r) = lifecycle::check_type_meta(target.def, &obj, body) {
+        return refused(r, target);
+    }
     let ns = namespace_of(target).to_owned();
     match obj["metadata"]["namespace"].as_str() {
         Some(n) if n != ns && !target.def.is_cluster_scoped() => {
@@ -549,6 +552,9 @@ fn update(shared: &Shared, target: &Target, body: &[u8]) -> Response<Body> {
         Ok(o) => o,
         Err(r) => return refused(r, target),
     };
+    if let Err(r) = lifecycle::check_type_meta(target.def, &requested, body) {
+        return refused(r, target);
+    }
     let name = target.name.as_deref().unwrap_or_default();
     if requested["metadata"]["name"].as_str() != Some(name) {
         let theirs = requested["metadata"]["name"].as_str().unwrap_or("");
@@ -627,6 +633,11 @@ fn patch(
         }
     };
     let name = target.name.as_deref().unwrap_or_default();
+    if media == APPLY {
+        if let Err(r) = lifecycle::check_type_meta(target.def, &p, body) {
+            return refused(r, target);
+        }
+    }
     if media == APPLY && query.get("fieldManager").is_none_or(str::is_empty) {
         return error(
             422,

@@ -19,6 +19,42 @@ impl Refusal {
     }
 }
 
+/// Checks what a body written whole (create, update, server-side apply) says it is, as the
+/// API server's decoder does: `apiVersion` and `kind` must be there and name the resource of
+/// the URL. (A merge or JSON patch carries neither, and needs neither.)
+pub fn check_type_meta(def: &ResourceDef, obj: &Value, body: &[u8]) -> Result<(), Refusal> {
+    let text = String::from_utf8_lossy(body);
+    let missing = |field: &str| {
+        let detail = format!("Object '{field}' is missing in '{text}'");
+        let message = if def.is_custom() {
+            format!("the object provided is unrecognized (must be of type {}): {detail}", def.kind)
+        } else {
+            detail
+        };
+        Err(Refusal::new(400, message))
+    };
+    let Some(kind) = obj.get("kind").and_then(Value::as_str).filter(|k| !k.is_empty()) else {
+        return missing("Kind");
+    };
+    let Some(api_version) = obj.get("apiVersion").and_then(Value::as_str).filter(|v| !v.is_empty()) else {
+        return missing("apiVersion");
+    };
+    let expected = def.api_version();
+    if api_version != expected {
+        return Err(Refusal::new(
+            400,
+            format!("the API version in the data ({api_version}) does not match the expected API version ({expected})"),
+        ));
+    }
+    if kind != def.kind {
+        return Err(Refusal::new(
+            400,
+            format!("the kind in the data ({kind}) does not match the expected kind ({})", def.kind),
+        ));
+    }
+    Ok(())
+}
+
 /// Now, as the API server writes timestamps (RFC 3339, seconds, UTC).
 pub fn now() -> String {
     let now = k8s_openapi::jiff::Timestamp::now();
@@ -210,6 +246,42 @@ mod tests {
         json!({"metadata": {"name": "n", "uid": "u1", "generation": 3, "resourceVersion": "7",
                             "creationTimestamp": "2026-01-01T00:00:00Z"},
                "spec": {"enabled": true}, "status": {"conditions": [{"type": "Ready"}]}})
+    }
+
+    #[test]
+    fn a_body_written_whole_must_say_what_it_is() {
+        let pn = def(POD_NETWORKS);
+        let ok =
+            json!({"apiVersion": "plexus.dev/v1alpha1", "kind": "PodNetwork", "metadata": {"name": "n"}});
+        assert_eq!(check_type_meta(pn, &ok, b""), Ok(()));
+        let bare = json!({"metadata": {"name": "default"}, "spec": {"enabled": true}});
+        let body = serde_json::to_vec(&bare).unwrap();
+        let refused = check_type_meta(pn, &bare, &body).unwrap_err();
+        assert_eq!(refused.code, 400);
+        assert!(
+            refused.message.starts_with(
+                "the object provided is unrecognized (must be of type PodNetwork): Object 'Kind' is missing in '{"
+            ),
+            "{}",
+            refused.message
+        );
+        let no_version = json!({"kind": "PodNetwork", "metadata": {"name": "n"}});
+        assert!(check_type_meta(pn, &no_version, b"")
+            .unwrap_err()
+            .message
+            .contains("'apiVersion' is missing"));
+        let other_version = json!({"apiVersion": "plexus.dev/v1", "kind": "PodNetwork"});
+        assert!(check_type_meta(pn, &other_version, b"")
+            .unwrap_err()
+            .message
+            .contains("(plexus.dev/v1alpha1)"));
+        let other_kind = json!({"apiVersion": "plexus.dev/v1alpha1", "kind": "PodNetworkAttachment"});
+        assert_eq!(check_type_meta(pn, &other_kind, b"").unwrap_err().code, 400);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod"});
+        assert_eq!(check_type_meta(def(PODS), &pod, b""), Ok(()));
+        let lease_bare = json!({"metadata": {"name": "l"}});
+        let lease = check_type_meta(def(LEASES), &lease_bare, b"{}").unwrap_err();
+        assert_eq!(lease.message, "Object 'Kind' is missing in '{}'", "built-in kinds say it plainly");
     }
 
     #[test]
