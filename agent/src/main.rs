@@ -184,12 +184,23 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let policy_loaded = policy.clone();
     let synced: SyncedCheck =
         Arc::new(move || catalog_synced() && policy_loaded.is_loaded() && policy_current());
+    // plexus's own plugin types: they have no binary to fall back to, so they are always native.
+    let dataplane = DataplaneOptions {
+        pin_dir: opts.bpf_pin_dir.clone(),
+        cgroup_root: opts.cgroup_root.clone(),
+        max_flows: opts.flow_table.portmap_max_flows,
+        timeouts: opts.flow_table.timeouts(),
+        xdp: !opts.no_xdp,
+    };
+    let portmap_service = Portmap::start(&dataplane, &opts.state_dir);
+    let bandwidth_service = Bandwidth::start(&dataplane, &opts.state_dir);
     let warm = Arc::new(AtomicBool::new(false));
     if let Some(addr) = opts.metrics_socket_addr()? {
         let listener =
             metrics::bind(addr).await.with_context(|| format!("binding the metrics address {addr}"))?;
         let default_dir = opts.default_network_dir.clone();
         let warmed = warm.clone();
+        let (portmap_loaded, bandwidth_loaded) = (portmap_service.clone(), bandwidth_service.clone());
         let needs_default_network = network_api.is_none();
         let ready: metrics::ReadyCheck = Arc::new(move || {
             // With the network API, no network at all is ready (an empty list).
@@ -199,6 +210,10 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             if !warmed.load(Ordering::Relaxed) {
                 return Err("warming up: the eBPF dataplane is still loading".into());
             }
+            // Not ready while an object failed to load (it is loaded again in the background):
+            // the pods the node would get could not have their port mappings or limits.
+            portmap_loaded.loaded()?;
+            bandwidth_loaded.loaded()?;
             if synced() {
                 Ok(())
             } else {
@@ -222,16 +237,6 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             if types.is_empty() { "none".into() } else { types.join(", ") }
         );
     }
-    // plexus's own plugin types: they have no binary to fall back to, so they are always native.
-    let dataplane = DataplaneOptions {
-        pin_dir: opts.bpf_pin_dir.clone(),
-        cgroup_root: opts.cgroup_root.clone(),
-        max_flows: opts.flow_table.portmap_max_flows,
-        timeouts: opts.flow_table.timeouts(),
-        xdp: !opts.no_xdp,
-    };
-    let portmap_service = Portmap::start(&dataplane, &opts.state_dir);
-    let bandwidth_service = Bandwidth::start(&dataplane, &opts.state_dir);
     // An XDP hook the port mappings let go of goes back to the bandwidth limits they displaced
     // there, at once, off the port mapping service's lock.
     let (runtime, reclaimer) = (tokio::runtime::Handle::current(), bandwidth_service.clone());

@@ -203,39 +203,8 @@ impl World {
 
     /// Starts the agent inside the node namespace and waits until it answers.
     pub fn start_agent(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path("agent.log"))
-            .expect("agent log");
-        let mut cmd = self.node.command(bin("plexus-agent"));
-        cmd.arg("run")
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("--network-api-socket")
-            .arg(if self.network_api { self.network_api_socket() } else { PathBuf::new() })
-            .arg("--state-dir")
-            .arg(self.path("state"))
-            .arg("--cni-bin-dir")
-            .arg(&self.cni_bin_dir)
-            .arg("--default-network-dir")
-            .arg(self.path("default"))
-            .arg("--network-conf-dir")
-            .arg(self.path("netconf"))
-            .arg("--runtime-conf-dir")
-            .arg(self.path("runtime"))
-            .arg("--nad-dir")
-            .arg(self.path("nads"))
-            .arg("--pod-dir")
-            .arg(self.path("pods"))
-            .args(&self.agent_args)
-            .envs(self.agent_env.iter().map(|(k, v)| (k, v)))
-            // PLEXUS_TEST_LOG (a RUST_LOG filter) for more detail in a test agent's log.
-            .env("RUST_LOG", std::env::var("PLEXUS_TEST_LOG").unwrap_or_else(|_| "info".into()))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log handle"))
-            .stderr(log);
-        let child = cmd.spawn().expect("starting plexus-agent");
+        let api = if self.network_api { self.network_api_socket() } else { PathBuf::new() };
+        let child = self.spawn_agent(&self.socket(), &api, "state", "runtime", "agent.log");
         self.agent = Some(Agent(Proc(child)));
         let deadline = Instant::now() + Duration::from_secs(15);
         // Both sockets: the CNI one and the network API's, when it is served.
@@ -249,6 +218,62 @@ impl World {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+    }
+
+    /// Starts another agent next to the world's own, in the node's namespace, as a DaemonSet
+    /// update with `maxSurge` or a restart overlapping the old process would: the world's
+    /// networks, pods and agent options (its pin directory among them), and its own CNI socket,
+    /// state directory (`<name>-state`), runtime config directory and log (`<name>.log`), no
+    /// network API. Does not wait for it. CNI calls reach it through [`World::cni_via`].
+    pub fn spawn_other_agent(&self, name: &str) -> (Agent, PathBuf) {
+        let socket = self.path(&format!("{name}.sock"));
+        let state = format!("{name}-state");
+        let runtime = format!("{name}-runtime");
+        for dir in [&state, &runtime] {
+            std::fs::create_dir_all(self.path(dir)).expect("creating the other agent's dirs");
+        }
+        let child = self.spawn_agent(&socket, Path::new(""), &state, &runtime, &format!("{name}.log"));
+        (Agent(Proc(child)), socket)
+    }
+
+    fn spawn_agent(
+        &self,
+        socket: &Path,
+        network_api_socket: &Path,
+        state: &str,
+        runtime: &str,
+        log: &str,
+    ) -> std::process::Child {
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.path(log)).expect("agent log");
+        let mut cmd = self.node.command(bin("plexus-agent"));
+        cmd.arg("run")
+            .arg("--socket")
+            .arg(socket)
+            .arg("--network-api-socket")
+            .arg(network_api_socket)
+            .arg("--state-dir")
+            .arg(self.path(state))
+            .arg("--cni-bin-dir")
+            .arg(&self.cni_bin_dir)
+            .arg("--default-network-dir")
+            .arg(self.path("default"))
+            .arg("--network-conf-dir")
+            .arg(self.path("netconf"))
+            .arg("--runtime-conf-dir")
+            .arg(self.path(runtime))
+            .arg("--nad-dir")
+            .arg(self.path("nads"))
+            .arg("--pod-dir")
+            .arg(self.path("pods"))
+            .args(&self.agent_args)
+            .envs(self.agent_env.iter().map(|(k, v)| (k, v)))
+            // PLEXUS_TEST_LOG (a RUST_LOG filter) for more detail in a test agent's log.
+            .env("RUST_LOG", std::env::var("PLEXUS_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log);
+        cmd.spawn().expect("starting plexus-agent")
     }
 
     /// Kills the agent with SIGKILL.
@@ -304,6 +329,19 @@ impl World {
         let mut config: Value =
             serde_json::from_str(&self.plexus_config("1.0.0")).expect("plexus config JSON");
         config["runtimeConfig"] = runtime_config.clone();
+        self.cni_with_config(command, cid, netns, pod, &config.to_string())
+    }
+
+    /// A CNI call through the agent listening on `socket` (see [`World::spawn_other_agent`]).
+    pub fn cni_via(
+        &self,
+        socket: &Path,
+        command: &str,
+        cid: &str,
+        netns: &Netns,
+        pod: (&str, &str),
+    ) -> CniOutput {
+        let config = json!({"cniVersion": "1.0.0", "name": "plexus", "type": "plexus", "socket": socket});
         self.cni_with_config(command, cid, netns, pod, &config.to_string())
     }
 

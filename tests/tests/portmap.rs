@@ -647,3 +647,127 @@ fn kernel_agent_restart_keeps_a_running_stream_and_reconciles_the_maps() {
     let log = plain(&t.w.agent_log());
     assert!(log.contains("removed=2 restored=2"), "{log}");
 }
+
+/// Two agents starting at once on one pin directory (a DaemonSet update with `maxSurge`, a
+/// restart that overlaps the old process), again and again on a fresh bpffs: whichever pins a
+/// map first, the other opens that pin, and both serve port mappings. Before, the one that lost
+/// the race between aya's lookup of a pin and its own pin failed to load ("BPF_OBJ_PIN failed:
+/// File exists") and refused every ADD with port mappings for its whole life.
+#[test]
+fn kernel_two_agents_starting_at_once_on_one_pin_directory_both_serve_port_mappings() {
+    const ROUNDS: usize = 10;
+    for round in 0..ROUNDS {
+        let mut t = PmWorld::new();
+        // Both in the node's namespace: one metrics port between them would stop the second.
+        t.w.agent_args.extend(["--metrics-addr".into(), "off".into()]);
+        t.w.write_nad(NS, "pmbr", Some(&bridge_nad(&t.w, "pmbr")));
+        let (other, other_socket) = t.w.spawn_other_agent("other");
+        t.w.start_agent();
+        let other_log_path = t.w.path("other.log");
+        let other_log = || plain(&std::fs::read_to_string(&other_log_path).unwrap_or_default());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !other_log().contains("port mappings reconciled") {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the other agent never loaded:\n{}",
+                other_log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        t.wait_reconciled(1);
+
+        t.pod("web-a", &mappings("pmbr", &[(8080, 80, "tcp")]), &[80]);
+        let ns = Netns::new("pmpod");
+        no_dad(&ns);
+        t.w.write_pod(NS, "web-b", Some(&mappings("pmbr", &[(8081, 80, "tcp")]).to_string()));
+        let added = t.w.cni_via(&other_socket, "ADD", &cid("web-b"), &ns, (NS, "web-b"));
+        assert!(
+            added.ok(),
+            "round {round}: ADD through the other agent: {} {}\n{}",
+            added.stdout,
+            added.stderr,
+            other_log()
+        );
+        let server = t.serve(&ns, "web-b", 80);
+        t.servers.push(server);
+        t.pods.push(ns);
+        let mut hosts: Vec<String> =
+            t.list().iter().filter_map(|r| r["host"].as_str().map(str::to_owned)).collect();
+        hosts.sort();
+        assert_eq!(hosts, ["10.77.0.1:8080", "10.77.0.1:8081", "[fd00:77::1]:8080", "[fd00:77::1]:8081"]);
+        for log in [plain(&t.w.agent_log()), other_log()] {
+            assert!(!log.contains("not available"), "round {round}: {log}");
+        }
+        if round == ROUNDS - 1 {
+            // And the mappings of both translate.
+            let client = t.client("pmcl0", &["10.77.0.200/24"]);
+            t.w.node.ip(&["link", "set", "pmcl0", "master", "pmbr0"]);
+            let c = t.clients[client].name.clone();
+            assert_eq!(
+                t.run(&c, &["tcp", "10.77.0.1", "8080", "hi"])[..2],
+                ["web-a".to_owned(), "hi".into()]
+            );
+            assert_eq!(
+                t.run(&c, &["tcp", "10.77.0.1", "8081", "hi"])[..2],
+                ["web-b".to_owned(), "hi".into()]
+            );
+        }
+        let deleted = t.w.cni_via(&other_socket, "DEL", &cid("web-b"), &t.pods[1], (NS, "web-b"));
+        assert!(deleted.ok(), "DEL through the other agent: {} {}", deleted.stdout, deleted.stderr);
+        other.kill();
+        t.del("web-a", 0);
+        assert_eq!(t.list(), Vec::<Value>::new(), "round {round}: mappings left");
+    }
+}
+
+/// GET `path` of the agent's metrics endpoint (its default address, in the node's namespace).
+fn agent_http(w: &World, path: &str) -> Option<String> {
+    use std::io::Write;
+    let _inside = w.node.enter();
+    let mut s = std::net::TcpStream::connect("127.0.0.1:9465").ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// A dataplane that fails to load (here: its pin directory cannot be made, a file stands in
+/// the way) is loaded again in the background, waiting longer after each failure: meanwhile an
+/// ADD with port mappings fails at once saying that the agent keeps trying, and `/readyz` is
+/// 503 naming the dataplane; once the obstacle is gone, the next try loads it, `/readyz` is
+/// 200 and the same ADD succeeds. Before, a failed load was final for the agent's whole life.
+#[test]
+fn kernel_a_dataplane_that_failed_to_load_is_loaded_again_and_readyz_waits_for_it() {
+    let mut w = World::new();
+    let blocker = w.path("pins");
+    std::fs::write(&blocker, "a file where the pin directory should go").expect("the blocker");
+    w.agent_args.extend(["--bpf-pin-dir".into(), blocker.join("plexus").display().to_string()]);
+    w.write_nad(NS, "pmbr", Some(&bridge_nad(&w, "pmbr")));
+    w.start_agent();
+    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; agent log:\n{}", w.agent_log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for("readyz to name the dataplane", &|| {
+        agent_http(&w, "/readyz")
+            .is_some_and(|r| r.starts_with("HTTP/1.1 503") && r.contains("port mappings is not loaded"))
+    });
+    let pod = Netns::new("pmpod");
+    w.write_pod(NS, "web", Some(&mappings("pmbr", &[(8080, 80, "tcp")]).to_string()));
+    let refused = w.add(&cid("web"), &pod, (NS, "web"));
+    assert!(!refused.ok(), "an ADD with port mappings while the dataplane is not loaded");
+    assert_eq!(refused.code(), Some(999), "{}", refused.stdout);
+    assert!(refused.msg().contains("the agent loads it again"), "{}", refused.msg());
+    assert!(w.del(&cid("web"), &pod, (NS, "web")).ok(), "DEL of the failed ADD");
+
+    std::fs::remove_file(&blocker).expect("removing the blocker");
+    wait_for("readyz", &|| agent_http(&w, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200")));
+    w.add(&cid("web"), &pod, (NS, "web")).expect_ok();
+    let log = plain(&w.agent_log());
+    assert!(log.contains("loading again in") && log.contains("port mappings reconciled"), "{log}");
+    assert!(w.del(&cid("web"), &pod, (NS, "web")).ok());
+    w.assert_nothing_left(&[&pod]);
+}

@@ -22,7 +22,7 @@ pub enum Unloaded {
     Task(#[source] Arc<tokio::task::JoinError>),
     #[error(transparent)]
     Records(Arc<StoreError>),
-    #[error(transparent)]
+    #[error("{0} (the agent loads it again, waiting longer after each failure; its log has every attempt)")]
     Object(Arc<ObjectError>),
 }
 

@@ -211,3 +211,48 @@ fn the_cgroup_root_opens_without_a_mount_point() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A map pinned by an older version with another layout (here: a map of the bandwidth object
+/// pinned under a port mapping map's name) is unpinned and replaced by a map of this version's
+/// layout; the old map lives on for whoever still holds it.
+#[test]
+fn a_pinned_map_of_another_layout_is_replaced_by_the_load() {
+    use super::loader::{layout_differs, Loaded, MapLayout};
+    let bpffs = Bpffs::new("pxdp");
+    let layout = |info: &aya::maps::MapInfo| MapLayout {
+        map_type: 0,
+        key_size: info.key_size(),
+        value_size: info.value_size(),
+        flags: info.map_flags(),
+    };
+    // The layouts this version pins, from a load into a directory of their own.
+    let reference = PinDir::prepare(&bpffs.path().join("reference")).expect("pin dir");
+    drop(load(Some(reference.clone())).expect("load"));
+    let bandwidth = PinDir::prepare(&bpffs.path().join("bandwidth")).expect("pin dir");
+    let old_object =
+        Loaded::load_object(&super::bandwidth::shaper::OBJECT, Some(bandwidth.clone())).expect("load");
+    let mut pairs = super::portmap::mapper::OBJECT.maps.iter().flat_map(|name| {
+        let wanted = layout(&aya::maps::MapInfo::from_pin(reference.map(name)).expect("reference pin"));
+        super::bandwidth::shaper::OBJECT.maps.iter().map(move |other| (*name, wanted, *other))
+    });
+    let (name, wanted, other) = pairs
+        .find(|(_, wanted, other)| {
+            let info = aya::maps::MapInfo::from_pin(bandwidth.map(other)).expect("bandwidth pin");
+            layout_differs(&layout(&info), wanted).is_some()
+        })
+        .expect("a bandwidth map of another layout");
+
+    let pins = PinDir::prepare(&bpffs.path().join("plexus")).expect("pin dir");
+    let old_id = aya::maps::MapInfo::from_pin(bandwidth.map(other)).expect("old").id();
+    std::fs::rename(bandwidth.map(other), pins.map(name)).expect("pinning the old layout's map there");
+
+    let loaded = load(Some(pins.clone())).expect("a load over an incompatible pin");
+    let pinned = aya::maps::MapInfo::from_pin(pins.map(name)).expect("the new pin");
+    assert_ne!(pinned.id(), old_id, "the old map was replaced");
+    assert_eq!(layout_differs(&layout(&pinned), &wanted), None, "the new pin has this version's layout");
+    assert!(
+        aya::maps::MapInfo::from_id(old_id).is_ok(),
+        "the old map lives on while the old object holds it"
+    );
+    drop((loaded, old_object));
+}

@@ -103,6 +103,8 @@ fn sock_link_name(program: &str) -> String {
 pub enum LoadError {
     #[error("loading the BPF object: {}", chain(.0))]
     Object(#[source] Box<EbpfError>),
+    #[error("reading the embedded BPF object's maps: {0}")]
+    Parse(#[source] Box<aya_obj::ParseError>),
     #[error("the BPF object has no program or map {0} (an agent built from mismatched sources)")]
     MissingProgram(&'static str),
     #[error("BPF program {name}: {}", chain(.source))]
@@ -259,13 +261,7 @@ impl Loaded {
         for (name, path) in &paths {
             loader.map_pin_path(name, path.as_path());
         }
-        // One object at a time: a shared map is created and pinned by whichever comes first,
-        // and found by the other.
-        static LOADING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let guard = LOADING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let loaded = loader.load(object.bytes).map_err(|e| LoadError::Object(Box::new(e)));
-        drop(guard);
-        let mut ebpf = loaded?;
+        let mut ebpf = load_tolerating_other_loaders(&mut loader, object, &paths)?;
 
         let mut tags = HashMap::new();
         let mut own = BTreeSet::new();
@@ -290,9 +286,15 @@ impl Loaded {
             tags.insert(name, info.tag());
             own.insert((name, info.id()));
             if let Some(pins) = &pins {
+                // Another agent may pin the same name at the same moment: pinned aside, then
+                // renamed over, the last one wins and neither fails.
                 let path = pins.prog(name);
-                remove_pin(&path)?;
-                program.pin(&path).map_err(|source| LoadError::Pin { source: Box::new(source), path })?;
+                let tmp = pin_aside(&path);
+                remove_pin(&tmp)?;
+                program
+                    .pin(&tmp)
+                    .map_err(|source| LoadError::Pin { source: Box::new(source), path: tmp.clone() })?;
+                rename_pin(&tmp, &path)?;
             }
         }
         Ok(Loaded { object, ebpf, pins, tags, equivalent: own, xdp_enabled: true })
@@ -604,16 +606,146 @@ fn filter_gone(e: &ProgramError) -> bool {
 /// pinned next to it and renamed over it, so the old one is released only once the new one
 /// runs.
 pub(super) fn pin_over(link: FdLink, path: &Path) -> Result<(), LoadError> {
-    // bpffs refuses names with a dot.
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("link");
-    let tmp = path.with_file_name(format!("{name}_new"));
+    let tmp = pin_aside(path);
     remove_pin(&tmp)?;
     link.pin(&tmp).map_err(|source| LoadError::Pin { path: tmp.clone(), source: Box::new(source) })?;
-    std::fs::rename(&tmp, path).map_err(|source| LoadError::Io {
+    rename_pin(&tmp, path)
+}
+
+/// Where this process pins something before renaming it over `path`: a name of its own (the
+/// process ID), so that two agents replacing one pin at once never pin the same temporary name.
+/// bpffs refuses names with a dot.
+fn pin_aside(path: &Path) -> PathBuf {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("pin");
+    path.with_file_name(format!("{name}_new{}", std::process::id()))
+}
+
+fn rename_pin(tmp: &Path, path: &Path) -> Result<(), LoadError> {
+    std::fs::rename(tmp, path).map_err(|source| LoadError::Io {
         action: "renaming a pin to",
         path: path.to_owned(),
         source,
     })
+}
+
+/// How many times a load is tried again when another loader pinned one of its maps between
+/// aya's lookup of the pin and its own pin (each try finds more of the maps pinned).
+const PIN_RACE_TRIES: usize = 8;
+
+/// Loads `object`, its maps at `paths`, where other agents may be loading the same object
+/// into the same pin directory at the same time (a DaemonSet update with `maxSurge`, a restart
+/// that overlaps the old process). aya opens a map that is pinned and creates and pins one that
+/// is not; when another loader pins it in between, aya's pin fails with EEXIST, and the load is
+/// made again, now opening that pin. Before each try, a pinned map this object cannot use (an
+/// older version's layout: another type, key, value or flags) is unpinned, so the load creates
+/// a new one: the programs of the older version that still run keep theirs until their links
+/// are replaced, as in any upgrade.
+fn load_tolerating_other_loaders(
+    loader: &mut EbpfLoader<'_>,
+    object: &'static Object,
+    paths: &[(&'static str, PathBuf)],
+) -> Result<Ebpf, LoadError> {
+    let declared = aya_obj::Object::parse(object.bytes).map_err(|e| LoadError::Parse(Box::new(e)))?;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        for (name, path) in paths {
+            let Some(wanted) = declared.maps.get(*name) else { continue };
+            let Ok(info) = aya::maps::MapInfo::from_pin(path) else { continue };
+            if let Some(why) = pinned_layout_differs(&info, &MapLayout::of(wanted)) {
+                tracing::warn!(
+                    map = %name,
+                    "the pinned map {} has {why}: an older version's, replaced by a new map (programs still \
+                     using it keep it until theirs are replaced)",
+                    path.display()
+                );
+                remove_pin(path)?;
+            }
+        }
+        // One object at a time in this process: a shared map is created and pinned by
+        // whichever comes first, and found by the other.
+        static LOADING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = LOADING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let loaded = loader.load(object.bytes);
+        drop(guard);
+        match loaded {
+            Err(e) if tries < PIN_RACE_TRIES && map_pinned_meanwhile(&e) => {
+                tracing::debug!(
+                    "another loader pinned a map of this object meanwhile: loading again, opening its pin"
+                );
+            }
+            other => return other.map_err(|e| LoadError::Object(Box::new(e))),
+        }
+    }
+}
+
+/// What decides whether a pinned map can stand for a map of the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapLayout {
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub flags: u32,
+}
+
+impl MapLayout {
+    fn of(map: &aya_obj::Map) -> MapLayout {
+        MapLayout {
+            map_type: map.map_type(),
+            key_size: map.key_size(),
+            value_size: map.value_size(),
+            flags: map.map_flags(),
+        }
+    }
+}
+
+/// Why the pinned map `info` cannot stand for a map of layout `wanted`, if it cannot.
+fn pinned_layout_differs(info: &aya::maps::MapInfo, wanted: &MapLayout) -> Option<String> {
+    let pinned_type = info.map_type().ok();
+    let wanted_type = aya_obj::generated::bpf_map_type::try_from(wanted.map_type)
+        .ok()
+        .and_then(|t| aya::maps::MapType::try_from(t).ok());
+    let pinned = MapLayout {
+        map_type: wanted.map_type,
+        key_size: info.key_size(),
+        value_size: info.value_size(),
+        flags: info.map_flags(),
+    };
+    if pinned_type.is_none() || pinned_type != wanted_type {
+        return Some(format!("type {pinned_type:?}, not {wanted_type:?}"));
+    }
+    layout_differs(&pinned, wanted)
+}
+
+/// Why a map of layout `pinned` cannot stand for one of layout `wanted` (type compared by the
+/// caller's reading of it), if it cannot.
+pub fn layout_differs(pinned: &MapLayout, wanted: &MapLayout) -> Option<String> {
+    let mut why = Vec::new();
+    if pinned.map_type != wanted.map_type {
+        why.push(format!("type {}, not {}", pinned.map_type, wanted.map_type));
+    }
+    if pinned.key_size != wanted.key_size {
+        why.push(format!("{}-byte keys, not {}", pinned.key_size, wanted.key_size));
+    }
+    if pinned.value_size != wanted.value_size {
+        why.push(format!("{}-byte values, not {}", pinned.value_size, wanted.value_size));
+    }
+    if pinned.flags != wanted.flags {
+        why.push(format!("flags {:#x}, not {:#x}", pinned.flags, wanted.flags));
+    }
+    (!why.is_empty()).then(|| why.join(", "))
+}
+
+/// Whether a load failed only because a map's pin appeared after aya looked for it: another
+/// loader pinned it first (EEXIST from BPF_OBJ_PIN).
+fn map_pinned_meanwhile(e: &EbpfError) -> bool {
+    let EbpfError::MapError(aya::maps::MapError::PinError {
+        error: aya::pin::PinError::SyscallError(s), ..
+    }) = e
+    else {
+        return false;
+    };
+    s.io_error.raw_os_error() == Some(libc::EEXIST)
 }
 
 pub fn remove_pin(path: &Path) -> Result<(), LoadError> {
@@ -627,6 +759,26 @@ pub fn remove_pin(path: &Path) -> Result<(), LoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_map_layout_differs_by_type_key_value_or_flags_and_says_how() {
+        let wanted = MapLayout { map_type: 9, key_size: 16, value_size: 200, flags: 0 };
+        assert_eq!(layout_differs(&wanted, &wanted), None);
+        let cases = [
+            (MapLayout { map_type: 1, ..wanted }, "type 1, not 9"),
+            (MapLayout { key_size: 12, ..wanted }, "12-byte keys, not 16"),
+            (MapLayout { value_size: 192, ..wanted }, "192-byte values, not 200"),
+            (MapLayout { flags: 2, ..wanted }, "flags 0x2, not 0x0"),
+        ];
+        for (pinned, why) in cases {
+            assert_eq!(layout_differs(&pinned, &wanted).as_deref(), Some(why));
+        }
+        let all = MapLayout { map_type: 1, key_size: 4, value_size: 8, flags: 1 };
+        assert_eq!(
+            layout_differs(&all, &wanted).as_deref(),
+            Some("type 1, not 9, 4-byte keys, not 16, 8-byte values, not 200, flags 0x1, not 0x0")
+        );
+    }
 
     #[test]
     fn tc_link_names_round_trip() {

@@ -13,8 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::{mpsc, Arc, MutexGuard, OnceLock};
-use std::time::Instant;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use super::attach::{Attach, AttachPoint};
 use super::gate::{Gate, Records, State, Unloaded};
@@ -114,7 +114,13 @@ pub struct Service<D: Feature> {
     /// its hooks (port mappings; shaping keeps its filters, after them). Unset otherwise, and
     /// nothing is sent.
     tcx_moves: OnceLock<mpsc::Sender<AttachmentKey>>,
+    /// Why the object is not loaded (None once it is): for readiness, which must not wait.
+    load_problem: Mutex<Option<String>>,
 }
+
+/// The first wait before loading a failed object again, and the longest.
+const LOAD_RETRY_FIRST: Duration = Duration::from_millis(250);
+const LOAD_RETRY_MAX: Duration = Duration::from_secs(30);
 
 impl<D: Feature> std::fmt::Debug for Service<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,6 +139,7 @@ impl<D: Feature> Service<D> {
             gate: Gate::default(),
             xdp_released: OnceLock::new(),
             tcx_moves: OnceLock::new(),
+            load_problem: Mutex::new(Some("still loading".into())),
         }
     }
 
@@ -195,24 +202,58 @@ impl<D: Feature> Service<D> {
         service
     }
 
-    /// The background part of [`Service::start`].
+    /// The background part of [`Service::start`]: loads the object until it loads, waiting
+    /// longer after each failure ([`LOAD_RETRY_FIRST`] doubling up to [`LOAD_RETRY_MAX`]).
+    /// Meanwhile operations fail at once saying why, and [`Service::loaded`] is false.
     fn load(&self, opts: &DataplaneOptions, existing: Option<&BTreeSet<(u32, String)>>) {
-        let records = match self.store.load_all() {
-            Ok(r) => r.into_iter().map(|r| (r.key(), r)).collect(),
-            Err(e) => {
-                tracing::warn!("{}: {e}", D::WHAT);
-                return self
-                    .gate
-                    .publish(State::loaded(Err(Unloaded::Records(Arc::new(e))), BTreeMap::new()));
+        let mut wait = LOAD_RETRY_FIRST;
+        for attempt in 1.. {
+            // The records are read again for every try: DELs meanwhile remove theirs.
+            let records: Records<D::Entry> = match self.store.load_all() {
+                Ok(r) => r.into_iter().map(|r| (r.key(), r)).collect(),
+                Err(e) => {
+                    tracing::warn!("{}: {e}", D::WHAT);
+                    self.set_load_problem(Some(e.to_string()));
+                    return self
+                        .gate
+                        .publish(State::loaded(Err(Unloaded::Records(Arc::new(e))), BTreeMap::new()));
+                }
+            };
+            match D::start(opts) {
+                Ok(object) => return self.loaded_with(object, records, existing),
+                Err(e) => {
+                    tracing::warn!(
+                        attempt,
+                        "the eBPF dataplane is not available, so {} cannot be installed: {e}; loading again in {wait:?}",
+                        D::WHAT
+                    );
+                    self.set_load_problem(Some(e.to_string()));
+                    self.gate.publish(State::loaded(Err(Unloaded::Object(Arc::new(e))), records));
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(LOAD_RETRY_MAX);
+                }
             }
-        };
-        let object = D::start(opts).map_err(|e| {
-            tracing::warn!("the eBPF dataplane is not available, so {} cannot be installed: {e}", D::WHAT);
-            Unloaded::Object(Arc::new(e))
-        });
+        }
+    }
+
+    /// Whether the object is loaded: `Err` says why not (still loading, or the last failure,
+    /// which the background load retries). Never waits.
+    pub fn loaded(&self) -> Result<(), String> {
+        match &*self.load_problem.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            None => Ok(()),
+            Some(problem) => Err(format!("the eBPF dataplane of {} is not loaded: {problem}", D::WHAT)),
+        }
+    }
+
+    fn set_load_problem(&self, problem: Option<String>) {
+        *self.load_problem.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = problem;
+    }
+
+    /// Publishes the loaded object, reconciled with `records`.
+    fn loaded_with(&self, object: D, records: Records<D::Entry>, existing: Option<&BTreeSet<(u32, String)>>) {
         // Reconciled before anyone else sees the state: an ADD arriving meanwhile waits, so its
         // hooks are never mistaken for stale ones.
-        let mut state = State::loaded(object, records);
+        let mut state = State::loaded(Ok(object), records);
         let released = match reconcile(&mut state, existing) {
             Ok(r) => {
                 tracing::info!(
@@ -231,6 +272,7 @@ impl<D: Feature> Service<D> {
             }
         };
         self.gate.publish(state);
+        self.set_load_problem(None);
         self.released_xdp(&released);
         // Queueing never blocks: the thread takes the lock once this one is let go of.
         self.lock().records.values().for_each(|r| self.queue_tcx_move(r));
