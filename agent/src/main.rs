@@ -190,7 +190,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         cgroup_root: opts.cgroup_root.clone(),
         max_flows: opts.flow_table.portmap_max_flows,
         timeouts: opts.flow_table.timeouts(),
-        xdp: !opts.no_xdp,
+        xdp: opts.xdp_where(),
     };
     let portmap_service = Portmap::start(&dataplane, &opts.state_dir);
     let bandwidth_service = Bandwidth::start(&dataplane, &opts.state_dir);

@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use plexus_ebpf_common::flow::{Timeouts, DEFAULT_MAX_FLOWS, NSEC_PER_SEC};
 
+use crate::dataplane::XdpWhere;
+
 #[derive(Debug, Parser)]
 #[command(name = "plexus-agent", version, about = "plexus node agent: secondary networks for pods")]
 pub struct Cli {
@@ -489,9 +491,15 @@ pub struct AgentOptions {
     #[arg(long, env = "PLEXUS_CGROUP_ROOT", default_value = "/sys/fs/cgroup")]
     pub cgroup_root: PathBuf,
 
-    /// No XDP program on the interfaces where clients' traffic enters the node (a macvlan
-    /// master, a bridge's uplinks): the TC programs alone translate mapped packets and enforce the pods' ingress
-    /// limits. A start with it detaches the XDP programs an earlier run attached.
+    /// Where the XDP programs run, on the interfaces where clients' traffic enters the node:
+    /// `auto` where the bench shows XDP wins (port mappings on a bridge's uplinks, ingress
+    /// limits on a macvlan master; port mappings on a macvlan master stay in TC), `always`
+    /// (port mappings on a macvlan master too) or `never` (TC alone). A start detaches the XDP
+    /// programs an earlier run attached where they no longer belong.
+    #[arg(long, env = "PLEXUS_XDP", value_enum, default_value_t = XdpWhere::Auto, conflicts_with = "no_xdp")]
+    pub xdp: XdpWhere,
+
+    /// The same as `--xdp never` (kept for existing configurations).
     #[arg(long, env = "PLEXUS_NO_XDP")]
     pub no_xdp: bool,
 
@@ -530,6 +538,15 @@ fn path_or_off(value: &str) -> Result<PathBuf, std::convert::Infallible> {
 }
 
 impl AgentOptions {
+    /// Where the XDP programs run: `--xdp`, or never with `--no-xdp`.
+    pub fn xdp_where(&self) -> XdpWhere {
+        if self.no_xdp {
+            XdpWhere::Never
+        } else {
+            self.xdp
+        }
+    }
+
     /// `--metrics-addr`, `None` when switched off.
     pub fn metrics_socket_addr(&self) -> Result<Option<std::net::SocketAddr>, MetricsAddrError> {
         metrics_socket_addr(&self.metrics_addr)

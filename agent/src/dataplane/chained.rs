@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::records::Record;
 use super::service::{Feature, Service, ServiceError};
+use super::DataplaneOptions;
 use crate::cni::attachment::valid_attachments;
 use crate::cni::result::{CniResult, ResultError};
 use crate::cni::{AttachmentKey, CniCode, Command, ErrorCode};
@@ -38,11 +39,13 @@ pub trait Chained: Feature<Entry: std::fmt::Display> {
     fn chain(conf: &Self::Conf) -> &ChainArgs;
     /// Whether the config asks for anything (mappings, limits).
     fn requested(conf: &Self::Conf) -> bool;
-    /// The record an ADD installs for the attachment of `call`.
+    /// The record an ADD installs for the attachment of `call`, on a service started with
+    /// `options`.
     fn plan<'a>(
         conf: &'a Self::Conf,
         prev: &'a CniResult,
         call: &'a NativeCall<'a>,
+        options: &'a DataplaneOptions,
     ) -> BoxFuture<'a, Result<Record<Self::Entry>, Self::Error>>;
 }
 
@@ -104,7 +107,7 @@ impl<D: Chained> ChainedPlugin<D> {
         let parsed = CniResult::parse(&prev, &D::chain(&conf).cni_version)
             .map_err(|source| PrevResultError::Unreadable { plugin: D::TYPE, source })?;
         let started = Instant::now();
-        let record = D::plan(&conf, &parsed, call).await?;
+        let record = D::plan(&conf, &parsed, call, self.service.options()).await?;
         let planned_us = started.elapsed().as_micros() as u64;
         let installed = record.entries.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
         self.blocking(move |s| s.add(record)).await?;

@@ -116,6 +116,8 @@ pub struct Service<D: Feature> {
     tcx_moves: OnceLock<mpsc::Sender<AttachmentKey>>,
     /// Why the object is not loaded (None once it is): for readiness, which must not wait.
     load_problem: Mutex<Option<String>>,
+    /// What the agent was started with: the features' plans read it too.
+    options: DataplaneOptions,
 }
 
 /// The first wait before loading a failed object again, and the longest.
@@ -133,8 +135,9 @@ fn available<D: Feature>(object: &mut Result<D, Unloaded>) -> Result<&mut D, Ser
 }
 
 impl<D: Feature> Service<D> {
-    fn new(state_dir: &Path) -> Self {
+    fn new(options: &DataplaneOptions, state_dir: &Path) -> Self {
         Service {
+            options: options.clone(),
             store: RecordStore::new(state_dir),
             gate: Gate::default(),
             xdp_released: OnceLock::new(),
@@ -184,7 +187,7 @@ impl<D: Feature> Service<D> {
     /// ones attached. Never fails: without the object the agent still serves everything else,
     /// and ADDs asking for the feature fail saying why.
     pub fn start(opts: &DataplaneOptions, state_dir: &Path) -> Arc<Self> {
-        let service = Arc::new(Service::new(state_dir));
+        let service = Arc::new(Service::new(opts, state_dir));
         // Only an object that goes first on its hooks moves its filters (see `Attach::Filter`).
         if D::OBJECT.first {
             service.run_tcx_moves();
@@ -234,6 +237,11 @@ impl<D: Feature> Service<D> {
                 }
             }
         }
+    }
+
+    /// The options the service was started with.
+    pub fn options(&self) -> &DataplaneOptions {
+        &self.options
     }
 
     /// Whether the object is loaded: `Err` says why not (still loading, or the last failure,
@@ -623,7 +631,14 @@ mod tests {
 
     /// A service whose object never loaded, remembering `records`.
     fn unloaded<D: Feature>(state_dir: &Path, records: &[Record<D::Entry>]) -> Service<D> {
-        let service = Service::<D>::new(state_dir);
+        let options = DataplaneOptions {
+            pin_dir: state_dir.join("pins"),
+            cgroup_root: state_dir.join("cgroup"),
+            max_flows: 1,
+            timeouts: plexus_ebpf_common::flow::Timeouts::default(),
+            xdp: super::super::XdpWhere::Auto,
+        };
+        let service = Service::<D>::new(&options, state_dir);
         let records = records.iter().map(|r| (r.key(), r.clone())).collect();
         service.gate.publish(State::loaded(Err(Unloaded::Loading), records));
         service

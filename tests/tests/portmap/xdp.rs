@@ -7,6 +7,10 @@
 
 use super::*;
 
+/// Port mappings on a macvlan master take its XDP hook only when asked: by default TC alone
+/// translates there (XDP loses on a master, see `XdpWhere::Auto`).
+const ALWAYS: &[&str] = &["--xdp", "always"];
+
 /// The macvlan world of `kernel_macvlan_with_the_host_ip_on_the_master`: a client on the
 /// master `pmm0` (a veth, native XDP), the host IPs on the master, the agent started.
 fn macvlan_world(agent_args: &[&str]) -> (PmWorld, String) {
@@ -100,7 +104,7 @@ fn restart_then_del_detaches_xdp(t: &mut PmWorld, tc_in: &Path, pod: &str, dev: 
 
 #[test]
 fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_macvlan_master_both_families() {
-    let (mut t, c) = macvlan_world(&[]);
+    let (mut t, c) = macvlan_world(ALWAYS);
     t.pod("db", &mappings("pmmv", &[(5432, 5432, "TCP"), (5433, 5433, "udp")]), &[5432, 5433]);
     let ifindex = master_index(&t);
     assert!(t.link_pins().contains(&format!("xdp_{ifindex}")), "{:?}", t.link_pins());
@@ -213,7 +217,7 @@ fn kernel_xdp_translates_mapped_tcp_and_udp_on_a_bridge_uplink_both_families() {
 
 #[test]
 fn kernel_xdp_agent_restart_mid_stream_loses_nothing_and_no_xdp_hands_back_to_tc() {
-    let (mut t, c) = macvlan_world(&[]);
+    let (mut t, c) = macvlan_world(ALWAYS);
     t.pod("web", &mappings("pmmv", &[(8080, 80, "tcp")]), &[80]);
     t.run(&c, &["tcp", "10.78.0.1", "8080", "warm-up"]);
     let ifindex = master_index(&t);
@@ -237,6 +241,7 @@ fn kernel_xdp_agent_restart_mid_stream_loses_nothing_and_no_xdp_hands_back_to_tc
 
     // --no-xdp: the start detaches it, and TC serves the mapping alone.
     t.w.kill_agent();
+    t.w.agent_args.retain(|a| !ALWAYS.contains(&a.as_str()));
     t.w.agent_args.push("--no-xdp".into());
     t.w.start_agent();
     t.wait_reconciled(3);
@@ -315,7 +320,7 @@ fn flood_is_policed(t: &PmWorld, client: &str, pod: &str, who: &str) {
 /// again by TC: the limit's passed packets follow what the pod received.
 #[test]
 fn kernel_xdp_enforces_ingress_limits_once() {
-    let (mut t, c) = macvlan_world_with(&[], macvlan_nad_limited);
+    let (mut t, c) = macvlan_world_with(ALWAYS, macvlan_nad_limited);
     let mut annotation = mappings("pmmv", &[(5433, 5433, "udp")]);
     annotation[0]["bandwidth"] = json!({"ingressRate": 1_000_000, "egressRate": 1_000_000});
     t.pod("sink", &annotation, &[5433]);
@@ -368,7 +373,7 @@ fn kernel_xdp_enforces_ingress_limits_once() {
 /// object's program comes back at the agent's next reconciling.
 #[test]
 fn kernel_xdp_polices_a_limit_only_master_and_hands_it_to_port_mappings() {
-    let (mut t, c) = macvlan_world_with(&[], macvlan_nad_limited);
+    let (mut t, c) = macvlan_world_with(ALWAYS, macvlan_nad_limited);
     let ifindex = master_index(&t);
     let bw_xdp = t.pins.join("bandwidth").join("links").join(format!("xdp_{ifindex}"));
     let pm_xdp = t.pins.join("links").join(format!("xdp_{ifindex}"));
@@ -421,4 +426,33 @@ fn kernel_xdp_polices_a_limit_only_master_and_hands_it_to_port_mappings() {
     assert!(!bw_xdp.exists(), "the last limit's DEL detaches bw_xdp");
     expect_no_xdp_on(&t, "pmm0", "the last limit's DEL detaches bw_xdp");
     t.del_all_and_expect_nothing_left(&["sink", "web"], &["pmm0"]);
+}
+
+/// By default (`--xdp auto`) port mappings on a macvlan master stay in TC, where XDP loses to
+/// it: no port mapping XDP program on the master, `portmap list` says `tc`, and mapped TCP and
+/// UDP are translated; a pod's ingress limit on the same master still gets the shaping
+/// object's XDP program, which polices it (dropping before an skb is built wins there).
+#[test]
+fn kernel_by_default_port_mappings_on_a_macvlan_master_stay_in_tc() {
+    let (mut t, c) = macvlan_world_with(&[], macvlan_nad_limited);
+    let ifindex = master_index(&t);
+    let bw_xdp = t.pins.join("bandwidth").join("links").join(format!("xdp_{ifindex}"));
+    let pm_xdp = t.pins.join("links").join(format!("xdp_{ifindex}"));
+    let mut annotation = mappings("pmmv", &[(8080, 80, "tcp"), (5433, 5433, "udp")]);
+    annotation[0]["bandwidth"] = json!({"ingressRate": 1_000_000, "egressRate": 1_000_000});
+    t.pod("web", &annotation, &[80, 5433]);
+    for host in ["10.78.0.1", "fd00:78::1"] {
+        let got = t.run(&c, &["tcp", host, "8080", "via-tc"]);
+        assert_eq!(got[..2], ["web".to_owned(), "via-tc".into()]);
+        let got = t.run(&c, &["udp", host, "5433", "via-tc"]);
+        assert_eq!(got[0], "web:via-tc", "{got:?}");
+    }
+    assert!(!pm_xdp.exists(), "no port mapping XDP program on the master: {:?}", t.link_pins());
+    assert!(t.list().iter().all(|r| r["path"] == "tc"), "{:#?}", t.list());
+    assert!(bw_xdp.exists(), "the ingress limit's XDP program holds the master: {:?}", t.link_pins());
+    assert_eq!(ip_link_xdp(&t), "xdp");
+    assert_eq!(ingress_limit_row(&t)["xdp"], "native");
+    let (pod4, _) = t.pod_ips(0);
+    flood_is_policed(&t, &c, &pod4, "bw_xdp");
+    t.del_all_and_expect_nothing_left(&["web"], &["pmm0"]);
 }

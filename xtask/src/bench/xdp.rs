@@ -11,8 +11,9 @@
 //! seconds: they reach the node's interface as XDP frames on its NAPI ring, as a NIC delivers
 //! them. The figure is the datagrams per second the node delivered to the pod's UDP socket
 //! (read or dropped for a full buffer: the dataplane's rate, not the application's). Sides:
-//! plexus, the agent as it runs (native XDP on veth); the reference column, the same agent with
-//! `--no-xdp` (veth builds the socket buffer, TC translates: on the master, or on the bridge
+//! plexus, the agent with `--xdp always` (native XDP on veth, on a macvlan master too, where
+//! the default `auto` leaves port mappings to TC because of this figure); the reference
+//! column, the same agent with `--xdp never` (veth builds the socket buffer, TC translates: on the master, or on the bridge
 //! after it forwarded the frame up to itself); the baseline, no NAT (the pod's own MAC and
 //! address, no port mapping). One agent at a time: an interface holds one XDP program. GRO is
 //! on on the receiving interface for the figure (it gives the veth NAPI when no XDP program
@@ -127,12 +128,12 @@ impl Wire {
         match self {
             Wire::Macvlan => [
                 Ok("plexus-portmap on a macvlan master, XDP path (pm_xdp, native on the veth master)"),
-                Ok("plexus-portmap with --no-xdp: the TC path on the same master"),
+                Ok("plexus-portmap with --xdp never: the TC path on the same master"),
                 Ok("no NAT: the pod's own macvlan address"),
             ],
             Wire::Bridge => [
                 Ok("plexus-portmap on a bridge's uplink, XDP path (pm_xdp, native on the veth uplink, redirected into the pod's veth)"),
-                Ok("plexus-portmap with --no-xdp: the TC path on the bridge"),
+                Ok("plexus-portmap with --xdp never: the TC path on the bridge"),
                 Ok("no NAT: the pod's own address, forwarded by the bridge"),
             ],
         }
@@ -196,8 +197,9 @@ impl Drop for GroOn<'_> {
     }
 }
 
-/// One side of an XDP figure: its agent (with `--no-xdp` for the reference column, the TC
-/// path), the network `network` makes from the agent's IPAM directory, a pod with `selection`
+/// One side of an XDP figure: its agent (`--xdp always` for plexus's column, the XDP path
+/// wherever the programs can run, a macvlan master's port mappings included, which `auto`
+/// leaves to TC; `--xdp never` for the reference column, the TC path), the network `network` makes from the agent's IPAM directory, a pod with `selection`
 /// attached, `runs` against them, the pod
 /// deleted.
 pub(super) fn with_side_pod(
@@ -209,7 +211,7 @@ pub(super) fn with_side_pod(
     selection: Selection,
     runs: impl FnOnce(&Agent, &Pod) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let extra: &[&str] = if side == Side::Reference { &["--no-xdp"] } else { &[] };
+    let extra: &[&str] = if side == Side::Reference { &["--xdp", "never"] } else { &["--xdp", "always"] };
     let agent = Agent::start(lab, &b.bins, &format!("{name}-{}", side.name()), side, extra)?;
     let rt = Runtime::spawn(&lab.node)?;
     let driver = PlexusDriver { agent: &agent, shim: b.bins.shim.clone() };

@@ -12,7 +12,7 @@
 //!
 //! Sides: plexus, the agent as it runs (`bw_xdp`, native XDP on the veth master, dropping the
 //! frame before any socket buffer exists); the reference column, the same agent with
-//! `--no-xdp` (veth builds the socket buffer, the TC program `bw_tc_in` drops it). No
+//! `--xdp never` (veth builds the socket buffer, the TC program `bw_tc_in` drops it). No
 //! baseline: without a limit nothing is dropped. GRO is on on the master (see
 //! [`super::xdp::GroOn`]).
 
@@ -146,7 +146,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
     )
     .sides([
         Ok("plexus-bandwidth on a macvlan master, XDP drops (bw_xdp, native on the veth master)"),
-        Ok("plexus-bandwidth with --no-xdp: TC drops (bw_tc_in) on the same master"),
+        Ok("plexus-bandwidth with --xdp never: TC drops (bw_tc_in) on the same master"),
         Err("no limit, nothing dropped"),
     ])
     .with_target(Target::at_most(Side::Reference, 0.5, ISSUE));

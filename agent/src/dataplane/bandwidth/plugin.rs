@@ -24,7 +24,7 @@ use super::BandwidthError;
 use crate::cni::result::CniResult;
 use crate::dataplane::attach::{Attach, AttachPoint, Hook};
 use crate::dataplane::chained::{pod_name, ChainArgs, Chained, ChainedPlugin};
-use crate::dataplane::netdev;
+use crate::dataplane::{netdev, DataplaneOptions};
 use crate::delegate::native::NativeCall;
 
 /// The CNI `type` of the plugin.
@@ -54,6 +54,7 @@ impl Chained for Shaper {
         conf: &'a BandwidthConf,
         prev: &'a CniResult,
         call: &'a NativeCall<'a>,
+        _options: &'a DataplaneOptions,
     ) -> BoxFuture<'a, Result<Record, BandwidthError>> {
         Box::pin(async move {
             let (node, default_route) = netdev::snapshot().await?;

@@ -65,7 +65,7 @@ impl Feature for Shaper {
     fn start(opts: &DataplaneOptions) -> Result<Shaper, ObjectError> {
         let pins = PinDir::prepare(&opts.pin_dir.join(PIN_SUBDIR))?;
         let mut loaded = Loaded::load_object(&OBJECT, Some(pins))?;
-        loaded.set_xdp_enabled(opts.xdp);
+        loaded.set_xdp_enabled(opts.xdp.enabled());
         let table = Table::take(loaded.ebpf_mut())?;
         Ok(Shaper { loaded, table })
     }

@@ -162,7 +162,7 @@ impl Feature for Mapper {
     fn start(opts: &DataplaneOptions) -> Result<Mapper, ObjectError> {
         let pins = PinDir::prepare(&opts.pin_dir)?;
         let mut loaded = load_with(Some(pins.clone()), opts.max_flows)?;
-        loaded.set_xdp_enabled(opts.xdp);
+        loaded.set_xdp_enabled(opts.xdp.enabled());
         let mut tables = Tables::take(loaded.ebpf_mut())?;
         let cookie = pin::netns_cookie();
         // The timeouts matter to the TC programs: the settings are written whether or not the

@@ -24,7 +24,7 @@ use super::topology::{pod_side, resolve, Attachment, Topology};
 use super::PortmapError;
 use crate::cni::result::CniResult;
 use crate::dataplane::chained::{pod_name, ChainArgs, Chained, ChainedPlugin};
-use crate::dataplane::netdev;
+use crate::dataplane::{netdev, DataplaneOptions};
 use crate::delegate::env::InvocationEnv;
 use crate::delegate::native::NativeCall;
 use crate::netlink::{gro_on, run_in};
@@ -56,6 +56,7 @@ impl Chained for Mapper {
         conf: &'a PortmapConf,
         prev: &'a CniResult,
         call: &'a NativeCall<'a>,
+        options: &'a DataplaneOptions,
     ) -> BoxFuture<'a, Result<Record, PortmapError>> {
         Box::pin(async move {
             let env = call.env;
@@ -68,6 +69,7 @@ impl Chained for Mapper {
                 ifname: &env.ifname,
                 host_interface: conf.host_interface.as_deref(),
                 uplinks: conf.uplinks.as_deref(),
+                xdp_on_master: options.xdp.on_macvlan_masters(),
             };
             let mut topology = resolve(&attachment, &node, default_route)?;
             topology.pod_takes_xdp = pod_takes_xdp(&topology, env).await;

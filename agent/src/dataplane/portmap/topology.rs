@@ -117,6 +117,9 @@ pub struct Attachment<'a> {
     pub host_interface: Option<&'a str>,
     /// The config's `uplinks` (bridge networks).
     pub uplinks: Option<&'a [String]>,
+    /// Whether a macvlan master's ingress takes the XDP program too (`--xdp always`): by
+    /// default TC alone translates there, where XDP loses (see `XdpWhere::Auto`).
+    pub xdp_on_master: bool,
 }
 
 pub fn pod_side(prev: &CniResult, ifname: &str) -> Result<PodSide, TopologyError> {
@@ -212,12 +215,13 @@ pub fn resolve(
                     std::iter::once(master).chain(uppers).cloned().collect()
                 }
             };
+            let mut hooks =
+                vec![point(master, Hook::Ingress, Attach::Tcx), point(master, Hook::Egress, Attach::Tcx)];
+            if a.xdp_on_master {
+                hooks.push(point(master, Hook::Ingress, Attach::Xdp));
+            }
             Ok(Topology {
-                hooks: vec![
-                    point(master, Hook::Ingress, Attach::Tcx),
-                    point(master, Hook::Egress, Attach::Tcx),
-                    point(master, Hook::Ingress, Attach::Xdp),
-                ],
+                hooks,
                 deliver_ifindex: master.index,
                 deliver: Hook::Ingress,
                 holders,
@@ -301,6 +305,7 @@ mod tests {
             ifname: "net1",
             host_interface: None,
             uplinks: None,
+            xdp_on_master: true,
         };
         let t = resolve(&a, &node(), None).unwrap();
         assert_eq!(
@@ -335,6 +340,7 @@ mod tests {
                 ifname: "net1",
                 host_interface: None,
                 uplinks: Some(uplinks),
+                xdp_on_master: true,
             };
             resolve(&a, &node(), None).map(|t| {
                 let points = t.hooks.iter().filter(|h| h.attach == Attach::Xdp).map(|h| h.ifindex);
@@ -369,6 +375,7 @@ mod tests {
             ifname: "net1",
             host_interface: None,
             uplinks: None,
+            xdp_on_master: true,
         };
         let t = resolve(&a, &node(), None).unwrap();
         assert!(!t.has_xdp_uplinks(), "XDP on the master, which is no bridge's uplink");
@@ -378,7 +385,14 @@ mod tests {
                 (5, Hook::Ingress, Attach::Tcx),
                 (5, Hook::Egress, Attach::Tcx),
                 (5, Hook::Ingress, Attach::Xdp)
-            ]
+            ],
+            "with --xdp always"
+        );
+        let by_default = resolve(&Attachment { xdp_on_master: false, ..a }, &node(), None).unwrap();
+        assert_eq!(
+            by_default.hooks.iter().map(|h| (h.ifindex, h.hook, h.attach)).collect::<Vec<_>>(),
+            [(5, Hook::Ingress, Attach::Tcx), (5, Hook::Egress, Attach::Tcx)],
+            "by default TC alone on a macvlan master, where XDP loses"
         );
         assert_eq!((t.deliver_ifindex, t.deliver), (5, Hook::Ingress));
         assert_eq!(t.holders.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(), ["pmm0", "pmh0"]);
@@ -416,6 +430,7 @@ mod tests {
             ifname: "net1",
             host_interface: None,
             uplinks: None,
+            xdp_on_master: true,
         };
         let t = resolve(&a, &node(), None).unwrap();
         let pod = pod_side(&p, "net1").unwrap();
@@ -456,6 +471,7 @@ mod tests {
             ifname: "net1",
             host_interface: None,
             uplinks: None,
+            xdp_on_master: true,
         };
         assert!(matches!(resolve(&a, &node(), None), Err(TopologyError::Unsupported { .. })));
     }
