@@ -285,6 +285,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             allowed_namespaces: opts.allowed_namespaces.clone(),
             strict_annotations: opts.strict_annotations,
             device_info_dir: opts.device_info_dir.clone(),
+            network_status_keys: opts.network_status_keys(),
         },
         catalog,
         delegator,

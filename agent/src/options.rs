@@ -428,6 +428,12 @@ pub struct AgentOptions {
     #[arg(long)]
     pub strict_annotations: bool,
 
+    /// Write Multus's extra keys in the network-status annotation (`mtu`, `gateway`) besides
+    /// the spec's: the compatibility switch for tools that read them. Off, the annotation holds
+    /// the keys spec 5.3 defines only (keys without a period are reserved to the spec).
+    #[arg(long, env = "PLEXUS_NETWORK_STATUS_MULTUS_KEYS")]
+    pub network_status_multus_keys: bool,
+
     /// Leave running pods' attachments alone when their networks annotation changes (live
     /// attachments are on by default: docs/live-attachments.md).
     #[arg(long, env = "PLEXUS_NO_LIVE_ATTACHMENTS")]
@@ -538,6 +544,15 @@ fn path_or_off(value: &str) -> Result<PathBuf, std::convert::Infallible> {
 }
 
 impl AgentOptions {
+    /// The keys of the network-status annotation's maps.
+    pub fn network_status_keys(&self) -> crate::spec::status::StatusKeys {
+        if self.network_status_multus_keys {
+            crate::spec::status::StatusKeys::Multus
+        } else {
+            crate::spec::status::StatusKeys::Spec
+        }
+    }
+
     /// Where the XDP programs run: `--xdp`, or never with `--no-xdp`.
     pub fn xdp_where(&self) -> XdpWhere {
         if self.no_xdp {

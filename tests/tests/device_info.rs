@@ -167,6 +167,7 @@ impl Node {
                 allowed_namespaces: Vec::new(),
                 strict_annotations: true,
                 device_info_dir: path("devinfo"),
+                network_status_keys: plexus_agent::spec::status::StatusKeys::Spec,
             },
             Arc::new(catalog),
             Delegator { bin_dirs: vec![path("bin")], timeout: Duration::from_secs(10), natives },

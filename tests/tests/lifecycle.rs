@@ -1079,6 +1079,9 @@ fn kernel_add_result_leaves_out_the_default_route_a_selection_took() {
     w.write_nad(NS, "blue", Some(&blue(&w)));
     w.write_pod(NS, "plain", Some("blue"));
     w.write_pod(NS, "p", Some(r#"[{"name": "blue", "default-route": ["10.10.1.1"]}]"#));
+    // Multus's keys too (`gateway`; `mtu` where a result gives one): the compatibility switch
+    // for tools that read them.
+    w.agent_args.push("--network-status-multus-keys".into());
     w.start_agent();
     let (a, b) = (Netns::new("pxpod"), Netns::new("pxpod"));
 

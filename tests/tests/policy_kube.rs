@@ -90,6 +90,7 @@ impl Harness {
                 allowed_namespaces: vec!["default".into()],
                 strict_annotations: false,
                 device_info_dir: dir.path().join("devinfo"),
+                network_status_keys: plexus_agent::spec::status::StatusKeys::Spec,
             },
             catalog.clone(),
             Delegator { bin_dirs: Vec::new(), timeout: Duration::from_secs(10), natives },

@@ -194,6 +194,7 @@ impl Harness {
                 allowed_namespaces: Vec::new(),
                 strict_annotations: false,
                 device_info_dir: dir.path().join("devinfo"),
+                network_status_keys: plexus_agent::spec::status::StatusKeys::Spec,
             },
             catalog.clone(),
             Delegator { bin_dirs: vec![recorder.bin_dir()], timeout: Duration::from_secs(10), natives },

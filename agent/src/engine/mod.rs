@@ -34,7 +34,9 @@ use crate::netlink::deletions;
 use crate::phase::Phase;
 use crate::policy::PolicyHandle;
 use crate::spec::delegate_conf::{default_delegate, DelegateConfig};
-use crate::spec::status::{annotation_value, default_gateways, network_status, NetworkStatus, StatusInput};
+use crate::spec::status::{
+    annotation_value, default_gateways, network_status, NetworkStatus, StatusInput, StatusKeys,
+};
 use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, PodRef, StateError, StateStore, Sync};
 use error::{DetachError, DetachFailure};
 use locks::ContainerLocks;
@@ -54,6 +56,8 @@ pub struct EngineConfig {
     /// The root of the device information files (Device Information Specification, section
     /// 4): the device plugins' under `dp/`, plexus's own under `cni/`.
     pub device_info_dir: PathBuf,
+    /// The keys of the network-status annotation's maps (the spec's, or Multus's too).
+    pub network_status_keys: StatusKeys,
 }
 
 /// Failed DELs after which an attachment whose ADD never answered is given up (see
@@ -599,7 +603,10 @@ impl Engine {
         }
         if let Some(pod) = pod {
             let _timer = crate::phase::start(Phase::Status);
-            let report = StatusReport { network_status: annotation_value(&statuses), pod_networks_status };
+            let report = StatusReport {
+                network_status: annotation_value(&statuses, self.config.network_status_keys),
+                pod_networks_status,
+            };
             if let Err(e) = self.catalog.publish_status(pod, report).await {
                 tracing::warn!("publishing the status annotations: {e}");
             }
@@ -739,6 +746,7 @@ mod tests {
                 allowed_namespaces: Vec::new(),
                 strict_annotations: false,
                 device_info_dir: dir.path().join("devinfo"),
+                network_status_keys: StatusKeys::Spec,
             },
             Arc::new(FileCatalog::new(Vec::new(), Vec::new(), dir.path().join("report"))),
             Delegator {

@@ -1,9 +1,12 @@
 //! The network-status annotation (spec 5) built from CNI results of any version.
 //!
-//! Written as the NetworkAttachmentDefinition client library writes it (its `NetworkStatus`
-//! type, which Multus uses and which KubeVirt and other readers parse): `ips` are bare
-//! addresses without prefix length, `gateway` lists the gateways of the attachment's default
-//! routes and `mtu` is the interface's, each when known.
+//! Written with the keys spec 5.3 defines (`name`, `interface`, `ips`, `mac`, `default`,
+//! `dns`, `default-route`, `device-info`): keys without a period are reserved to the spec.
+//! `ips` are bare addresses without prefix length, as the NetworkAttachmentDefinition client
+//! library (which Multus uses and KubeVirt and other readers parse) writes them. Multus also
+//! writes `mtu` (the interface's) and `gateway` (the gateways of the attachment's default
+//! routes), which some tools read: [`StatusKeys::Multus`] adds them, the compatibility switch
+//! (`--network-status-multus-keys`).
 
 use std::net::IpAddr;
 
@@ -141,9 +144,34 @@ pub fn default_gateways(result: &CniResult) -> Vec<IpAddr> {
     gws
 }
 
-/// The annotation value: a JSON list of status maps.
-pub fn annotation_value(statuses: &[NetworkStatus]) -> String {
-    serde_json::to_string_pretty(statuses).unwrap_or_else(|_| "[]".into())
+/// Which keys the annotation's maps carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StatusKeys {
+    /// The spec's keys only (5.3).
+    #[default]
+    Spec,
+    /// The spec's and those Multus writes besides (`mtu`, `gateway`), for tools that read them.
+    Multus,
+}
+
+/// The keys Multus writes that the spec does not define (and reserves, having no period).
+pub const MULTUS_ONLY_KEYS: [&str; 2] = ["mtu", "gateway"];
+
+/// The annotation value: a JSON list of status maps with `keys`.
+pub fn annotation_value(statuses: &[NetworkStatus], keys: StatusKeys) -> String {
+    let written: Vec<serde_json::Value> = statuses
+        .iter()
+        .filter_map(|s| serde_json::to_value(s).ok())
+        .map(|mut v| {
+            if keys == StatusKeys::Spec {
+                if let Some(map) = v.as_object_mut() {
+                    MULTUS_ONLY_KEYS.iter().for_each(|k| drop(map.remove(*k)));
+                }
+            }
+            v
+        })
+        .collect();
+    serde_json::to_string_pretty(&written).unwrap_or_else(|_| "[]".into())
 }
 
 #[cfg(test)]
@@ -250,6 +278,45 @@ mod tests {
                 "mtu": 9000, "default": false, "gateway": ["10.99.0.1"]
             })
         );
+    }
+
+    /// The annotation holds the spec's keys only (5.3: keys without a period are reserved to
+    /// it), unless Multus's are asked for; every key written is either the spec's or, with
+    /// `StatusKeys::Multus`, one of Multus's.
+    #[test]
+    fn the_annotation_holds_the_specs_keys_and_multus_keys_only_when_asked() {
+        const SPEC_KEYS: [&str; 8] =
+            ["name", "interface", "ips", "mac", "default", "dns", "default-route", "device-info"];
+        let r = result(json!({
+            "cniVersion": "1.1.0",
+            "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:03", "mtu": 9000, "sandbox": "/p"}],
+            "ips": [{"address": "10.99.0.2/24", "interface": 0, "gateway": "10.99.0.1"}],
+            "dns": {"nameservers": ["10.99.0.53"], "domain": "d", "search": ["s"]}
+        }));
+        let gw: [IpAddr; 1] = ["10.99.0.1".parse().unwrap()];
+        let info = json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:18:02.5"}});
+        let st = network_status(StatusInput {
+            gateways: &gw,
+            default_route: Some(&gw),
+            device_info: Some(&info),
+            ..input(Some(&r))
+        });
+        let keys = |k: StatusKeys| -> Vec<String> {
+            let v: serde_json::Value =
+                serde_json::from_str(&annotation_value(std::slice::from_ref(&st), k)).unwrap();
+            let mut keys: Vec<String> = v[0].as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        let spec = keys(StatusKeys::Spec);
+        assert!(spec.iter().all(|k| SPEC_KEYS.contains(&k.as_str())), "{spec:?}");
+        assert_eq!(spec.len(), SPEC_KEYS.len(), "every spec key is written here: {spec:?}");
+        let multus = keys(StatusKeys::Multus);
+        let extra: Vec<&String> = multus.iter().filter(|k| !SPEC_KEYS.contains(&k.as_str())).collect();
+        assert_eq!(extra, ["gateway", "mtu"]);
+        let v: serde_json::Value =
+            serde_json::from_str(&annotation_value(&[st], StatusKeys::Multus)).unwrap();
+        assert_eq!((&v[0]["mtu"], &v[0]["gateway"]), (&json!(9000), &json!(["10.99.0.1"])));
     }
 
     /// Spec 5.3.7 with the Device Information Specification's example (its section 6.1.2).

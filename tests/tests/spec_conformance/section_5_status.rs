@@ -28,7 +28,12 @@ struct StatusPod {
 
 impl StatusPod {
     fn new(annotation: &str) -> Self {
+        StatusPod::with_agent_args(annotation, &[])
+    }
+
+    fn with_agent_args(annotation: &str, args: &[&str]) -> Self {
         let mut w = World::new();
+        w.agent_args.extend(args.iter().map(|a| a.to_string()));
         let mut blue = bridge_list(&w, "blue", "br-blue", "10.10.1.0/24", &[]);
         blue["plugins"][0]["dns"] = blue_dns();
         w.write_nad("default", "blue", Some(&blue.to_string()));
@@ -203,24 +208,38 @@ fn kernel_spec_5_3_6_4_status_default_route() {
     assert!(p.st[2].get("default-route").is_none(), "{}", p.st[2]);
     assert!(p.st[0].get("default-route").is_none(), "the default network's is cleared: {}", p.st[0]);
     assert_eq!(p.pod.default_routes(), ["net1 10.10.1.1"]);
-    // The client library's "gateway" says the same: the default route's gateway, where it is.
-    assert_eq!(p.st[1]["gateway"], json!(["10.10.1.1"]));
-    assert!(p.st[0].get("gateway").is_none() && p.st[2].get("gateway").is_none(), "{:?}", p.st);
     p.finish();
 }
 
 /// What readers of network-status parse (the NetworkAttachmentDefinition client library's
-/// `NetworkStatus`, KubeVirt): `ips` plain addresses, `mtu` a number, `gateway` plain
-/// addresses. The spec's own example (5.4) shows prefix lengths; plexus writes what the
-/// readers and Multus use.
+/// `NetworkStatus`, KubeVirt): `ips` plain addresses. The spec's own example (5.4) shows
+/// prefix lengths; plexus writes what the readers and Multus use. And only the keys spec 5.3
+/// defines: keys without a period are reserved to the spec, so Multus's `mtu` and `gateway`
+/// are written only with `--network-status-multus-keys` (there `mtu` is the link's, `gateway`
+/// plain addresses).
 #[test]
 fn kernel_spec_5_3_3_status_is_what_the_client_library_writes() {
+    const SPEC_KEYS: [&str; 8] =
+        ["name", "interface", "ips", "mac", "default", "dns", "default-route", "device-info"];
     let p = StatusPod::new("blue,red");
     for s in &p.st {
+        let keys: Vec<&String> = s.as_object().expect("a map").keys().collect();
+        assert!(keys.iter().all(|k| SPEC_KEYS.contains(&k.as_str())), "a key the spec reserves: {s}");
         for ip in s["ips"].as_array().expect("ips") {
             let text = ip.as_str().expect("a string");
             assert!(text.parse::<std::net::IpAddr>().is_ok(), "{text:?} is not a plain IP address: {s}");
         }
+    }
+    p.finish();
+    let p = StatusPod::with_agent_args(
+        r#"[{"name": "blue", "default-route": ["10.10.1.1"]}, {"name": "red"}]"#,
+        &["--network-status-multus-keys"],
+    );
+    assert_eq!(p.st[1]["gateway"], json!(["10.10.1.1"]), "Multus's gateway: the default route's");
+    for s in &p.st {
+        let keys: Vec<&String> = s.as_object().expect("a map").keys().collect();
+        let allowed = |k: &str| SPEC_KEYS.contains(&k) || ["mtu", "gateway"].contains(&k);
+        assert!(keys.iter().all(|k| allowed(k)), "{s}");
         let ifname = s["interface"].as_str().unwrap();
         let link_mtu = p.pod.links().into_iter().find(|l| l["ifname"] == ifname).unwrap()["mtu"].clone();
         if let Some(mtu) = s.get("mtu") {

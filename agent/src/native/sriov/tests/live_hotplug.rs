@@ -138,6 +138,7 @@ async fn kernel_a_running_pod_gains_a_vf_and_gives_it_back() {
             allowed_namespaces: Vec::new(),
             strict_annotations: false,
             device_info_dir: dir.path().join("devinfo"),
+            network_status_keys: crate::spec::status::StatusKeys::Spec,
         },
         catalog,
         delegator,
