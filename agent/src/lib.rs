@@ -24,6 +24,7 @@ pub mod install;
 pub mod ipam;
 pub mod kube;
 pub mod live;
+pub mod memory;
 pub mod metrics;
 pub mod native;
 pub mod netapi;

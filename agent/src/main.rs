@@ -39,7 +39,15 @@ use plexus_agent::server;
 use plexus_agent::state::StateStore;
 use plexus_agent::{metrics, native, netapi};
 
+/// How long an idle thread of tokio's blocking pool stays (tokio's default: 10 s).
+const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// The most threads the blocking pool starts (tokio's default: 512): ADDs are bounded by
+/// `--max-concurrent-adds` (16), each with a few blocking steps in flight at most.
+const MAX_BLOCKING_THREADS: usize = 64;
+
 fn main() -> anyhow::Result<()> {
+    // Before any thread starts (docs/architecture.md, "Memory").
+    plexus_agent::memory::limit_arenas();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -50,8 +58,15 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        // The blocking pool's threads (file and netlink work of ADDs and DELs) go soon after a
+        // burst instead of after tokio's 10 s: each holds a stack and allocator caches, which
+        // otherwise stay with the threads a burst left (docs/architecture.md, "Memory").
+        .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .build()
+        .context("starting runtime")?;
     match cli.command {
         CliCommand::Run(opts) => runtime.block_on(run(*opts)),
         CliCommand::Portmap(PortmapCommand::List(o)) => portmap_list(&o),
@@ -171,6 +186,9 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         Err(e) => tracing::warn!("could not raise the open file limit: {e}"),
     }
     sweep_interrupted_writes(&opts);
+    if let Err(e) = plexus_agent::memory::Trimmer::start() {
+        tracing::warn!("memory freed by bursts of requests stays resident, no thread to give it back: {e}");
+    }
     let (nads, catalog_synced, client) = catalog(&opts).await?;
     // With the network API on, its networks come first in every NAD lookup.
     let network_api = opts.network_api_socket().map(ToOwned::to_owned);

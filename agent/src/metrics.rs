@@ -216,6 +216,7 @@ impl Drop for AddSlotGauge {
 impl Metrics {
     /// One CNI request answered; `code` is the CNI error code, 0 on success.
     pub fn request(&self, verb: Option<Command>, code: u64, elapsed: Duration) {
+        crate::memory::note_request();
         // The verb comes from the runtime: unknown ones (`None`) share a label, so they cannot
         // grow the series without bound.
         let verb = verb.map_or("other", Command::as_str);

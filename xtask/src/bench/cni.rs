@@ -17,7 +17,11 @@
 //!   `shim_calls` execs is a run's figure. The shim is measured as it ships: linked statically.
 //! - the breakdown: for each agent side, each phase of its ADD and DEL per pod (from the
 //!   agent's `plexus_cni_phase_duration_seconds`), printed after the table (issue #17).
-//! - agent RSS (VmRSS): idle, with `rss_pods` x 4 attachments alive, and after they are gone.
+//! - agent RSS (VmRSS): idle; with `rss_pods` x 4 attachments alive and after they are gone
+//!   (each read once the agent has been quiet for [`SETTLE`]), the latter over the idle figure;
+//!   the peak (VmHWM); and after each of [`CYCLES`] rounds of creating and deleting them again,
+//!   the growth from the second round to the last. Targets (issue #38): at most 32 MiB loaded,
+//!   at most 1.1x idle after DEL, at most 1 MiB of growth.
 
 use std::path::Path;
 use std::time::Instant;
@@ -113,10 +117,12 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
     ]);
     sides.mark_missing(std::slice::from_mut(&mut idle));
     let before = load();
+    let mut idle_kib = Vec::new();
     for side in [Side::Plexus, Side::Baseline] {
         if let Some(a) = sides.agent(side) {
             let kib = a.rss_kib()?;
             idle.push(side, kib as f64 / 1024.0, json!({"vmrss_kib": kib}));
+            idle_kib.push((side, kib));
         }
     }
     idle.set_load(&before, &load());
@@ -189,7 +195,7 @@ pub fn run(b: &mut Bench, lab: &Lab) -> anyhow::Result<()> {
 
     b.figures.push(shim_roundtrip(b, &rt, &sides)?);
     b.figures.push(idle);
-    rss_loaded(b, lab, &sides, &drivers)?;
+    rss_loaded(b, lab, &sides, &drivers, &idle_kib)?;
     Ok(())
 }
 
@@ -269,38 +275,80 @@ fn shim_roundtrip(b: &Bench, rt: &Runtime, sides: &Sides) -> anyhow::Result<Figu
     Ok(fig)
 }
 
-/// Memory with `rss_pods` pods of 4 attachments alive, and after they were deleted.
+/// How long the agent is left alone before its memory is read after a burst of requests: it
+/// gives what the burst freed back within two seconds of going quiet (agent/src/memory.rs:
+/// its blocking threads end after 1 s idle, the trimmer looks every second), as after
+/// start-up, which the idle figure waits for too.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Creating and deleting the `rss_pods` pods again, this many times, for the cycle figure.
+const CYCLES: usize = 10;
+
+/// The memory targets (issue #38): with `rss_pods` × 4 attachments alive at most this many MiB;
+/// after deleting them, at most this much of the idle figure; from the second cycle to the
+/// last, growing at most this many MiB (the page-granular noise of RSS).
+const LOADED_AT_MOST_MIB: f64 = 32.0;
+const AFTER_DEL_AT_MOST_OF_IDLE: f64 = 1.10;
+const CYCLE_GROWTH_AT_MOST_MIB: f64 = 1.0;
+const MEMORY_ISSUE: &str = "issue #38";
+
+/// Memory with `rss_pods` pods of 4 attachments alive, after they were deleted (and over the
+/// idle figure of the same side, `idle_kib`), its peak, and after each of [`CYCLES`] rounds of
+/// creating and deleting them again: how much it grew from the second round to the last.
 fn rss_loaded(
     b: &mut Bench,
     lab: &Lab,
     sides: &Sides,
     drivers: &[(Side, Box<dyn Driver + '_>)],
+    idle_kib: &[(Side, u64)],
 ) -> anyhow::Result<()> {
     let n = b.set.rss_pods;
     let params = json!({"pods": n, "attachments": n * 4, "parallel": b.set.parallel, "runs": 1});
-    let mut loaded = Figure::new("cni", "agent_rss_loaded", "MiB", params.clone()).sides([
-        Ok(PLEXUS),
-        Err(NO_DAEMON),
-        Ok(BASELINE),
-    ]);
-    let mut after_del = Figure::new("cni", "agent_rss_after_del", "MiB", params).sides([
-        Ok(PLEXUS),
-        Err(NO_DAEMON),
-        Ok(BASELINE),
-    ]);
-    sides.mark_missing(std::slice::from_mut(&mut loaded));
-    sides.mark_missing(std::slice::from_mut(&mut after_del));
+    let figure = |metric: &'static str, unit: &'static str, params: Value, target: Option<Target>| {
+        let mut f =
+            Figure::new("cni", metric, unit, params).sides([Ok(PLEXUS), Err(NO_DAEMON), Ok(BASELINE)]);
+        if let Some(t) = target {
+            f = f.with_target(t);
+        }
+        sides.mark_missing(std::slice::from_mut(&mut f));
+        f
+    };
+    let mut loaded = figure(
+        "agent_rss_loaded",
+        "MiB",
+        params.clone(),
+        Some(Target::at_most_value(LOADED_AT_MOST_MIB, MEMORY_ISSUE)),
+    );
+    let mut after_del = figure("agent_rss_after_del", "MiB", params.clone(), None);
+    let mut over_idle = figure(
+        "agent_rss_after_del_over_idle",
+        "x",
+        params.clone(),
+        Some(Target::at_most_value(AFTER_DEL_AT_MOST_OF_IDLE, MEMORY_ISSUE)),
+    );
+    let mut peak = figure("agent_rss_peak", "MiB", params.clone(), None);
+    let mut cycle_params = params;
+    cycle_params["cycles"] = json!(CYCLES);
+    let mut growth = figure(
+        "agent_rss_cycle_growth",
+        "MiB",
+        cycle_params,
+        Some(Target::at_most_value(CYCLE_GROWTH_AT_MOST_MIB, MEMORY_ISSUE)),
+    );
     let runtimes: Vec<Runtime> =
         (0..b.set.parallel).map(|_| Runtime::spawn(&lab.node)).collect::<Result<_, _>>()?;
+    let mib = |kib: u64| kib as f64 / 1024.0;
     let before = load();
     for (side, d) in drivers {
         let Some(agent) = sides.agent(*side) else { continue };
         check_interrupt()?;
         let pods = pods(*side, "rss", n, 4)?;
         let add = bulk(Op::Add, d.as_ref(), &runtimes, &pods);
+        std::thread::sleep(SETTLE);
         let live = agent.rss_kib()?;
         let records = agent.state_files().len();
         let del = bulk(Op::Del, d.as_ref(), &runtimes, &pods);
+        std::thread::sleep(SETTLE);
         let gone = agent.rss_kib()?;
         let failed = add.failures.len() + del.failures.len();
         b.progress(
@@ -309,22 +357,59 @@ fn rss_loaded(
                 "{}: RSS {:.1} MiB with {n} pods x 4 attachments ({records} records, {failed} failures), \
                  {:.1} MiB after DEL",
                 side.name(),
-                live as f64 / 1024.0,
-                gone as f64 / 1024.0
+                mib(live),
+                mib(gone)
             ),
         );
         let detail: Value = json!({"vmrss_kib": live, "records": records, "add_failures": add.failures.len(),
                                    "first_failure": add.failures.first()});
-        loaded.push(*side, live as f64 / 1024.0, detail);
-        after_del.push(
-            *side,
-            gone as f64 / 1024.0,
-            json!({"vmrss_kib": gone, "del_failures": del.failures.len()}),
+        loaded.push(*side, mib(live), detail);
+        after_del.push(*side, mib(gone), json!({"vmrss_kib": gone, "del_failures": del.failures.len()}));
+        if let Some((_, idle)) = idle_kib.iter().find(|(s, _)| s == side) {
+            over_idle.push(
+                *side,
+                gone as f64 / *idle as f64,
+                json!({"idle_kib": idle, "after_del_kib": gone}),
+            );
+        }
+
+        let mut rounds = Vec::with_capacity(CYCLES);
+        let mut kinds = Vec::with_capacity(CYCLES);
+        let mut round_failures = 0;
+        for _ in 0..CYCLES {
+            check_interrupt()?;
+            let add = bulk(Op::Add, d.as_ref(), &runtimes, &pods);
+            let del = bulk(Op::Del, d.as_ref(), &runtimes, &pods);
+            round_failures += add.failures.len() + del.failures.len();
+            std::thread::sleep(SETTLE);
+            rounds.push(agent.rss_kib()?);
+            kinds.push(agent.rss_anon_file_kib()?);
+        }
+        let shown: Vec<String> = rounds
+            .iter()
+            .zip(&kinds)
+            .map(|(k, (anon, _))| format!("{:.1} ({:.1} anon)", mib(*k), mib(*anon)))
+            .collect();
+        b.progress(
+            "cni",
+            &format!(
+                "{}: RSS after each of {CYCLES} rounds of {n} pods created and deleted: {} MiB ({round_failures} failures)",
+                side.name(),
+                shown.join(", ")
+            ),
         );
+        let grew = mib(rounds[CYCLES - 1]) - mib(rounds[1]);
+        growth.push(
+            *side,
+            grew,
+            json!({"vmrss_kib_per_round": rounds, "rss_anon_file_kib_per_round": kinds, "failures": round_failures}),
+        );
+        let hwm = agent.rss_peak_kib()?;
+        peak.push(*side, mib(hwm), json!({"vmhwm_kib": hwm}));
     }
     let after = load();
-    loaded.set_load(&before, &after);
-    after_del.set_load(&before, &after);
-    b.figures.extend([loaded, after_del]);
+    let mut figures = [loaded, after_del, over_idle, peak, growth];
+    figures.iter_mut().for_each(|f| f.set_load(&before, &after));
+    b.figures.extend(figures);
     Ok(())
 }

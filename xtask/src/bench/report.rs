@@ -56,6 +56,8 @@ pub enum Measure {
     Ratio,
     /// plexus - other, in the figure's unit, e.g. "shim_roundtrip: plexus-baseline <= 0.3 ms".
     Excess,
+    /// plexus's own value, in the figure's unit, e.g. "agent_rss_loaded: plexus <= 32 MiB".
+    Value,
 }
 
 /// A bound on plexus's median against another side's median of the same figure and run, e.g.
@@ -86,6 +88,11 @@ impl Target {
         Target { against, measure: Measure::Excess, bound: Bound::AtMost, ratio: excess, source }
     }
 
+    /// plexus's median at most `value`, in the figure's unit.
+    pub fn at_most_value(value: f64, source: &'static str) -> Target {
+        Target { against: Side::Plexus, measure: Measure::Value, bound: Bound::AtMost, ratio: value, source }
+    }
+
     fn op(&self) -> &'static str {
         match self.bound {
             Bound::AtLeast => ">=",
@@ -100,6 +107,7 @@ impl Target {
             (Measure::Ratio, _) => "plexus_over_baseline",
             (Measure::Excess, Side::Reference) => "plexus_minus_reference",
             (Measure::Excess, _) => "plexus_minus_baseline",
+            (Measure::Value, _) => "plexus",
         }
     }
 
@@ -109,6 +117,7 @@ impl Target {
             (Measure::Ratio, _) => "plexus/baseline",
             (Measure::Excess, Side::Reference) => "plexus-ref",
             (Measure::Excess, _) => "plexus-baseline",
+            (Measure::Value, _) => "plexus",
         }
     }
 
@@ -116,7 +125,7 @@ impl Target {
     fn show(&self, v: f64, decimals: usize, unit: &str) -> String {
         match self.measure {
             Measure::Ratio => format!("{v:.decimals$}x"),
-            Measure::Excess => format!("{v:.decimals$} {unit}"),
+            Measure::Excess | Measure::Value => format!("{v:.decimals$} {unit}"),
         }
     }
 
@@ -126,6 +135,7 @@ impl Target {
         let r = match self.measure {
             Measure::Ratio => stats::ratio(p, other),
             Measure::Excess => p.zip(other).map(|(p, o)| p - o),
+            Measure::Value => p,
         };
         let met = r.map(|r| match self.bound {
             Bound::AtLeast => r >= self.ratio,
@@ -139,6 +149,7 @@ impl Target {
         let key = match self.measure {
             Measure::Ratio => "ratio",
             Measure::Excess => "excess",
+            Measure::Value => "value_of",
         };
         json!({
             key: self.ratio_key(), "bound": self.op(), "value": self.ratio,
@@ -561,6 +572,20 @@ mod tests {
                 && shim_line.contains("<= 0.30 ms"),
             "{shim_line}"
         );
+
+        let mut rss =
+            fig("agent_rss_loaded", 29.5, 0.0, 40.0).with_target(Target::at_most_value(32.0, "issue #38"));
+        rss.unit = "MiB";
+        assert_eq!(rss.target.as_ref().map(|t| t.check(&rss)), Some((Some(29.5), Some(true))));
+        let s = rss.summary();
+        assert_eq!((&s["target"]["value_of"], &s["target"]["value"]), (&json!("plexus"), &json!(32.0)));
+        let line = targets(std::slice::from_ref(&rss));
+        assert!(
+            line.contains("29.500 MiB") && line.contains("<= 32.00 MiB") && line.contains("met"),
+            "{line}"
+        );
+        rss.sides[Side::Plexus.index()].runs[0].value = 33.0;
+        assert_eq!(rss.target.as_ref().map(|t| t.check(&rss).1), Some(Some(false)));
 
         let figures = [rate, p99, step, gone, plain];
         let t = table(&figures);

@@ -501,14 +501,29 @@ impl Agent {
     /// The agent's resident memory (VmRSS), in KiB. `ip netns exec` execs the agent, so the
     /// child's pid is the agent's.
     pub fn rss_kib(&self) -> anyhow::Result<u64> {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The agent's resident memory by kind, in KiB: anonymous (its heap, stacks) and file-backed
+    /// (the pages of its binary it touched).
+    pub fn rss_anon_file_kib(&self) -> anyhow::Result<(u64, u64)> {
+        Ok((self.status_kib("RssAnon:")?, self.status_kib("RssFile:")?))
+    }
+
+    /// The agent's peak resident memory (VmHWM), in KiB.
+    pub fn rss_peak_kib(&self) -> anyhow::Result<u64> {
+        self.status_kib("VmHWM:")
+    }
+
+    fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
         let pid = self.proc.0.id();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
-            .context("no VmRSS in /proc/<pid>/status")
+            .with_context(|| format!("no {field} in /proc/<pid>/status"))
     }
 
     /// `(sum in seconds, count)` of `plexus_plugin_duration_seconds` for one plugin type and
