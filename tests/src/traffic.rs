@@ -138,3 +138,14 @@ fn relay(mut from: std::net::TcpStream, mut to: std::net::TcpStream) {
     let _ = std::io::copy(&mut from, &mut to);
     let _ = to.shutdown(std::net::Shutdown::Write);
 }
+
+/// GET `path` from an HTTP/1.1 server at `addr` (the agent's metrics endpoint): the whole
+/// response, status line first, or None when it cannot be reached.
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}

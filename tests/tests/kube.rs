@@ -27,6 +27,7 @@ use plexus_cni_shim::{Request, Response};
 use plexus_tests::test_apiserver::{
     nad, pod, rbac, RequestRecord, ServerOptions, TestApiServer, EVENTS, NADS, PODS,
 };
+use plexus_tests::traffic::http_get;
 use plexus_tests::Proc;
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -938,15 +939,6 @@ fn declared_api_access_equals_the_deploy_cluster_role() {
         })
         .collect();
     assert_eq!(granted, declared);
-}
-
-fn http_get(addr: &str, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
 }
 
 /// `plexus-agent run --catalog kube` as a process, as the DaemonSet runs it (with a

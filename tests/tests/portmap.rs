@@ -722,13 +722,8 @@ fn kernel_two_agents_starting_at_once_on_one_pin_directory_both_serve_port_mappi
 
 /// GET `path` of the agent's metrics endpoint (its default address, in the node's namespace).
 fn agent_http(w: &World, path: &str) -> Option<String> {
-    use std::io::Write;
     let _inside = w.node.enter();
-    let mut s = std::net::TcpStream::connect("127.0.0.1:9465").ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
+    plexus_tests::traffic::http_get("127.0.0.1:9465", path)
 }
 
 /// A dataplane that fails to load (here: its pin directory cannot be made, a file stands in
