@@ -1,5 +1,6 @@
-//! Generates the gRPC code of the CRI network API (`proto/network.proto`) and of the kubelet's
-//! PodResources API (`proto/podresources.proto`) ([`compile_proto`]), and builds plexus's BPF
+//! Generates the gRPC code of the CRI network API (`proto/network.proto`), of the kubelet's
+//! PodResources API (`proto/podresources.proto`) and of the runtime's CRI calls doctor makes
+//! (`proto/cri.proto`) ([`compile_proto`]), and builds plexus's BPF
 //! object (`ebpf/programs`) so the agent can embed it (`aya::include_bytes_aligned!`) and ship
 //! as one binary.
 //!
@@ -30,21 +31,26 @@ fn main() {
     let root = manifest_dir.parent().expect("the agent crate sits in the workspace root").to_owned();
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
 
-    compile_proto(&root, &out, "network.proto");
-    compile_proto(&root, &out, "podresources.proto");
+    compile_proto(&root, &out, "network.proto", true);
+    compile_proto(&root, &out, "podresources.proto", true);
+    // The same package as network.proto (`runtime.v1`): its own directory, a client only.
+    let cri = out.join("cri");
+    std::fs::create_dir_all(&cri).unwrap_or_else(|e| panic!("creating {}: {e}", cri.display()));
+    compile_proto(&root, &cri, "cri.proto", false);
     build_bpf(&root, &out);
 }
 
-/// The messages, servers and clients of `proto/<name>`, into `OUT_DIR/<package>.rs`
-/// (`runtime.v1.rs`, `v1.rs`). The descriptors come from protox, a protobuf compiler in Rust,
-/// so no system `protoc` is needed.
-fn compile_proto(root: &Path, out: &Path, name: &str) {
+/// The messages, clients (and with `server`, servers) of `proto/<name>`, into
+/// `<out>/<package>.rs` (`runtime.v1.rs`, `v1.rs`). The descriptors come from protox, a protobuf
+/// compiler in Rust, so no system `protoc` is needed.
+fn compile_proto(root: &Path, out: &Path, name: &str, server: bool) {
     let dir = root.join("proto");
     let file = dir.join(name);
     println!("cargo:rerun-if-changed={}", file.display());
     let descriptors =
         protox::compile([&file], [&dir]).unwrap_or_else(|e| panic!("compiling {}: {e:?}", file.display()));
     tonic_prost_build::configure()
+        .build_server(server)
         .out_dir(out)
         .compile_fds(descriptors)
         .unwrap_or_else(|e| panic!("generating the gRPC code of {}: {e}", file.display()));

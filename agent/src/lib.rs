@@ -13,6 +13,7 @@
 pub mod catalog;
 pub mod cni;
 pub mod controller;
+pub mod cri;
 pub mod dataplane;
 pub mod delegate;
 pub mod devices;

@@ -498,6 +498,8 @@ async fn doctor(o: &DoctorOptions) -> i32 {
         state_dir: o.dirs.state_dir.clone(),
         pin_dir: o.dirs.bpf_pin_dir.clone(),
         ipam_dirs: o.ipam_dirs.clone(),
+        runtime_socket: o.runtime_socket.clone(),
+        cni_cache_dir: o.cni_cache_dir.clone(),
     };
     let fixer = Fixer {
         sources: sources.clone(),
@@ -505,23 +507,25 @@ async fn doctor(o: &DoctorOptions) -> i32 {
         cni_bin_dirs: o.cni_bin_dirs.clone(),
         timeout: Duration::from_secs(60),
     };
-    let rows = match run(&sources, o.fix.then_some(&fixer)).await {
-        Ok(rows) => rows,
+    let report = match run(&sources, o.fix.then_some(&fixer)).await {
+        Ok(report) => report,
         Err(e) => {
             eprintln!("plexus-agent doctor: {e}");
             return 2;
         }
     };
+    let liveness = format!("liveness of containers no record lists: {}", report.liveness);
     if o.json {
-        match serde_json::to_string_pretty(&rows) {
+        match serde_json::to_string_pretty(&report.rows) {
             Ok(text) => println!("{text}"),
             Err(e) => {
                 eprintln!("plexus-agent doctor: encoding the report: {e}");
                 return 2;
             }
         }
+        eprintln!("plexus-agent doctor: {liveness}");
     } else {
-        println!("{}", render(&rows, o.fix));
+        println!("{}\n\n{liveness}", render(&report.rows, o.fix));
     }
-    i32::from(rows.iter().any(|r| r.remains()))
+    i32::from(report.rows.iter().any(|r| r.remains()))
 }

@@ -147,6 +147,19 @@ pub struct DoctorOptions {
     #[arg(long = "ipam-dir", env = "PLEXUS_DOCTOR_IPAM_DIRS", value_delimiter = ':')]
     pub ipam_dirs: Vec<PathBuf>,
 
+    /// The CRI socket of the container runtime the node's kubelet uses (its
+    /// --container-runtime-endpoint): a container no record lists is alive while the runtime
+    /// lists its sandbox. When it cannot be asked, liveness is decided by the network
+    /// namespaces the runtime's result cache names, and an address of a container none is
+    /// named for is never freed.
+    #[arg(long, env = "PLEXUS_RUNTIME_SOCKET", default_value = crate::cri::DEFAULT_SOCKET)]
+    pub runtime_socket: PathBuf,
+
+    /// libcni's cache directory: the runtime's result cache files (`<dir>/results/`) of gone
+    /// containers are leftovers, and those of the others name their network namespaces.
+    #[arg(long, env = "PLEXUS_CNI_CACHE_DIR", default_value = crate::doctor::gather::DEFAULT_CNI_CACHE_DIR)]
+    pub cni_cache_dir: PathBuf,
+
     /// The agent's --cni-bin-dir: IPAM plugins a VF's release runs.
     #[arg(long = "cni-bin-dir", env = "PLEXUS_CNI_BIN_DIRS", value_delimiter = ':',
           default_values = ["/opt/cni/bin", "/usr/lib/cni"])]

@@ -8,6 +8,11 @@
 //! their attachment); the port mapping and bandwidth records explain the map entries (and
 //! flows) they list. Only a container record is judged by the node itself: it
 //! is a leftover once its pod's network namespace is gone.
+//!
+//! What is keyed by a container no record lists (an address, a result cache file of the
+//! runtime, or plexus's own records after a loss of state) is judged by that container's
+//! liveness ([`super::liveness`]): nothing of a live container is a leftover; an address of a
+//! container whose liveness is unknown is listed as unverified and never freed.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -16,6 +21,7 @@ use plexus_ebpf_common::shape::ShapeKey;
 use plexus_ebpf_common::Endpoint;
 use serde::Serialize;
 
+use super::liveness::{Liveness, RuntimeView, Verdict};
 use crate::native::bridge::nft::{chain_name, Guard};
 
 /// A container record (one runtime attachment) as doctor sees it.
@@ -96,6 +102,24 @@ pub struct TempFileView {
     pub pid_alive: bool,
 }
 
+/// A network namespace a result cache file names, and whether it exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceView {
+    pub path: String,
+    pub alive: bool,
+}
+
+/// A result cache file of the runtime (libcni's `<cache-dir>/results/<network>-<container>-<ifname>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultCacheView {
+    pub path: PathBuf,
+    pub container_id: String,
+    pub ifname: String,
+    pub network: String,
+    /// The namespaces it names: its `netns`, and its result's interfaces' `sandbox`es.
+    pub namespaces: Vec<NamespaceView>,
+}
+
 /// An SR-IOV VF record (`<state-dir>/sriov/<pci>.json`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VfView {
@@ -137,6 +161,9 @@ pub struct Snapshot {
     pub vfs: Vec<VfView>,
     pub links: Vec<LinkView>,
     pub nft_chains: Vec<NftChainView>,
+    pub result_caches: Vec<ResultCacheView>,
+    /// What the runtime said (read last, with the records: it explains).
+    pub runtime: RuntimeView,
 }
 
 /// The kind of a leftover, as `--json` names it.
@@ -155,8 +182,14 @@ pub enum Kind {
     PortmapFlows,
     /// A bandwidth limit in the map that no record lists.
     BandwidthLimit,
-    /// A host-local allocation of an attachment no container record lists.
+    /// A host-local allocation of an attachment no container record lists, whose container is
+    /// gone.
     IpamAllocation,
+    /// A host-local allocation of a container no record lists, whose liveness is unknown: never
+    /// freed.
+    IpamAllocationUnverified,
+    /// A result cache file of the runtime whose container is gone.
+    ResultCache,
     /// A temporary file whose writer is gone.
     TempFile,
     /// An SR-IOV VF claimed by an attachment no container record lists.
@@ -177,6 +210,8 @@ impl Kind {
             Kind::PortmapFlows => "portmap-flows",
             Kind::BandwidthLimit => "bandwidth-limit",
             Kind::IpamAllocation => "ipam-allocation",
+            Kind::IpamAllocationUnverified => "ipam-allocation-unverified",
+            Kind::ResultCache => "result-cache",
             Kind::TempFile => "temp-file",
             Kind::VfRecord => "vf-record",
             Kind::Link => "link",
@@ -211,6 +246,9 @@ pub enum Fix {
         file: String,
         content: String,
     },
+    /// Nothing: what it names may be a live container's (see [`Kind::IpamAllocationUnverified`]).
+    Unverified(PathBuf),
+    ResultCache(PathBuf),
     TempFile(PathBuf),
     VfRecord {
         pci: String,
@@ -223,6 +261,17 @@ pub enum Fix {
         guard: Guard,
         name: String,
     },
+}
+
+impl Fix {
+    /// The file of an address's fix (that of [`Fix::Unverified`] when its container's liveness
+    /// is not decided).
+    pub fn allocation_path(&self) -> Option<PathBuf> {
+        match self {
+            Fix::IpamAllocation { dir, file, .. } => Some(dir.join(file)),
+            _ => None,
+        }
+    }
 }
 
 /// One thing the node holds that no record explains.
@@ -255,11 +304,29 @@ fn explained_attachments(records: &[ContainerView]) -> BTreeSet<(&str, &str)> {
     out
 }
 
+/// How the liveness of containers without a record is decided in `s`, for people.
+pub fn liveness_method(s: &Snapshot) -> String {
+    Liveness::new(&s.runtime, &s.records, &s.result_caches).method
+}
+
+/// The container ID and interface a native bridge chain's comment names ("<network>
+/// <container ID> <interface>"), when its name is theirs.
+fn chain_owner(c: &NftChainView) -> Option<&str> {
+    let mut words = c.comment.as_deref()?.rsplit(' ');
+    let (ifname, cid) = (words.next()?, words.next()?);
+    (chain_name(c.guard, cid, ifname) == c.name).then_some(cid)
+}
+
 /// Everything in `s` that no record explains, in the order of [`Kind`].
 pub fn leftovers(s: &Snapshot) -> Vec<Leftover> {
     let attachments = explained_attachments(&s.records);
     let containers: BTreeSet<&str> = s.records.iter().map(|r| r.container_id.as_str()).collect();
-    let listed = |cid: &str, ifname: &str| attachments.contains(&(cid, ifname));
+    let liveness = Liveness::new(&s.runtime, &s.records, &s.result_caches);
+    // A container no record lists is alive: nothing of it is a leftover (plexus's own records
+    // of it too: its state was lost, and its pod still uses what they hold).
+    let unrecorded_alive =
+        |cid: &str| !containers.contains(cid) && matches!(liveness.verdict(cid), Verdict::Alive(_));
+    let listed = |cid: &str, ifname: &str| attachments.contains(&(cid, ifname)) || unrecorded_alive(cid);
     let mut out = Vec::new();
 
     for r in s.records.iter().filter(|r| !r.netns_alive) {
@@ -321,24 +388,57 @@ pub fn leftovers(s: &Snapshot) -> Vec<Leftover> {
     for a in &s.allocations {
         let (cid, ifname) = a.owner();
         let explained = match ifname {
-            Some(ifname) => listed(cid, ifname),
+            Some(ifname) => attachments.contains(&(cid, ifname)),
             None => containers.contains(cid),
         };
-        if !explained {
-            let path = a.dir.join(&a.file);
-            out.push(Leftover {
+        if explained {
+            continue;
+        }
+        let path = a.dir.join(&a.file);
+        let held = format!(
+            "address {} ({}) held for container {cid}{}: no container record lists it",
+            a.file,
+            path.display(),
+            ifname.map(|i| format!(" interface {i}")).unwrap_or_default()
+        );
+        // A recorded container's record is the truth of its attachments; the others' liveness.
+        let verdict = if containers.contains(cid) {
+            Verdict::Gone("its record does not list the interface".into())
+        } else {
+            liveness.verdict(cid)
+        };
+        match verdict {
+            Verdict::Alive(_) => {}
+            Verdict::Gone(why) => out.push(Leftover {
                 kind: Kind::IpamAllocation,
-                what: format!(
-                    "address {} ({}) held for container {cid}{}: no container record lists it",
-                    a.file,
-                    path.display(),
-                    ifname.map(|i| format!(" interface {i}")).unwrap_or_default()
-                ),
+                what: format!("{held}, and {why}"),
                 fix: Fix::IpamAllocation {
                     dir: a.dir.clone(),
                     file: a.file.clone(),
                     content: a.content.clone(),
                 },
+            }),
+            Verdict::Unknown(why) => out.push(Leftover {
+                kind: Kind::IpamAllocationUnverified,
+                what: format!("{held}, but {why}: not freed"),
+                fix: Fix::Unverified(path),
+            }),
+        }
+    }
+    for c in s.result_caches.iter().filter(|c| !containers.contains(c.container_id.as_str())) {
+        // Unknown: not listed (a small file, harmless; only a live container's DEL needs it).
+        if let Verdict::Gone(why) = liveness.verdict(&c.container_id) {
+            out.push(Leftover {
+                kind: Kind::ResultCache,
+                what: format!(
+                    "result cache {} of container {} interface {} on network {}: no container record lists it, \
+                     and {why}",
+                    c.path.display(),
+                    c.container_id,
+                    c.ifname,
+                    c.network
+                ),
+                fix: Fix::ResultCache(c.path.clone()),
             });
         }
     }
@@ -371,7 +471,11 @@ pub fn leftovers(s: &Snapshot) -> Vec<Leftover> {
         .iter()
         .flat_map(|(cid, ifname)| Guard::ALL.map(|guard| chain_name(guard, cid, ifname)))
         .collect();
-    for c in s.nft_chains.iter().filter(|c| !owned.contains(&c.name)) {
+    for c in s
+        .nft_chains
+        .iter()
+        .filter(|c| !owned.contains(&c.name) && !chain_owner(c).is_some_and(unrecorded_alive))
+    {
         let family = c.guard.family().name();
         out.push(Leftover {
             kind: Kind::NftChain,
@@ -430,6 +534,27 @@ mod tests {
         AllocationView { dir: "/ipam/net".into(), file: file.into(), content: content.into() }
     }
 
+    fn cache(cid: &str, netns: &str, alive: bool) -> ResultCacheView {
+        ResultCacheView {
+            path: format!("/var/lib/cni/results/cluster-{cid}-eth0").into(),
+            container_id: cid.into(),
+            ifname: "eth0".into(),
+            network: "cluster".into(),
+            namespaces: vec![NamespaceView { path: netns.into(), alive }],
+        }
+    }
+
+    fn runtime(ids: &[&str]) -> RuntimeView {
+        RuntimeView::Listed {
+            socket: "/run/cri.sock".into(),
+            sandboxes: ids.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    fn no_runtime() -> RuntimeView {
+        RuntimeView::Unreachable { socket: "/run/cri.sock".into(), why: "absent".into() }
+    }
+
     fn kinds(s: &Snapshot) -> Vec<Kind> {
         leftovers(s).into_iter().map(|l| l.kind).collect()
     }
@@ -468,6 +593,8 @@ mod tests {
                     comment: Some("blue c1 net1".into()),
                 },
             ],
+            result_caches: vec![cache("c1", "/run/netns/c1", true)],
+            runtime: runtime(&["c1"]),
         }
     }
 
@@ -500,9 +627,11 @@ mod tests {
     }
 
     #[test]
-    fn without_the_container_record_everything_of_the_pod_is_a_leftover() {
+    fn without_the_container_record_everything_of_a_gone_pod_is_a_leftover() {
         let mut s = healthy();
         s.records.clear();
+        s.runtime = runtime(&[]);
+        s.result_caches[0].namespaces[0].alive = false;
         // The map entries and flows are the orphan records' to remove, not listed twice.
         assert_eq!(
             kinds(&s),
@@ -511,9 +640,120 @@ mod tests {
                 Kind::BandwidthRecord,
                 Kind::IpamAllocation,
                 Kind::IpamAllocation,
+                Kind::ResultCache,
                 Kind::VfRecord,
                 Kind::NftChain,
                 Kind::NftChain
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_of_a_live_container_without_a_record_is_a_leftover() {
+        // Alive by the runtime, by its namespace alone, or by both: its state was lost (or it
+        // predates plexus), and its pod still uses what it holds.
+        for (listed, netns_alive) in [(true, true), (true, false), (false, true)] {
+            let mut s = healthy();
+            s.records.clear();
+            s.runtime = runtime(if listed { &["c1"] } else { &[] });
+            s.result_caches[0].namespaces[0].alive = netns_alive;
+            assert_eq!(leftovers(&s), [], "listed {listed}, namespace alive {netns_alive}");
+        }
+        // The same without a runtime to ask: its namespace decides.
+        let mut s = healthy();
+        s.records.clear();
+        s.runtime = no_runtime();
+        assert_eq!(leftovers(&s), []);
+    }
+
+    #[test]
+    fn an_address_of_a_container_of_unknown_liveness_is_listed_unverified_and_never_freed() {
+        let mut s = healthy();
+        s.records.clear();
+        s.runtime = no_runtime();
+        s.result_caches.clear();
+        let found = leftovers(&s);
+        // plexus's own records are written under a container record and removed after it: they
+        // stay leftovers; the addresses (anyone's) and the cache (none left) do not.
+        assert_eq!(
+            found.iter().map(|l| l.kind).collect::<Vec<_>>(),
+            [
+                Kind::PortmapRecord,
+                Kind::BandwidthRecord,
+                Kind::IpamAllocationUnverified,
+                Kind::IpamAllocationUnverified,
+                Kind::VfRecord,
+                Kind::NftChain,
+                Kind::NftChain
+            ]
+        );
+        assert_eq!(found[2].fix, Fix::Unverified("/ipam/net/10.1.0.2".into()));
+        assert!(found[2].what.ends_with("is unknown (no runtime answered, and no result cache names its network namespace): not freed"), "{}", found[2].what);
+        // A cache naming no namespace does not help; one naming a gone namespace decides.
+        s.result_caches = vec![ResultCacheView { namespaces: Vec::new(), ..cache("c1", "", false) }];
+        assert_eq!(kinds(&s).iter().filter(|k| **k == Kind::IpamAllocationUnverified).count(), 2);
+        assert_eq!(
+            kinds(&s).iter().filter(|k| **k == Kind::ResultCache).count(),
+            0,
+            "an undecided cache is kept"
+        );
+        s.result_caches = vec![cache("c1", "/run/netns/c1", false)];
+        let found = leftovers(&s);
+        assert_eq!(found.iter().filter(|l| l.kind == Kind::IpamAllocation).count(), 2, "{found:#?}");
+        assert!(found.iter().any(|l| l.kind == Kind::ResultCache));
+        assert!(
+            found[2].what.ends_with("and its network namespace /run/netns/c1 is gone"),
+            "{}",
+            found[2].what
+        );
+    }
+
+    #[test]
+    fn result_caches_of_gone_containers_are_leftovers_and_of_recorded_or_live_ones_are_not() {
+        let mut s = healthy();
+        s.result_caches = vec![
+            cache("c1", "/run/netns/c1", false),     // recorded: its record explains it
+            cache("live", "/run/netns/live", false), // listed by the runtime
+            cache("other", "/run/netns/other", true), // another runtime's, namespace alive
+            cache("gone", "/run/netns/gone", false),
+        ];
+        s.runtime = runtime(&["c1", "live"]);
+        let found = leftovers(&s);
+        assert_eq!(
+            found.iter().map(|l| &l.fix).collect::<Vec<_>>(),
+            [&Fix::ResultCache("/var/lib/cni/results/cluster-gone-eth0".into())]
+        );
+        assert_eq!(
+            found[0].what,
+            "result cache /var/lib/cni/results/cluster-gone-eth0 of container gone interface eth0 on network \
+             cluster: no container record lists it, and the runtime does not list its sandbox and its network \
+             namespace /run/netns/gone is gone"
+        );
+        assert!(liveness_method(&s).starts_with("runtime: 2 sandbox(es) listed by /run/cri.sock"));
+    }
+
+    #[test]
+    fn nft_chains_of_a_live_container_without_a_record_are_not_leftovers() {
+        let mut s = healthy();
+        s.runtime = runtime(&["c1", "c7"]);
+        let live = chain_name(Guard::Masquerade, "c7", "eth0");
+        let gone = chain_name(Guard::Masquerade, "c8", "eth0");
+        for (name, comment) in
+            [(&live, "a net c7 eth0"), (&gone, "a net c8 eth0"), (&live.clone(), "forged c7 net9")]
+        {
+            s.nft_chains.push(NftChainView {
+                guard: Guard::Masquerade,
+                name: name.clone(),
+                comment: Some(comment.into()),
+            });
+        }
+        let found: Vec<_> = leftovers(&s).into_iter().map(|l| l.fix).collect();
+        // The third names c7 in its comment, but its name is not c7/net9's: not trusted.
+        assert_eq!(
+            found,
+            [
+                Fix::NftChain { guard: Guard::Masquerade, name: gone },
+                Fix::NftChain { guard: Guard::Masquerade, name: live }
             ]
         );
     }
@@ -572,7 +812,13 @@ mod tests {
         assert_eq!(files, ["10.1.0.3", "10.1.0.4", "10.1.0.6"]);
         assert_eq!(
             found[0].what,
-            "address 10.1.0.3 (/ipam/net/10.1.0.3) held for container c1 interface net9: no container record lists it"
+            "address 10.1.0.3 (/ipam/net/10.1.0.3) held for container c1 interface net9: no container record lists \
+             it, and its record does not list the interface"
+        );
+        assert_eq!(
+            found[1].what,
+            "address 10.1.0.4 (/ipam/net/10.1.0.4) held for container c2 interface net1: no container record lists \
+             it, and the runtime does not list its sandbox"
         );
         assert_eq!(allocation("x", "c2\n").owner(), ("c2", None));
     }
@@ -672,9 +918,12 @@ mod tests {
             Kind::PortmapFlows,
             Kind::BandwidthLimit,
             Kind::IpamAllocation,
+            Kind::IpamAllocationUnverified,
+            Kind::ResultCache,
             Kind::TempFile,
             Kind::VfRecord,
             Kind::Link,
+            Kind::NftChain,
         ] {
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
         }

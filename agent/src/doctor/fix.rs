@@ -7,8 +7,10 @@
 //! recorded (delegate plugins, native types, capabilities), so nothing outside it could do the
 //! same teardown safely. Everything else is removed here: the pinned maps (the agent's own
 //! handles see the change), the records, host-local files under the network's `flock`, VFs
-//! through the native `sriov` type's DEL (which `flock`s the VF as two agents would), and
-//! links by netlink.
+//! through the native `sriov` type's DEL (which `flock`s the VF as two agents would), links by
+//! netlink, and the runtime's result cache files of gone containers (libcni takes no lock on
+//! them; a gone container's DEL, their only reader, will not come). An address whose
+//! container may be alive is never freed.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -99,15 +101,10 @@ impl Fixer {
                 let wait = self.timeout;
                 blocking(move || release_allocation(&dir, &file, &content, wait)).await
             }
-            Fix::TempFile(path) => {
+            Fix::Unverified(path) => Err(DoctorError::Unverified { path: path.clone() }),
+            Fix::TempFile(path) | Fix::ResultCache(path) => {
                 let path = path.clone();
-                blocking(move || match std::fs::remove_file(&path) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        Err(DoctorError::Io { path, source: e })
-                    }
-                    _ => Ok(()),
-                })
-                .await
+                blocking(move || remove_file(path)).await
             }
             Fix::VfRecord { pci } => self.vf(pci).await,
             Fix::Link { index, name } => delete_link(*index, name).await,
@@ -170,6 +167,14 @@ impl Fixer {
 
 async fn blocking(f: impl FnOnce() -> Result<(), DoctorError> + Send + 'static) -> Result<(), DoctorError> {
     tokio::task::spawn_blocking(f).await.map_err(DoctorError::Task)?
+}
+
+/// Removes a file; one gone already is fine.
+fn remove_file(path: PathBuf) -> Result<(), DoctorError> {
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(DoctorError::Io { path, source: e }),
+        _ => Ok(()),
+    }
 }
 
 /// The entries of an orphan port mapping record (with their flows), then the record.

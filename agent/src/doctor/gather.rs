@@ -1,11 +1,12 @@
 //! Reads what the node holds and what the records say into a [`Snapshot`], through the layers
 //! that write them (state store, dataplane records and pinned maps, host-local store, VF store,
-//! netlink).
+//! netlink), the runtime's result cache files, and which sandboxes the container runtime holds.
 //!
 //! The node's side is read before the records that explain it: everything the agent makes has
 //! its record written first and removed last (container record, then dataplane or VF record,
 //! then map entries; IPAM under the container record), so an ADD or DEL running meanwhile
-//! never makes a live entry look unexplained.
+//! never makes a live entry look unexplained. The runtime is asked last, with the records: a
+//! sandbox it lists explains what its container holds.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -16,9 +17,11 @@ use serde_json::Value;
 
 use super::find::{
     AllocationView, ContainerView, DataplaneRecordView, FlowsView, LimitView, LinkView, MappingView,
-    NftChainView, Snapshot, TempFileView, VfView,
+    NamespaceView, NftChainView, ResultCacheView, Snapshot, TempFileView, VfView,
 };
+use super::liveness::RuntimeView;
 use super::DoctorError;
+use crate::cri::{error_chain, Runtime};
 use crate::dataplane::bandwidth::{self, shaper::PIN_SUBDIR, store::Store as BandwidthStore, table::Table};
 use crate::dataplane::pin::PinDir;
 use crate::dataplane::portmap;
@@ -39,6 +42,12 @@ pub const DEFAULT_IPAM_DIR: &str = "/var/lib/cni/networks";
 /// How long to wait for a host-local network's lock (held for one allocation at a time).
 const IPAM_LOCK_WAIT: Duration = Duration::from_secs(10);
 
+/// How long the runtime has to answer ListPodSandbox.
+const RUNTIME_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// libcni's cache directory (its result cache is `<dir>/results/`).
+pub const DEFAULT_CNI_CACHE_DIR: &str = "/var/lib/cni";
+
 /// Where doctor looks.
 #[derive(Debug, Clone)]
 pub struct Sources {
@@ -46,6 +55,10 @@ pub struct Sources {
     pub pin_dir: PathBuf,
     /// host-local dataDirs to look in besides those of the recorded secondary attachments.
     pub ipam_dirs: Vec<PathBuf>,
+    /// The CRI socket of the runtime the node's kubelet uses.
+    pub runtime_socket: PathBuf,
+    /// libcni's cache directory, of the runtime's result cache files.
+    pub cni_cache_dir: PathBuf,
 }
 
 impl Sources {
@@ -92,6 +105,9 @@ pub async fn snapshot(src: &Sources) -> Result<Snapshot, DoctorError> {
         .collect();
     let state_dir = src.state_dir.clone();
     s.temp_files = blocking(move || temp_files(&state_dir)).await?;
+    let results = src.cni_cache_dir.join("results");
+    s.result_caches = blocking(move || result_caches(&results)).await?;
+    s.runtime = runtime(&src.runtime_socket).await;
     let records = store.list().await?;
     s.records = blocking(move || records.iter().map(container_view).collect()).await?;
     Ok(s)
@@ -113,6 +129,83 @@ fn container_view(r: &ContainerRecord) -> Result<ContainerView, DoctorError> {
         attachment_ifnames: r.attachments.iter().map(|a| a.ifname.clone()).collect(),
         pod: r.pod.as_ref().map(|p| format!("{}/{}", p.namespace, p.name)),
     })
+}
+
+/// The sandboxes of the runtime, or why it could not be asked.
+async fn runtime(socket: &Path) -> RuntimeView {
+    let socket_text = socket.display().to_string();
+    match Runtime::new(socket, RUNTIME_TIMEOUT).sandboxes().await {
+        Ok(list) => {
+            RuntimeView::Listed { socket: socket_text, sandboxes: list.into_iter().map(|s| s.id).collect() }
+        }
+        Err(e) => RuntimeView::Unreachable { socket: socket_text, why: error_chain(&e) },
+    }
+}
+
+/// The result cache files of `dir` (libcni's `<cache-dir>/results`) that parse, with the
+/// network namespaces they name. A file that does not parse (being written, or not libcni's)
+/// is left out: its container cannot be known.
+fn result_caches(dir: &Path) -> Result<Vec<ResultCacheView>, DoctorError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(io(dir))?.path();
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            // Removed meanwhile (a DEL), or a directory.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EISDIR)) => continue,
+            Err(e) => return Err(io(&path)(e)),
+        };
+        let Some(mut view) = parse_result_cache(&path, &text) else { continue };
+        for n in &mut view.namespaces {
+            n.alive = namespace_may_exist(Path::new(&n.path));
+        }
+        out.push(view);
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// A libcni result cache file: `{"kind": "cniCacheV1", "containerId", "ifName", "networkName",
+/// "netns"?, "result"?: {"interfaces": [{"sandbox"?}]}}`. The namespaces are not looked at yet.
+pub fn parse_result_cache(path: &Path, text: &[u8]) -> Option<ResultCacheView> {
+    let v: Value = serde_json::from_slice(text).ok()?;
+    let field = |name: &str| v[name].as_str().filter(|s| !s.is_empty()).map(str::to_owned);
+    let container_id = field("containerId")?;
+    let mut paths = BTreeSet::new();
+    paths.extend(field("netns"));
+    if let Some(interfaces) = v["result"]["interfaces"].as_array() {
+        paths.extend(
+            interfaces
+                .iter()
+                .filter_map(|i| i["sandbox"].as_str())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    Some(ResultCacheView {
+        path: path.to_owned(),
+        container_id,
+        ifname: field("ifName").unwrap_or_default(),
+        network: field("networkName").unwrap_or_default(),
+        namespaces: paths.into_iter().map(|path| NamespaceView { path, alive: false }).collect(),
+    })
+}
+
+/// Whether the network namespace at `path` may exist: false only when it certainly does not
+/// (no such path, or what is there is not a network namespace, as a deleted named namespace's
+/// mount point); a path that cannot be looked at (permissions, descriptors) counts as alive,
+/// so nothing of it is freed.
+fn namespace_may_exist(path: &Path) -> bool {
+    match std::fs::File::open(path) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => false,
+        Err(_) => true,
+        Ok(_) => netns_exists(path),
+    }
 }
 
 /// The chains of the native bridge's nftables tables.
@@ -334,6 +427,60 @@ mod tests {
             ]
         );
         assert_eq!(temp_files(&d.path().join("missing")).unwrap(), []);
+    }
+
+    #[test]
+    fn result_caches_name_their_container_and_namespaces_from_their_content() {
+        // As libcni writes it; the network's name has dashes, so the file name says nothing sure.
+        let text = serde_json::json!({
+            "kind": "cniCacheV1",
+            "containerId": "abc-123",
+            "config": "e30=",
+            "ifName": "eth0",
+            "networkName": "my-net-1",
+            "netns": "/var/run/netns/cni-1",
+            "cniArgs": [["K8S_POD_NAME", "p"]],
+            "result": {"cniVersion": "1.0.0", "interfaces": [
+                {"name": "cni0"}, {"name": "veth1"}, {"name": "eth0", "sandbox": "/var/run/netns/cni-1"},
+                {"name": "net2", "sandbox": "/proc/42/ns/net"}
+            ]}
+        });
+        let path = Path::new("/c/results/my-net-1-abc-123-eth0");
+        let view = parse_result_cache(path, text.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            (view.container_id.as_str(), view.ifname.as_str(), view.network.as_str()),
+            ("abc-123", "eth0", "my-net-1")
+        );
+        let paths: Vec<_> = view.namespaces.iter().map(|n| n.path.as_str()).collect();
+        assert_eq!(paths, ["/proc/42/ns/net", "/var/run/netns/cni-1"]);
+        // Older libcni: no netns field, no sandboxes: no namespace; no container: not a cache file.
+        let old = serde_json::json!({"kind": "cniCacheV1", "containerId": "x", "ifName": "eth0", "networkName": "n"});
+        assert_eq!(parse_result_cache(path, old.to_string().as_bytes()).unwrap().namespaces, []);
+        for bad in [&b"{"[..], b"[]", br#"{"containerId": ""}"#, br#"{"containerId": 7}"#] {
+            assert_eq!(parse_result_cache(path, bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn result_caches_are_read_with_whether_their_namespaces_exist() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(result_caches(&d.path().join("missing")).unwrap(), []);
+        let gone = d.path().join("gone-netns");
+        std::fs::write(&gone, "").unwrap(); // a deleted namespace's mount point: an empty file
+        for (name, netns) in
+            [("n-a-eth0", "/proc/self/ns/net".to_owned()), ("n-b-eth0", gone.display().to_string())]
+        {
+            let cid = &name[2..3];
+            let body =
+                serde_json::json!({"containerId": cid, "ifName": "eth0", "networkName": "n", "netns": netns});
+            std::fs::write(d.path().join(name), body.to_string()).unwrap();
+        }
+        std::fs::write(d.path().join("n-c-eth0"), "{\"contain").unwrap();
+        std::fs::create_dir(d.path().join("subdir")).unwrap();
+        let found = result_caches(d.path()).unwrap();
+        let seen: Vec<_> = found.iter().map(|c| (c.container_id.as_str(), c.namespaces[0].alive)).collect();
+        assert_eq!(seen, [("a", true), ("b", false)]);
+        assert!(!namespace_may_exist(&d.path().join("none")));
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //! its removal.
 //!
 //! - [`find`] (pure): snapshots of the records and of the node in, leftovers out;
+//! - [`liveness`] (pure): whether a container no record lists is alive, by the runtime's list
+//!   of sandboxes or by its network namespaces;
 //! - [`gather`]: reads the snapshot through the layers that write it (state store, dataplane
-//!   records and pinned maps, host-local store, VF store, netlink);
+//!   records and pinned maps, host-local store, VF store, netlink), the runtime's result cache
+//!   and the runtime (CRI `ListPodSandbox`);
 //! - [`fix`]: removes one leftover as the agent would (a record whose namespace is gone is
 //!   torn down by the running agent itself, through its socket).
 //!
@@ -13,6 +16,7 @@
 pub mod find;
 pub mod fix;
 pub mod gather;
+pub mod liveness;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -26,7 +30,7 @@ use crate::native::sriov::SriovError;
 use crate::netlink::nftables::NftError;
 use crate::netlink::LinkError;
 use crate::state::StateError;
-use find::{leftovers, still_there, Kind, Leftover};
+use find::{leftovers, liveness_method, still_there, Fix, Kind, Leftover};
 use fix::Fixer;
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +64,11 @@ pub enum DoctorError {
          name <name>) or give its VF back (fix its VF record)"
     )]
     Device { name: String },
+    #[error(
+        "not freed: {} may be held by a live container (ask the runtime: --runtime-socket)",
+        path.display()
+    )]
+    Unverified { path: PathBuf },
     #[error("a doctor task failed: {0}")]
     Task(#[source] tokio::task::JoinError),
 }
@@ -92,18 +101,34 @@ impl Row {
 /// (an ADD keeps a link under its temporary name for milliseconds).
 const SECOND_LOOK: Duration = Duration::from_secs(1);
 
+/// What doctor found (and with `--fix`, did).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    /// How the liveness of containers without a record was decided (at the first look).
+    pub liveness: String,
+}
+
 /// Lists the leftovers; with `fixer`, removes them.
-pub async fn run(sources: &gather::Sources, fixer: Option<&Fixer>) -> Result<Vec<Row>, DoctorError> {
+pub async fn run(sources: &gather::Sources, fixer: Option<&Fixer>) -> Result<Report, DoctorError> {
     let looked = Instant::now();
-    let first = leftovers(&gather::snapshot(sources).await?);
-    let Some(fixer) = fixer else { return Ok(first.iter().map(Row::found).collect()) };
+    let snapshot = gather::snapshot(sources).await?;
+    let liveness = liveness_method(&snapshot);
+    let first = leftovers(&snapshot);
+    let Some(fixer) = fixer else {
+        return Ok(Report { rows: first.iter().map(Row::found).collect(), liveness });
+    };
     if first.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Report { rows: Vec::new(), liveness });
     }
     if first.iter().any(|l| l.kind == Kind::Link) {
         tokio::time::sleep(SECOND_LOOK.saturating_sub(looked.elapsed())).await;
     }
-    let second = still_there(&first, leftovers(&gather::snapshot(sources).await?));
+    let later = leftovers(&gather::snapshot(sources).await?);
+    // An address whose container's liveness could not be decided at the second look (the
+    // runtime stopped answering) stays, and is not fixed.
+    let undecided = |path: &PathBuf| later.iter().any(|s| s.fix == Fix::Unverified(path.clone()));
+    let second = still_there(&first, later.clone());
     let mut rows = Vec::with_capacity(first.len());
     for l in &first {
         let mut row = Row::found(l);
@@ -112,13 +137,16 @@ pub async fn run(sources: &gather::Sources, fixer: Option<&Fixer>) -> Result<Vec
                 Ok(()) => row.fixed = Some(true),
                 Err(e) => (row.fixed, row.error) = (Some(false), Some(e.to_string())),
             }
+        } else if let Some(path) = l.fix.allocation_path().filter(undecided) {
+            let e = DoctorError::Unverified { path };
+            (row.fixed, row.error) = (Some(false), Some(e.to_string()));
         } else {
             // Gone by itself between the two looks (a DEL or an ADD in flight).
             row.fixed = Some(true);
         }
         rows.push(row);
     }
-    Ok(rows)
+    Ok(Report { rows, liveness })
 }
 
 /// A table for people.
