@@ -8,6 +8,7 @@
 //! namespaces, plus a temporary directory tree for configs and state.
 
 pub mod addresses;
+pub mod cri;
 pub mod podresources;
 pub mod recorder;
 pub mod test_apiserver;

@@ -2,6 +2,11 @@
 //! a healthy pod, doctor lists each one and none of the healthy pod's, `--fix` removes them
 //! all (a record whose namespace is gone through the agent's own DEL), and doctor is clean
 //! afterwards while the healthy pod keeps its mapping, limit and address.
+//!
+//! Containers no record of plexus lists (pods attached by the default network before plexus was
+//! installed) are judged by their liveness: the runtime's sandboxes (a fake CRI runtime,
+//! `tests/py/cri_server.py`) or, with no runtime, the network namespaces their result cache
+//! files name. What a live one holds is never listed nor freed.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -20,6 +25,7 @@ use plexus_agent::native::sriov::sysfs::VfDevice;
 use plexus_agent::native::sriov::VfAdmin;
 use plexus_agent::spec::selection::Protocol;
 use plexus_ebpf_common::flow::{Flow, FlowKey};
+use plexus_tests::cri::CriServer;
 use plexus_tests::world::bin;
 use plexus_tests::{Netns, World};
 use serde_json::{json, Value};
@@ -63,42 +69,66 @@ fn selection(host_port: u16) -> String {
 struct Doctor {
     w: World,
     pins: PathBuf,
+    /// doctor's --runtime-socket (none listens there unless a test starts a [`CriServer`]).
+    runtime: PathBuf,
+    /// doctor's --ipam-dir.
+    ipam_dirs: Vec<PathBuf>,
 }
 
 impl Doctor {
-    /// `plexus-agent doctor` in the node's namespace: exit status and JSON rows.
-    fn run(&self, fix: bool) -> (i32, Vec<Value>) {
+    fn new(w: World, pins: PathBuf) -> Doctor {
+        let runtime = w.path("no-runtime.sock");
+        Doctor { w, pins, runtime, ipam_dirs: Vec::new() }
+    }
+
+    /// doctor's --cni-cache-dir: the runtime's result cache files are in its `results/`.
+    fn cache_dir(&self) -> PathBuf {
+        self.w.path("cni-cache")
+    }
+
+    fn command(&self) -> Command {
         let mut cmd = self.w.node.command(bin("plexus-agent"));
-        cmd.args(["doctor", "--json", "--bpf-pin-dir"])
+        cmd.args(["doctor", "--bpf-pin-dir"])
             .arg(&self.pins)
             .arg("--state-dir")
             .arg(self.w.path("state"))
             .arg("--socket")
-            .arg(self.w.socket());
+            .arg(self.w.socket())
+            .arg("--runtime-socket")
+            .arg(&self.runtime)
+            .arg("--cni-cache-dir")
+            .arg(self.cache_dir());
+        for dir in &self.ipam_dirs {
+            cmd.arg("--ipam-dir").arg(dir);
+        }
+        cmd
+    }
+
+    /// `plexus-agent doctor` in the node's namespace: exit status and JSON rows.
+    fn run(&self, fix: bool) -> (i32, Vec<Value>) {
+        let (code, rows, _) = self.run_saying(fix);
+        (code, rows)
+    }
+
+    /// [`Doctor::run`], with what doctor says on stderr (how it decided liveness).
+    fn run_saying(&self, fix: bool) -> (i32, Vec<Value>, String) {
+        let mut cmd = self.command();
+        cmd.arg("--json");
         if fix {
             cmd.arg("--fix");
         }
         let out = cmd.output().expect("running plexus-agent doctor");
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let rows: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!("doctor's JSON: {e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout))
         });
         let rows = rows.as_array().cloned().unwrap_or_else(|| panic!("doctor's rows: {rows}"));
-        (out.status.code().unwrap_or(-1), rows)
+        (out.status.code().unwrap_or(-1), rows, stderr)
     }
 
     /// The human table.
     fn table(&self) -> (i32, String) {
-        let out = self
-            .w
-            .node
-            .command(bin("plexus-agent"))
-            .args(["doctor", "--bpf-pin-dir"])
-            .arg(&self.pins)
-            .arg("--state-dir")
-            .arg(self.w.path("state"))
-            .output()
-            .expect("running plexus-agent doctor");
+        let out = self.command().output().expect("running plexus-agent doctor");
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
@@ -171,6 +201,51 @@ fn dead_pid() -> u32 {
     pid
 }
 
+/// A result cache file of the runtime's ADD, as libcni writes it
+/// (`<cache-dir>/results/<network>-<container>-<ifname>`): `netns` is what ties the container
+/// to its network namespace (libcni 1.2+; older ones name it only as the result's interfaces'
+/// `sandbox`, or not at all, as with `None`).
+fn result_cache(d: &Doctor, network: &str, cid: &str, netns: Option<&str>) -> PathBuf {
+    let dir = d.cache_dir().join("results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cache = json!({
+        "kind": "cniCacheV1",
+        "containerId": cid,
+        "config": "eyJuYW1lIjoiY2x1c3RlciJ9",
+        "ifName": "eth0",
+        "networkName": network,
+        "cniArgs": [["K8S_POD_NAMESPACE", "default"], ["K8S_POD_NAME", format!("pod-{cid}")]],
+        "result": {"cniVersion": "1.0.0", "interfaces": [{"name": "cni0"}, {"name": "eth0", "sandbox": netns.unwrap_or("")}]}
+    });
+    if let Some(netns) = netns {
+        cache["netns"] = json!(netns);
+    }
+    let path = dir.join(format!("{network}-{cid}-eth0"));
+    std::fs::write(&path, cache.to_string()).unwrap();
+    path
+}
+
+/// The default network's host-local network directory of pods that predate plexus, with the
+/// allocations `(address, container)` written as host-local writes them.
+fn default_network_allocations(d: &mut Doctor, held: &[(&str, &str)]) -> PathBuf {
+    let data_dir = d.w.path("ipam-default");
+    let dir = data_dir.join("cluster");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (addr, cid) in held {
+        std::fs::write(dir.join(addr), format!("{cid}\r\neth0")).unwrap();
+    }
+    d.ipam_dirs.push(data_dir);
+    dir
+}
+
+/// The addresses held in a host-local network directory (not its lock).
+fn held(dir: &Path) -> Vec<String> {
+    plexus_testkit::files_in(dir)
+        .into_iter()
+        .filter(|f| f != "lock" && !f.starts_with("last_reserved_ip"))
+        .collect()
+}
+
 fn kinds(rows: &[Value]) -> BTreeSet<String> {
     rows.iter().filter_map(|r| r["kind"].as_str().map(str::to_owned)).collect()
 }
@@ -185,7 +260,10 @@ fn kernel_doctor_finds_every_planted_leftover_and_fix_removes_them_but_not_a_hea
     let pins = w.pin_on_own_bpffs();
     w.write_nad(NS, "dcnet", Some(&nad(&w)));
     w.start_agent();
-    let t = Doctor { w, pins };
+    let mut t = Doctor::new(w, pins);
+    // The runtime holds the healthy pod's sandbox only.
+    let cri = CriServer::start(&t.w.path(""), &["c-healthy"]);
+    t.runtime = cri.socket().to_owned();
     t.wait_loaded();
     let state = t.w.path("state");
 
@@ -371,7 +449,7 @@ fn kernel_doctor_without_an_agent_cannot_fix_a_record_and_says_so() {
     let mut w = World::new();
     let pins = w.pin_on_own_bpffs();
     w.start_agent();
-    let mut t = Doctor { w, pins };
+    let mut t = Doctor::new(w, pins);
     let gone = Netns::new("dcgone");
     t.w.write_pod(NS, "gone", None);
     t.w.add("c-gone", &gone, (NS, "gone")).expect_ok();
@@ -391,4 +469,157 @@ fn kernel_doctor_without_an_agent_cannot_fix_a_record_and_says_so() {
     assert_eq!(code, 0, "{rows:#?}");
     assert_eq!(t.run(false), (0, Vec::new()));
     assert!(t.w.state_files().is_empty() && t.w.ipam_allocations().is_empty());
+}
+
+#[test]
+fn kernel_doctor_keeps_the_addresses_of_sandboxes_the_runtime_lists_and_frees_the_others() {
+    let w = World::new();
+    let pins = w.path("no-pins");
+    let mut t = Doctor::new(w, pins);
+    // Two pods the default network attached before plexus: the runtime holds one of them.
+    let dir =
+        default_network_allocations(&mut t, &[("10.88.0.20", "c-old-live"), ("10.88.0.21", "c-old-gone")]);
+    let cri = CriServer::start(&t.w.path(""), &["c-old-live", "c-other"]);
+    t.runtime = cri.socket().to_owned();
+
+    let (code, rows, said) = t.run_saying(false);
+    assert_eq!(code, 1, "{rows:#?}");
+    assert_eq!(kinds(&rows), ["ipam-allocation".to_owned()].into(), "{rows:#?}");
+    let what = whats(&rows);
+    assert!(what.contains("address 10.88.0.21") && what.contains("c-old-gone"), "{what}");
+    assert!(what.contains("the runtime does not list its sandbox"), "{what}");
+    assert!(!what.contains("c-old-live"), "a live pod's address is listed:\n{what}");
+    let socket = cri.socket().display().to_string();
+    assert!(said.contains(&format!("runtime: 2 sandbox(es) listed by {socket}")), "{said}");
+    assert!(
+        cri.calls().iter().all(|c| c == "ListPodSandbox") && !cri.calls().is_empty(),
+        "{:?}",
+        cri.calls()
+    );
+    let (code, text) = t.table();
+    assert_eq!(code, 1);
+    assert!(text.contains("liveness of containers no record lists: runtime: 2 sandbox(es)"), "{text}");
+
+    // --fix frees the gone pod's address only.
+    let (code, fixed) = t.run(true);
+    assert_eq!(code, 0, "{fixed:#?}");
+    assert!(fixed.iter().all(|r| r["fixed"] == true), "{fixed:#?}");
+    assert_eq!(held(&dir), ["10.88.0.20"], "the live pod's address stays, the other goes");
+    assert_eq!(t.run(false), (0, Vec::new()));
+
+    // It is the runtime's answer that keeps it: once its sandbox is gone, so is the address.
+    cri.set(&["c-other"]);
+    let (code, rows) = t.run(true);
+    assert_eq!(code, 0, "{rows:#?}");
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert!(whats(&rows).contains("address 10.88.0.20"), "{rows:#?}");
+    assert_eq!(held(&dir), Vec::<String>::new(), "nothing is left");
+    assert_eq!(t.run(false), (0, Vec::new()));
+}
+
+#[test]
+fn kernel_doctor_without_a_runtime_keeps_addresses_whose_namespace_lives_and_frees_none_it_cannot_judge() {
+    let w = World::new();
+    let pins = w.path("no-pins");
+    let mut t = Doctor::new(w, pins);
+    // No runtime listens on t.runtime. Each pod's result cache file names its namespace, as
+    // libcni writes it for the runtime's ADD: that ties its container ID to the namespace.
+    let live = Netns::new("dcpre");
+    let gone = Netns::new("dcpregone");
+    let gone_path = gone.path_str();
+    drop(gone);
+    let dir = default_network_allocations(
+        &mut t,
+        &[("10.88.0.30", "c-ns-live"), ("10.88.0.31", "c-ns-gone"), ("10.88.0.32", "c-unknown")],
+    );
+    let live_cache = result_cache(&t, "cluster", "c-ns-live", Some(&live.path_str()));
+    let gone_cache = result_cache(&t, "cluster", "c-ns-gone", Some(&gone_path));
+
+    let (code, rows, said) = t.run_saying(false);
+    assert_eq!(code, 1, "{rows:#?}");
+    let expected = ["ipam-allocation", "ipam-allocation-unverified", "result-cache"];
+    assert_eq!(kinds(&rows), expected.iter().map(|k| (*k).to_owned()).collect(), "{rows:#?}");
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let what = whats(&rows);
+    assert!(what.contains(&format!("its network namespace {gone_path} is gone")), "{what}");
+    assert!(what.contains("10.88.0.32") && what.contains("not freed"), "{what}");
+    assert!(
+        !what.contains("c-ns-live") && !what.contains("10.88.0.30"),
+        "a live pod's address is listed:\n{what}"
+    );
+    let runtime = t.runtime.display().to_string();
+    assert!(
+        said.contains(&format!("no runtime reachable at {runtime}"))
+            && said.contains("liveness by network namespace"),
+        "{said}"
+    );
+
+    // --fix frees the gone pod's address and cache file; the unjudged address stays (exit 1).
+    let (code, fixed) = t.run(true);
+    assert_eq!(code, 1, "{fixed:#?}");
+    for row in &fixed {
+        let unverified = row["kind"] == "ipam-allocation-unverified";
+        assert_eq!(row["fixed"], !unverified, "{row:#}");
+        if unverified {
+            assert!(row["error"].as_str().unwrap_or_default().contains("not freed"), "{row:#}");
+        }
+    }
+    assert_eq!(held(&dir), ["10.88.0.30", "10.88.0.32"]);
+    assert!(live_cache.exists() && !gone_cache.exists(), "the live pod's cache stays, the gone one's goes");
+
+    // Once its namespace is gone, the live pod's address and cache go too.
+    drop(live);
+    let (code, _) = t.run(true);
+    assert_eq!(code, 1, "the unjudged address still stays");
+    assert_eq!(held(&dir), ["10.88.0.32"]);
+    assert!(!live_cache.exists());
+    std::fs::remove_file(dir.join("10.88.0.32")).unwrap();
+    assert_eq!(t.run(false), (0, Vec::new()));
+    assert_eq!(plexus_testkit::files_in(&t.cache_dir().join("results")), Vec::<String>::new());
+}
+
+#[test]
+fn kernel_doctor_removes_result_caches_of_gone_containers_and_keeps_those_of_live_ones() {
+    let mut w = World::new();
+    let pins = w.pin_on_own_bpffs();
+    w.start_agent();
+    let mut t = Doctor::new(w, pins);
+    // A pod attached through plexus: its record explains its cache file.
+    let pod = Netns::new("dcrec");
+    t.w.write_pod(NS, "rec", None);
+    t.w.add("c-rec", &pod, (NS, "rec")).expect_ok();
+    let cri = CriServer::start(&t.w.path(""), &["c-rec", "c-live"]);
+    t.runtime = cri.socket().to_owned();
+    // The network's name has dashes: doctor reads the container from the file, not its name.
+    let recorded = result_cache(&t, "plexus", "c-rec", Some(&pod.path_str()));
+    let live = result_cache(&t, "my-default-net", "c-live", None);
+    let gone = result_cache(&t, "my-default-net", "c-gone", Some("/run/netns/cni-00000000-dead"));
+
+    let (code, rows) = t.run(false);
+    assert_eq!(code, 1, "{rows:#?}");
+    assert_eq!(kinds(&rows), ["result-cache".to_owned()].into(), "{rows:#?}");
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let what = whats(&rows);
+    assert!(what.contains(&gone.display().to_string()) && what.contains("container c-gone"), "{what}");
+    assert!(what.contains("on network my-default-net"), "{what}");
+
+    let (code, fixed) = t.run(true);
+    assert_eq!(code, 0, "{fixed:#?}");
+    assert!(!gone.exists() && live.exists() && recorded.exists());
+    assert_eq!(t.run(false), (0, Vec::new()));
+
+    // A runtime that does not list a recorded pod whose namespace lives is not the kubelet's:
+    // its answer is not used, and what it alone kept alive is not judged gone.
+    cri.set(&["c-live"]);
+    let (code, rows, said) = t.run_saying(false);
+    assert_eq!((code, &rows), (0, &Vec::new()), "{said}");
+    assert!(said.contains("does not list sandbox c-rec of a recorded pod"), "{said}");
+    assert!(live.exists());
+
+    assert!(t.w.del("c-rec", &pod, (NS, "rec")).ok());
+    t.w.assert_nothing_left(&[&pod]);
+    for f in [&recorded, &live] {
+        std::fs::remove_file(f).unwrap();
+    }
+    assert_eq!(t.run(false), (0, Vec::new()));
 }
