@@ -103,18 +103,6 @@ impl Runtime {
     }
 }
 
-/// An error and its sources, as one line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +113,7 @@ mod tests {
         let socket = dir.path().join("containerd.sock");
         let err = Runtime::new(&socket, Duration::from_secs(2)).sandboxes().await.unwrap_err();
         assert!(matches!(err, CriError::Connect { .. }), "{err:?}");
-        let text = error_chain(&err);
+        let text = crate::dataplane::errno::chain(&err);
         assert!(text.contains(&socket.display().to_string()), "{text}");
     }
 }
