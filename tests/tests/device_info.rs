@@ -271,7 +271,7 @@ async fn kernel_a_vfs_device_info_is_in_the_network_status_and_its_file_until_de
         json!([
             {"name": "cluster-wide-default", "interface": "eth0", "ips": ["10.9.0.2"],
              "mac": "02:00:00:00:00:01", "default": true},
-            {"name": "team/sriov-a", "interface": "net1", "ips": ["10.56.0.5"], "mac": VF_MAC, "mtu": 1500,
+            {"name": "team/sriov-a", "interface": "net1", "ips": ["10.56.0.5"], "mac": VF_MAC,
              "default": false, "device-info": device_info}
         ])
     );
