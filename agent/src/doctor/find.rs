@@ -22,23 +22,8 @@ use plexus_ebpf_common::Endpoint;
 use serde::Serialize;
 
 use super::liveness::{Liveness, RuntimeView, Verdict};
+pub use super::views::{ContainerView, NamespaceView, ResultCacheView};
 use crate::native::bridge::nft::{chain_name, Guard};
-
-/// A container record (one runtime attachment) as doctor sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerView {
-    pub container_id: String,
-    /// CNI_IFNAME of the runtime's call.
-    pub ifname: String,
-    pub netns: String,
-    /// Whether `netns` is a live network namespace.
-    pub netns_alive: bool,
-    pub cni_args: String,
-    /// The interface of each attachment (the default network's and the secondary ones).
-    pub attachment_ifnames: Vec<String>,
-    /// `namespace/name`, when known.
-    pub pod: Option<String>,
-}
 
 /// A port mapping or bandwidth record: its attachment and the map keys it installs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,24 +85,6 @@ pub struct TempFileView {
     pub pid: u32,
     /// Whether a process with that ID runs (it may be writing the file now).
     pub pid_alive: bool,
-}
-
-/// A network namespace a result cache file names, and whether it exists.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamespaceView {
-    pub path: String,
-    pub alive: bool,
-}
-
-/// A result cache file of the runtime (libcni's `<cache-dir>/results/<network>-<container>-<ifname>`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResultCacheView {
-    pub path: PathBuf,
-    pub container_id: String,
-    pub ifname: String,
-    pub network: String,
-    /// The namespaces it names: its `netns`, and its result's interfaces' `sandbox`es.
-    pub namespaces: Vec<NamespaceView>,
 }
 
 /// An SR-IOV VF record (`<state-dir>/sriov/<pci>.json`).

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::find::{ContainerView, ResultCacheView};
+use super::views::{ContainerView, ResultCacheView};
 
 /// What the container runtime said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +123,7 @@ impl<'a> Liveness<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::find::NamespaceView;
+    use super::super::views::NamespaceView;
     use super::*;
 
     fn record(cid: &str, alive: bool) -> ContainerView {

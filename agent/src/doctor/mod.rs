@@ -17,6 +17,7 @@ pub mod find;
 pub mod fix;
 pub mod gather;
 pub mod liveness;
+pub mod views;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
