@@ -192,11 +192,11 @@ impl<D: Feature> Service<D> {
         if D::OBJECT.first {
             service.run_tcx_moves();
         }
-        let (loader, opts) = (service.clone(), opts.clone());
+        let loader = service.clone();
         tokio::spawn(async move {
             let existing = netdev::node_interfaces().await;
             let task = loader.clone();
-            let loading = tokio::task::spawn_blocking(move || task.load(&opts, existing.as_ref())).await;
+            let loading = tokio::task::spawn_blocking(move || task.load(existing.as_ref())).await;
             if let Err(e) = loading {
                 tracing::warn!("{}: the loading task failed: {e}", D::WHAT);
                 loader.gate.publish(State::loaded(Err(Unloaded::Task(Arc::new(e))), BTreeMap::new()));
@@ -208,7 +208,7 @@ impl<D: Feature> Service<D> {
     /// The background part of [`Service::start`]: loads the object until it loads, waiting
     /// longer after each failure ([`LOAD_RETRY_FIRST`] doubling up to [`LOAD_RETRY_MAX`]).
     /// Meanwhile operations fail at once saying why, and [`Service::loaded`] is false.
-    fn load(&self, opts: &DataplaneOptions, existing: Option<&BTreeSet<(u32, String)>>) {
+    fn load(&self, existing: Option<&BTreeSet<(u32, String)>>) {
         let mut wait = LOAD_RETRY_FIRST;
         for attempt in 1.. {
             // The records are read again for every try: DELs meanwhile remove theirs.
@@ -222,7 +222,7 @@ impl<D: Feature> Service<D> {
                         .publish(State::loaded(Err(Unloaded::Records(Arc::new(e))), BTreeMap::new()));
                 }
             };
-            match D::start(opts) {
+            match D::start(&self.options) {
                 Ok(object) => return self.loaded_with(object, records, existing),
                 Err(e) => {
                     tracing::warn!(
