@@ -68,14 +68,32 @@ impl Readiness {
         Ok(true)
     }
 
+    /// A config the runtime picks before plexus's: the first valid one of plexus's directory,
+    /// when it is not plexus's (Multus's left behind on a node taken over from it, say).
+    pub fn shadowed_by(&self) -> Option<PathBuf> {
+        let dir = self.runtime_conf_path.parent()?;
+        let first = confdir::read_dir(dir).into_iter().find(|f| f.parsed.is_ok())?;
+        (first.path != self.runtime_conf_path).then_some(first.path)
+    }
+
     /// Keeps the config in step with the default network, forever.
     pub async fn watch(self, every: Duration) {
         let mut was_ready = None;
+        let mut was_shadowed = None;
         loop {
             let me = self.clone();
-            let ready = tokio::task::spawn_blocking(move || me.sync()).await;
+            let ready = tokio::task::spawn_blocking(move || me.sync().map(|r| (r, me.shadowed_by()))).await;
             match ready {
-                Ok(Ok(r)) => {
+                Ok(Ok((r, shadowed))) => {
+                    if r && shadowed.is_some() && was_shadowed != Some(shadowed.clone()) {
+                        tracing::warn!(
+                            config = %shadowed.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                            plexus = %self.runtime_conf_path.display(),
+                            "the runtime uses this config, which sorts before plexus's: pods do not reach plexus \
+                             until it is removed (Multus's, after a takeover: docs/migrating-from-multus.md)"
+                        );
+                    }
+                    was_shadowed = Some(shadowed);
                     if was_ready != Some(r) && !r {
                         tracing::warn!(dir = %self.default_network_dir.display(), "default network not ready yet");
                     }
@@ -125,6 +143,31 @@ mod tests {
             json!({"portMappings": true, "podSandboxNetworks": true})
         );
         assert!(r.sync().unwrap(), "its own config in the same directory is not the default network");
+    }
+
+    #[test]
+    fn a_config_the_runtime_picks_before_plexuss_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        let r = Readiness {
+            default_network_dir: d.path().to_owned(),
+            runtime_conf_path: d.path().join("00-plexus.conflist"),
+            socket: "/run/plexus/plexus.sock".into(),
+            cni_version: "1.0.0".into(),
+            api_networks: None,
+        };
+        std::fs::write(
+            d.path().join("10-default.conf"),
+            r#"{"cniVersion":"1.0.0","name":"c","type":"bridge"}"#,
+        )
+        .unwrap();
+        assert!(r.sync().unwrap());
+        assert_eq!(r.shadowed_by(), None);
+        // Multus's, left behind: the runtime still calls Multus; it is no default network.
+        let multus = d.path().join("00-multus.conf");
+        std::fs::write(&multus, r#"{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus"}"#)
+            .unwrap();
+        assert!(r.sync().unwrap());
+        assert_eq!(r.shadowed_by(), Some(multus));
     }
 
     #[test]

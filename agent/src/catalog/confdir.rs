@@ -100,13 +100,21 @@ impl CniCode for DefaultNetworkMissing {
     }
 }
 
+/// The types of Multus's own configs (the thin plugin's, the thick daemon's shim): on a node
+/// taken over from Multus one may stay behind; it delegates, and is no network itself.
+pub const MULTUS_TYPES: [&str; 2] = ["multus", "multus-shim"];
+
 /// The cluster default network: the first valid config of `dir` in lexical order, as
-/// kubelet picks it, passing over plexus's own config.
+/// kubelet picks it, passing over plexus's own config and Multus's.
 pub fn default_network(dir: &Path) -> Result<(OnDiskConfig, NetworkConfigList), DefaultNetworkMissing> {
     let mut invalid = Vec::new();
     for file in read_dir(dir) {
         match file.parsed {
-            Ok((on_disk, list)) if list.plugin_type(0) != PLEXUS_TYPE => return Ok((on_disk, list)),
+            Ok((on_disk, list))
+                if list.plugin_type(0) != PLEXUS_TYPE && !MULTUS_TYPES.contains(&list.plugin_type(0)) =>
+            {
+                return Ok((on_disk, list))
+            }
             Ok(_) => {}
             Err(e) => invalid.push(e),
         }
@@ -131,6 +139,17 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"plexus","plugins":[{"type":"plexus"}]}"#,
         );
         write(d.path(), "05-broken.conf", "{");
+        // Left behind by Multus (thin, thick): they delegate, and are no network.
+        write(
+            d.path(),
+            "00-multus.conf",
+            r#"{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus"}"#,
+        );
+        write(
+            d.path(),
+            "01-multus.conf",
+            r#"{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus-shim"}"#,
+        );
         write(
             d.path(),
             "10-cluster.conflist",
