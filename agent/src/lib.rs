@@ -39,3 +39,4 @@ pub mod readiness;
 pub mod server;
 pub mod spec;
 pub mod state;
+pub mod takeover;

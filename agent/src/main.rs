@@ -37,6 +37,7 @@ use plexus_agent::policy::{self, PolicyHandle};
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
 use plexus_agent::state::StateStore;
+use plexus_agent::takeover::MultusCache;
 use plexus_agent::{metrics, native, netapi};
 
 /// How long an idle thread of tokio's blocking pool stays (tokio's default: 10 s).
@@ -311,7 +312,8 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     )
     .with_policy(policy)
     .with_device_sources(device_sources(&opts, client))
-    .with_bandwidth(bandwidth_service.clone());
+    .with_bandwidth(bandwidth_service.clone())
+    .with_multus_cache(MultusCache::new(&opts.multus_cache_dir));
     let engine = match claims_client {
         Some(client) => engine.with_ipam_claims(IpamClaims {
             source: Arc::new(KubeIpamClaims::new(client, Duration::from_secs(5))),
@@ -500,6 +502,7 @@ async fn doctor(o: &DoctorOptions) -> i32 {
         ipam_dirs: o.ipam_dirs.clone(),
         runtime_socket: o.runtime_socket.clone(),
         cni_cache_dir: o.cni_cache_dir.clone(),
+        multus_cache_dir: o.multus_cache_dir.clone(),
     };
     let fixer = Fixer {
         sources: sources.clone(),

@@ -160,6 +160,11 @@ pub struct DoctorOptions {
     #[arg(long, env = "PLEXUS_CNI_CACHE_DIR", default_value = crate::doctor::gather::DEFAULT_CNI_CACHE_DIR)]
     pub cni_cache_dir: PathBuf,
 
+    /// Multus's cache directory (its `cniDir`): the cache of a gone container Multus attached
+    /// is a leftover, which `--fix` has the agent release (docs/migrating-from-multus.md).
+    #[arg(long, env = "PLEXUS_MULTUS_CACHE_DIR", default_value = crate::takeover::store::DEFAULT_DIR)]
+    pub multus_cache_dir: PathBuf,
+
     /// The agent's --cni-bin-dir: IPAM plugins a VF's release runs.
     #[arg(long = "cni-bin-dir", env = "PLEXUS_CNI_BIN_DIRS", value_delimiter = ':',
           default_values = ["/opt/cni/bin", "/usr/lib/cni"])]
@@ -446,6 +451,12 @@ pub struct AgentOptions {
     /// the keys spec 5.3 defines only (keys without a period are reserved to the spec).
     #[arg(long, env = "PLEXUS_NETWORK_STATUS_MULTUS_KEYS")]
     pub network_status_multus_keys: bool,
+
+    /// Multus's cache directory (its `cniDir`): a DEL or GC of a container plexus has no record
+    /// of runs the DELs Multus recorded there for it, so a node taken over from Multus releases
+    /// what Multus attached (docs/migrating-from-multus.md).
+    #[arg(long, env = "PLEXUS_MULTUS_CACHE_DIR", default_value = crate::takeover::store::DEFAULT_DIR)]
+    pub multus_cache_dir: PathBuf,
 
     /// Leave running pods' attachments alone when their networks annotation changes (live
     /// attachments are on by default: docs/live-attachments.md).

@@ -9,6 +9,7 @@
 
 pub mod addresses;
 pub mod cri;
+pub mod multus;
 pub mod podresources;
 pub mod recorder;
 pub mod test_apiserver;

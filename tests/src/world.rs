@@ -95,7 +95,7 @@ impl World {
     /// A node with a cluster default network: bridge `cni0`, 10.88.0.0/24, host-local IPAM.
     pub fn new() -> Self {
         let dir = tempfile::Builder::new().prefix("plexus-test-").tempdir().expect("tempdir");
-        for sub in ["default", "nads", "pods", "state", "netconf", "runtime", "ipam"] {
+        for sub in ["default", "nads", "pods", "state", "netconf", "runtime", "ipam", "multus"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("creating world dirs");
         }
         let world = World {
@@ -266,6 +266,9 @@ impl World {
             .arg(self.path("nads"))
             .arg("--pod-dir")
             .arg(self.path("pods"))
+            // Multus's cache of this world (crate::multus), never the machine's.
+            .arg("--multus-cache-dir")
+            .arg(self.path("multus"))
             .args(&self.agent_args)
             .envs(self.agent_env.iter().map(|(k, v)| (k, v)))
             // PLEXUS_TEST_LOG (a RUST_LOG filter) for more detail in a test agent's log.

@@ -97,7 +97,9 @@ impl Doctor {
             .arg("--runtime-socket")
             .arg(&self.runtime)
             .arg("--cni-cache-dir")
-            .arg(self.cache_dir());
+            .arg(self.cache_dir())
+            .arg("--multus-cache-dir")
+            .arg(self.w.path("multus"));
         for dir in &self.ipam_dirs {
             cmd.arg("--ipam-dir").arg(dir);
         }

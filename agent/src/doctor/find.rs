@@ -22,7 +22,7 @@ use plexus_ebpf_common::Endpoint;
 use serde::Serialize;
 
 use super::liveness::{Liveness, RuntimeView, Verdict};
-pub use super::views::{ContainerView, NamespaceView, ResultCacheView};
+pub use super::views::{ContainerView, MultusCacheView, NamespaceView, ResultCacheView};
 use crate::native::bridge::nft::{chain_name, Guard};
 
 /// A port mapping or bandwidth record: its attachment and the map keys it installs.
@@ -129,6 +129,8 @@ pub struct Snapshot {
     pub links: Vec<LinkView>,
     pub nft_chains: Vec<NftChainView>,
     pub result_caches: Vec<ResultCacheView>,
+    /// Multus's caches of the containers it attached.
+    pub multus_caches: Vec<MultusCacheView>,
     /// What the runtime said (read last, with the records: it explains).
     pub runtime: RuntimeView,
 }
@@ -139,6 +141,8 @@ pub struct Snapshot {
 pub enum Kind {
     /// A container record whose network namespace is gone.
     RecordWithoutNetns,
+    /// Multus's cache of a container it attached, no record lists, and that is gone.
+    MultusCache,
     /// A port mapping record of an attachment no container record lists.
     PortmapRecord,
     /// A bandwidth record of an attachment no container record lists.
@@ -171,6 +175,7 @@ impl Kind {
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::RecordWithoutNetns => "record-without-netns",
+            Kind::MultusCache => "multus-cache",
             Kind::PortmapRecord => "portmap-record",
             Kind::BandwidthRecord => "bandwidth-record",
             Kind::PortmapMapping => "portmap-mapping",
@@ -216,6 +221,8 @@ pub enum Fix {
     /// Nothing: what it names may be a live container's (see [`Kind::IpamAllocationUnverified`]).
     Unverified(PathBuf),
     ResultCache(PathBuf),
+    /// A delegates file of Multus that cannot be read.
+    MultusCacheFile(PathBuf),
     TempFile(PathBuf),
     VfRecord {
         pci: String,
@@ -313,6 +320,40 @@ pub fn leftovers(s: &Snapshot) -> Vec<Leftover> {
             },
         });
     }
+    // Released by the agent's DEL, which runs the DELs Multus recorded (Multus's result
+    // caches of the container among what they need: not listed on their own below).
+    let multus: BTreeSet<&str> = s.multus_caches.iter().map(|m| m.container_id.as_str()).collect();
+    for m in s.multus_caches.iter().filter(|m| !containers.contains(m.container_id.as_str())) {
+        // One that cannot be read is of no use to anyone, its container alive or not.
+        let verdict = match m.unreadable {
+            Some(_) => Verdict::Gone("it cannot be read".into()),
+            None => liveness.verdict(&m.container_id),
+        };
+        if let Verdict::Gone(why) = verdict {
+            let networks = match &m.unreadable {
+                Some(e) => format!("unreadable: {e}"),
+                None => format!("networks {}", m.networks.join(", ")),
+            };
+            out.push(Leftover {
+                kind: Kind::MultusCache,
+                what: format!(
+                    "Multus's cache {} of container {} ({networks}): no container record lists it, and {why}",
+                    m.path.display(),
+                    m.container_id
+                ),
+                // What cannot be read releases nothing: only the file goes.
+                fix: match m.unreadable {
+                    Some(_) => Fix::MultusCacheFile(m.path.clone()),
+                    None => Fix::AgentDel {
+                        container_id: m.container_id.clone(),
+                        ifname: m.ifname.clone(),
+                        netns: String::new(),
+                        cni_args: m.cni_args.clone(),
+                    },
+                },
+            });
+        }
+    }
     for r in s.portmap_records.iter().filter(|r| !listed(&r.container_id, &r.ifname)) {
         out.push(Leftover {
             kind: Kind::PortmapRecord,
@@ -392,7 +433,9 @@ pub fn leftovers(s: &Snapshot) -> Vec<Leftover> {
             }),
         }
     }
-    for c in s.result_caches.iter().filter(|c| !containers.contains(c.container_id.as_str())) {
+    for c in s.result_caches.iter().filter(|c| {
+        !containers.contains(c.container_id.as_str()) && !multus.contains(c.container_id.as_str())
+    }) {
         // Unknown: not listed (a small file, harmless; only a live container's DEL needs it).
         if let Verdict::Gone(why) = liveness.verdict(&c.container_id) {
             out.push(Leftover {
@@ -561,7 +604,36 @@ mod tests {
                 },
             ],
             result_caches: vec![cache("c1", "/run/netns/c1", true)],
+            multus_caches: Vec::new(),
             runtime: runtime(&["c1"]),
+        }
+    }
+
+    /// A pod Multus attached before plexus took the node over: its cache, its runs and its
+    /// addresses, no record of plexus.
+    fn taken_over(alive: bool) -> Snapshot {
+        Snapshot {
+            allocations: vec![allocation("10.1.0.9", "m1\r\nnet1")],
+            result_caches: vec![
+                ResultCacheView {
+                    path: "/var/lib/cni/multus/results/blue-m1-net1".into(),
+                    ..cache("m1", "/run/netns/m1", alive)
+                },
+                ResultCacheView {
+                    path: "/var/lib/cni/multus/results/cluster-m1-eth0".into(),
+                    ..cache("m1", "/run/netns/m1", alive)
+                },
+            ],
+            multus_caches: vec![MultusCacheView {
+                path: "/var/lib/cni/multus/m1".into(),
+                container_id: "m1".into(),
+                networks: vec!["cluster".into(), "default/blue".into()],
+                unreadable: None,
+                ifname: "eth0".into(),
+                cni_args: "K8S_POD_NAME=m".into(),
+            }],
+            runtime: runtime(if alive { &["m1"] } else { &[] }),
+            ..Snapshot::default()
         }
     }
 
@@ -569,6 +641,42 @@ mod tests {
     fn a_healthy_pod_explains_everything_it_holds() {
         assert_eq!(leftovers(&healthy()), []);
         assert_eq!(leftovers(&Snapshot::default()), []);
+    }
+
+    #[test]
+    fn a_gone_container_multus_attached_is_released_by_the_agents_del_before_its_addresses() {
+        assert_eq!(leftovers(&taken_over(true)), []);
+        let found = leftovers(&taken_over(false));
+        // Multus's runs are what the DEL needs: not listed on their own; the address stays
+        // listed, after the DEL that releases it (a fix of what is gone is fine).
+        assert_eq!(
+            found.iter().map(|l| l.kind).collect::<Vec<_>>(),
+            [Kind::MultusCache, Kind::IpamAllocation]
+        );
+        assert_eq!(
+            found[0].fix,
+            Fix::AgentDel {
+                container_id: "m1".into(),
+                ifname: "eth0".into(),
+                netns: String::new(),
+                cni_args: "K8S_POD_NAME=m".into()
+            }
+        );
+        assert!(found[0].what.contains("networks cluster, default/blue"), "{}", found[0].what);
+        // Without its delegates file, Multus's runs are plain result caches of a gone container.
+        let mut s = taken_over(false);
+        s.multus_caches.clear();
+        assert_eq!(kinds(&s), [Kind::IpamAllocation, Kind::ResultCache, Kind::ResultCache]);
+        // One that cannot be read releases nothing: the file is removed alone.
+        let mut s = taken_over(true);
+        s.multus_caches[0].unreadable = Some("not a list".into());
+        let found = leftovers(&s);
+        assert_eq!(found[0].fix, Fix::MultusCacheFile("/var/lib/cni/multus/m1".into()));
+        assert!(found[0].what.contains("unreadable: not a list"), "{}", found[0].what);
+        // A container plexus holds a record of is judged by its record.
+        let mut s = taken_over(false);
+        s.records = vec![record("m1", true, &["eth0"])];
+        assert!(!kinds(&s).contains(&Kind::MultusCache));
     }
 
     #[test]

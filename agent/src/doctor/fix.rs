@@ -102,7 +102,7 @@ impl Fixer {
                 blocking(move || release_allocation(&dir, &file, &content, wait)).await
             }
             Fix::Unverified(path) => Err(DoctorError::Unverified { path: path.clone() }),
-            Fix::TempFile(path) | Fix::ResultCache(path) => {
+            Fix::TempFile(path) | Fix::ResultCache(path) | Fix::MultusCacheFile(path) => {
                 let path = path.clone();
                 blocking(move || remove_file(path)).await
             }

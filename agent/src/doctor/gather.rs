@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::find::{
     AllocationView, ContainerView, DataplaneRecordView, FlowsView, LimitView, LinkView, MappingView,
-    NamespaceView, NftChainView, ResultCacheView, Snapshot, TempFileView, VfView,
+    MultusCacheView, NamespaceView, NftChainView, ResultCacheView, Snapshot, TempFileView, VfView,
 };
 use super::liveness::RuntimeView;
 use super::DoctorError;
@@ -36,6 +36,8 @@ use crate::native::bridge::nft::{self, Guard};
 use crate::native::sriov::state::VfStore;
 use crate::netlink::{netns_exists, Netlink};
 use crate::state::{temp_file_pid, ContainerRecord, StateStore};
+use crate::takeover::multus::parse_delegates;
+use crate::takeover::MultusCache;
 
 /// host-local's dataDir when a config names none.
 pub const DEFAULT_IPAM_DIR: &str = "/var/lib/cni/networks";
@@ -60,6 +62,8 @@ pub struct Sources {
     pub runtime_socket: PathBuf,
     /// libcni's cache directory, of the runtime's result cache files.
     pub cni_cache_dir: PathBuf,
+    /// Multus's cache directory: its delegates files, and its libcni result cache files.
+    pub multus_cache_dir: PathBuf,
 }
 
 impl Sources {
@@ -108,6 +112,11 @@ pub async fn snapshot(src: &Sources) -> Result<Snapshot, DoctorError> {
     s.temp_files = blocking(move || temp_files(&state_dir)).await?;
     let results = src.cni_cache_dir.join("results");
     s.result_caches = blocking(move || result_caches(&results)).await?;
+    // Multus's runs name the namespaces of the containers it attached, as the runtime's do.
+    let multus = MultusCache::new(&src.multus_cache_dir);
+    let multus_results = src.multus_cache_dir.join("results");
+    s.result_caches.extend(blocking(move || result_caches(&multus_results)).await?);
+    s.multus_caches = blocking(move || multus_caches(&multus)).await?;
     s.runtime = runtime(&src.runtime_socket).await;
     let records = store.list().await?;
     s.records = blocking(move || records.iter().map(container_view).collect()).await?;
@@ -168,6 +177,32 @@ fn result_caches(dir: &Path) -> Result<Vec<ResultCacheView>, DoctorError> {
         out.push(view);
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// Multus's cache of each container it attached: its networks, and the runtime's DEL of it
+/// as far as Multus's runs tell (the interface and `CNI_ARGS` of its default network's run).
+fn multus_caches(cache: &MultusCache) -> Result<Vec<MultusCacheView>, DoctorError> {
+    let io = |e: crate::takeover::store::CacheIoError| DoctorError::Io { path: e.path, source: e.source };
+    let mut out = Vec::new();
+    for container_id in cache.containers().map_err(io)? {
+        // Removed meanwhile (a DEL).
+        let Some(text) = cache.delegates(&container_id).map_err(io)? else { continue };
+        let (networks, unreadable, default_network) =
+            match parse_delegates(&text, crate::cni::CURRENT_VERSION) {
+                Ok(d) => (d.iter().map(|d| d.name.clone()).collect(), None, Some(d[0].list.name.clone())),
+                Err(e) => (Vec::new(), Some(e.to_string()), None),
+            };
+        let (ifname, cni_args) = cache.runtime_call(&container_id, default_network.as_deref()).map_err(io)?;
+        out.push(MultusCacheView {
+            path: cache.delegates_file(&container_id),
+            container_id,
+            networks,
+            unreadable,
+            ifname,
+            cni_args,
+        });
+    }
     Ok(out)
 }
 

@@ -37,3 +37,18 @@ pub struct ResultCacheView {
     /// The namespaces it names: its `netns`, and its result's interfaces' `sandbox`es.
     pub namespaces: Vec<NamespaceView>,
 }
+
+/// Multus's cache of a container it attached (`crate::takeover`): what the agent's DEL of the
+/// container releases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultusCacheView {
+    /// The delegates file.
+    pub path: PathBuf,
+    pub container_id: String,
+    /// Its networks, the default network first; empty when the file cannot be read (why, then).
+    pub networks: Vec<String>,
+    pub unreadable: Option<String>,
+    /// The runtime's DEL of it: the interface and `CNI_ARGS` of its default network's cached run.
+    pub ifname: String,
+    pub cni_args: String,
+}

@@ -11,6 +11,7 @@ pub mod locks;
 mod pod_networks_status;
 pub mod pod_uid;
 pub mod request;
+mod takeover;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
@@ -38,6 +39,7 @@ use crate::spec::status::{
     annotation_value, default_gateways, network_status, NetworkStatus, StatusInput, StatusKeys,
 };
 use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, PodRef, StateError, StateStore, Sync};
+use crate::takeover::MultusCache;
 use error::{DetachError, DetachFailure};
 use locks::ContainerLocks;
 use request::{request_version, CniEnv, PlexusConf};
@@ -81,6 +83,8 @@ pub struct Engine {
     /// The bandwidth dataplane, whose limits a live change of a selection's bandwidth changes
     /// in place.
     bandwidth: Option<Arc<crate::dataplane::bandwidth::Bandwidth>>,
+    /// Multus's cache, read for the DEL and GC of containers Multus attached (`takeover`).
+    multus: Option<MultusCache>,
 }
 
 impl From<StateError> for CniError {
@@ -113,7 +117,14 @@ impl Engine {
             device_sources: Vec::new(),
             ipam_claims: None,
             bandwidth: None,
+            multus: None,
         }
+    }
+
+    /// DELs and GCs of containers plexus has no record of read Multus's cache there first.
+    pub fn with_multus_cache(mut self, cache: MultusCache) -> Self {
+        self.multus = Some(cache);
+        self
     }
 
     /// Live changes of a selection's bandwidth change `service`'s limits in place.
@@ -372,7 +383,13 @@ impl Engine {
     /// runs the default network's DEL as the runtime would have, as Multus does: its
     /// addresses, port mappings and the plugins' own state are released. The plugins
     /// tolerate what is already gone (CNI DEL semantics), so a repeated DEL succeeds too.
+    ///
+    /// A container Multus attached (plexus took the node over from it) has its networks in
+    /// Multus's cache: their DELs run instead, the default network's among them.
     async fn del_unrecorded(&self, env: &CniEnv, conf: &PlexusConf) -> Result<(), CniError> {
+        if self.del_from_multus_cache(env, &conf.runtime_config, &conf.cni_version).await? {
+            return Ok(());
+        }
         let dir = self.config.default_network_dir.clone();
         let list = match blocking(move || confdir::default_network(&dir)).await? {
             Ok((_, list)) => list,
@@ -541,6 +558,7 @@ impl Engine {
         let valid: HashSet<AttachmentKey> = listed.into_iter().collect();
         let mut failures = Vec::new();
         let records = self.state.list().await?;
+        let recorded: HashSet<String> = records.iter().map(|r| r.container_id.clone()).collect();
         let mut kept = Vec::new();
         for record in records {
             let key =
@@ -561,6 +579,7 @@ impl Engine {
                 failures.push(e.msg);
             }
         }
+        self.gc_multus_cache(&valid, &recorded, &conf.cni_version, &mut failures).await;
         let live: Vec<(String, String)> = kept
             .iter()
             .filter_map(|r| r.pod.as_ref())
