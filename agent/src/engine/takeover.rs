@@ -2,7 +2,9 @@
 //! ([`crate::takeover`]): each of Multus's delegates gets its DEL as Multus would have run it,
 //! last first, with the config and the `prevResult` Multus recorded; the cache entry goes once
 //! every DEL succeeded. While one fails the entry stays, and the runtime's next DEL (or GC, or
-//! `plexus-agent doctor --fix`) runs them again: CNI DELs tolerate what is gone already.
+//! `plexus-agent doctor --fix`) runs them again: CNI DELs tolerate what is gone already. An
+//! entry that cannot be read releases nothing and fails nothing: the DEL goes on as without one
+//! (the default network's DEL), and doctor lists the file.
 
 use std::collections::HashSet;
 

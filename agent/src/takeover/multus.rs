@@ -312,6 +312,38 @@ mod tests {
         })
     }
 
+    /// Files Multus itself wrote (its thin plugin built from its source, attaching a pod of a
+    /// real kubelet and containerd with a macvlan NAD on `net1` and a bridge NAD asked on
+    /// `blue0`): read as its DEL reads them.
+    #[test]
+    fn the_files_multus_wrote_for_a_real_pod_give_the_dels_multus_would_run() {
+        const CID: &str = "b382374d0cefa7eaab2d14336765adc50d41afc4a84d01d354682e2cf1f442b9";
+        let d = parse_delegates(include_bytes!("testdata/multus-delegates-mp1.json"), "0.3.1").unwrap();
+        let names: Vec<&str> = d.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["kube-node-default", "default/mvnet", "default/blue"]);
+        assert_eq!(d[1].list.plugin_type(0), "macvlan");
+        assert_eq!(d[1].list.plugins[0]["master"], "kn-mv0");
+        assert_eq!(d[0].list.plugins.len(), 2, "bridge and portmap");
+        let plan = teardown(&d, CID, "eth0", &Map::new(), Path::new("/d"));
+        let caches: Vec<&str> = plan.iter().map(|t| t.result_cache.as_str()).collect();
+        assert_eq!(
+            caches,
+            [
+                format!("blue-{CID}-blue0"),
+                format!("mvnet-{CID}-net1"),
+                format!("kube-node-default-{CID}-eth0")
+            ]
+        );
+        let run = parse_cached_run(include_bytes!("testdata/multus-result-mvnet-net1.json")).unwrap();
+        assert_eq!(
+            (run.container_id.as_str(), run.ifname.as_str(), run.network.as_str()),
+            (CID, "net1", "mvnet")
+        );
+        assert!(run.cni_args.contains("K8S_POD_NAME=mp1"), "{}", run.cni_args);
+        let prev = prev_result(&run, &plan[1].delegate.list.cni_version).unwrap();
+        assert_eq!(prev["ips"][0]["address"], "10.71.0.2/24");
+    }
+
     #[test]
     fn every_delegate_is_read_from_its_verbatim_bytes_with_the_pods_requests() {
         let text = cache_file(&[default_network(), macvlan_nad(), sriov_nad()]);
