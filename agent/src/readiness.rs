@@ -117,16 +117,21 @@ pub fn runtime_conf_path(dir: &Path, name: &str) -> PathBuf {
 mod tests {
     use super::*;
 
-    #[test]
-    fn writes_only_once_the_default_network_exists_and_copies_its_capabilities() {
-        let d = tempfile::tempdir().unwrap();
-        let r = Readiness {
-            default_network_dir: d.path().to_owned(),
-            runtime_conf_path: d.path().join("00-plexus.conflist"),
+    /// Readiness whose default network and own config share `dir`, as on a node.
+    fn in_dir(dir: &Path) -> Readiness {
+        Readiness {
+            default_network_dir: dir.to_owned(),
+            runtime_conf_path: dir.join("00-plexus.conflist"),
             socket: "/run/plexus/plexus.sock".into(),
             cni_version: "1.0.0".into(),
             api_networks: None,
-        };
+        }
+    }
+
+    #[test]
+    fn writes_only_once_the_default_network_exists_and_copies_its_capabilities() {
+        let d = tempfile::tempdir().unwrap();
+        let r = in_dir(d.path());
         assert!(!r.sync().unwrap());
         assert!(!r.runtime_conf_path.exists());
         std::fs::write(
@@ -148,13 +153,7 @@ mod tests {
     #[test]
     fn a_config_the_runtime_picks_before_plexuss_is_named() {
         let d = tempfile::tempdir().unwrap();
-        let r = Readiness {
-            default_network_dir: d.path().to_owned(),
-            runtime_conf_path: d.path().join("00-plexus.conflist"),
-            socket: "/run/plexus/plexus.sock".into(),
-            cni_version: "1.0.0".into(),
-            api_networks: None,
-        };
+        let r = in_dir(d.path());
         std::fs::write(
             d.path().join("10-default.conf"),
             r#"{"cniVersion":"1.0.0","name":"c","type":"bridge"}"#,
