@@ -87,7 +87,7 @@ fn pod_manifest(namespace: &str, name: &str) -> Vec<u8> {
 }
 
 #[test]
-fn pod_names_that_climb_out_of_the_state_dir_are_refused() {
+fn kernel_pod_names_that_climb_out_of_the_state_dir_are_refused() {
     let mut w = World::new();
     // Manifests an attacker could write: with names no API server accepts, which joined to
     // <state-dir>/pods/<namespace>/<name> land in the world's directory or above it.
@@ -129,7 +129,7 @@ fn pod_names_that_climb_out_of_the_state_dir_are_refused() {
 }
 
 #[test]
-fn a_pod_manifest_that_is_not_utf8_is_named_and_fails_for_good() {
+fn kernel_a_pod_manifest_that_is_not_utf8_is_named_and_fails_for_good() {
     let mut w = World::new();
     // A Latin-1 "é" in an annotation: the file is otherwise a fine manifest.
     let mut latin1 = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: latin\n  namespace: default\n".to_vec();
@@ -233,7 +233,7 @@ fn raw_request(w: &World, body: &[u8]) -> (u64, String) {
 }
 
 #[test]
-fn the_agent_refuses_a_config_that_is_not_utf8() {
+fn kernel_the_agent_refuses_a_config_that_is_not_utf8() {
     let mut w = World::new();
     w.start_agent();
     let pod = Netns::new("pxpod");
@@ -253,7 +253,7 @@ fn the_agent_refuses_a_config_that_is_not_utf8() {
 }
 
 #[test]
-fn temporary_files_of_a_crashed_write_are_swept_at_start() {
+fn kernel_temporary_files_of_a_crashed_write_are_swept_at_start() {
     let mut w = World::new();
     let records = w.path("state").join("attachments");
     std::fs::create_dir_all(&records).unwrap();
@@ -297,7 +297,7 @@ fn healthz(node: &Netns, keep: &mut Vec<std::net::TcpStream>) -> Option<String> 
 }
 
 #[test]
-fn an_agent_restarted_right_after_sigkill_binds_its_metrics_address() {
+fn kernel_an_agent_restarted_right_after_sigkill_binds_its_metrics_address() {
     let mut w = World::new();
     w.start_agent();
     let mut clients = Vec::new();
@@ -332,7 +332,7 @@ fn an_agent_restarted_right_after_sigkill_binds_its_metrics_address() {
 /// took 40 to 60): the runtime is told plexus is ready (its CNI config written) only once the
 /// agent is warm, so the runtime's first ADD finds it so.
 #[test]
-fn the_runtime_is_told_plexus_is_ready_only_once_the_agent_is_warm() {
+fn kernel_the_runtime_is_told_plexus_is_ready_only_once_the_agent_is_warm() {
     let mut w = World::new();
     w.start_agent();
     let conf = w.path("runtime").join("00-plexus.conflist");

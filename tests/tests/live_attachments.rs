@@ -456,12 +456,12 @@ fn story(c: &mut dyn Cluster) {
 }
 
 #[test]
-fn standalone_a_running_pod_follows_its_selection() {
+fn kernel_standalone_a_running_pod_follows_its_selection() {
     story(&mut Standalone { w: World::new() });
 }
 
 #[test]
-fn kubernetes_a_running_pod_follows_its_selection() {
+fn kernel_kubernetes_a_running_pod_follows_its_selection() {
     story(&mut Kube::new());
 }
 
@@ -533,17 +533,17 @@ fn restart_mid_change(c: &mut dyn Cluster) {
 }
 
 #[test]
-fn standalone_the_agent_restarting_mid_change_converges() {
+fn kernel_standalone_the_agent_restarting_mid_change_converges() {
     restart_mid_change(&mut Standalone { w: World::new() });
 }
 
 #[test]
-fn kubernetes_the_agent_restarting_mid_change_converges() {
+fn kernel_kubernetes_the_agent_restarting_mid_change_converges() {
     restart_mid_change(&mut Kube::new());
 }
 
 #[test]
-fn standalone_with_live_attachments_off_a_running_pod_is_left_alone() {
+fn kernel_standalone_with_live_attachments_off_a_running_pod_is_left_alone() {
     let mut w = World::new();
     w.pin_on_own_bpffs();
     w.agent_args.push("--no-live-attachments".into());
@@ -564,7 +564,7 @@ fn standalone_with_live_attachments_off_a_running_pod_is_left_alone() {
 }
 
 #[test]
-fn standalone_a_changed_network_config_reattaches_only_pods_that_ask() {
+fn kernel_standalone_a_changed_network_config_reattaches_only_pods_that_ask() {
     let mut w = World::new();
     w.pin_on_own_bpffs();
     w.agent_args.extend(["--live-resync-secs".into(), "1".into()]);
