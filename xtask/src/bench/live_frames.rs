@@ -359,7 +359,7 @@ mod tests {
     /// What the receiving side translated in place is written back before each send; the
     /// payload is left alone (nobody changes it).
     #[test]
-    fn the_program_writes_the_headers_back_and_transmits() {
+    fn kernel_the_program_writes_the_headers_back_and_transmits() {
         for payload in [22, 23, 100] {
             let frame = sample(payload).frame();
             let generator = Generator::load(&frame).expect("loading the generator's program (as root)");
