@@ -26,11 +26,8 @@ fn every_registered_metric_is_in_the_metrics_reference() {
     // has a sample): the first string after each `register(`.
     let source_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent/src/metrics.rs");
     let source = std::fs::read_to_string(&source_path).expect("agent/src/metrics.rs");
-    let registered: Vec<&str> = source
-        .split("r.register(")
-        .skip(1)
-        .filter_map(|call| call.split('"').nth(1))
-        .collect();
+    let registered: Vec<&str> =
+        source.split("r.register(").skip(1).filter_map(|call| call.split('"').nth(1)).collect();
     assert!(registered.len() > 15, "too few metrics found in {}: {registered:?}", source_path.display());
     // Each of them is exposed under that name.
     let exposed = plexus_agent::metrics::encode();
@@ -55,7 +52,9 @@ fn every_flag_of_the_agent_is_in_the_configuration_reference() {
         .lines()
         .map(str::trim_start)
         .filter(|l| l.starts_with('-'))
-        .flat_map(|l| l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).filter(|w| w.starts_with("--")))
+        .flat_map(|l| {
+            l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).filter(|w| w.starts_with("--"))
+        })
         .map(str::to_owned)
         .filter(|f| f != "--help" && f != "--version")
         .collect();
