@@ -36,13 +36,21 @@ impl Engine {
             container = %env.container_id, delegates = delegates.len(),
             "no record of the container, but Multus's cache lists its networks: running their DELs"
         );
-        let plan = teardown(
-            &delegates,
-            &env.container_id,
-            &env.ifname,
-            runtime_config,
-            &self.config.device_info_dir,
-        );
+        self.release_multus_delegates(cache, env, &delegates, runtime_config).await?;
+        Ok(true)
+    }
+
+    /// The DELs of `delegates`, read from `cache` for `env`'s container; the cache entry goes
+    /// once all succeeded.
+    async fn release_multus_delegates(
+        &self,
+        cache: MultusCache,
+        env: &CniEnv,
+        delegates: &[CachedDelegate],
+        runtime_config: &Map<String, Value>,
+    ) -> Result<(), CniError> {
+        let plan =
+            teardown(delegates, &env.container_id, &env.ifname, runtime_config, &self.config.device_info_dir);
         let mut failures: Vec<CniError> = Vec::new();
         for t in plan {
             let (c, name) = (cache.clone(), t.result_cache.clone());
@@ -74,8 +82,7 @@ impl Engine {
         }
         if failures.is_empty() {
             let (c, cid) = (cache, env.container_id.clone());
-            blocking(move || c.forget(&cid)).await?.map_err(|e| CniError::from_error(&e))?;
-            return Ok(true);
+            return blocking(move || c.forget(&cid)).await?.map_err(|e| CniError::from_error(&e));
         }
         let first = failures.remove(0);
         let rest: Vec<String> = failures.into_iter().map(|f| f.msg).collect();
@@ -84,7 +91,7 @@ impl Engine {
             msg: format!(
                 "plexus has no record of container {}; Multus's cache of it ({}) stays for the next DEL: {msg}",
                 env.container_id,
-                cache_path(self, &env.container_id)
+                cache.delegates_file(&env.container_id).display()
             ),
             ..first
         })
@@ -137,15 +144,21 @@ impl Engine {
         let stale = |cid: &String| !recorded.contains(cid) && !valid.iter().any(|k| &k.container_id == cid);
         for cid in containers.into_iter().filter(stale) {
             let _serialized = self.locks.lock(&cid).await;
-            match self.multus_gc_env(&cache, &cid, fallback_version).await {
-                Ok(Some(env)) => {
+            let released = match self.cached_delegates(&cache, &cid, fallback_version).await {
+                Ok(Some(delegates)) => {
                     tracing::info!(container = %cid, "GC: removing the attachments of Multus's cache");
-                    if let Err(e) = self.del_from_multus_cache(&env, &Map::new(), fallback_version).await {
-                        failures.push(e.msg);
+                    match self.multus_gc_env(&cache, &cid, &delegates).await {
+                        Ok(env) => {
+                            self.release_multus_delegates(cache.clone(), &env, &delegates, &Map::new()).await
+                        }
+                        Err(e) => Err(e),
                     }
                 }
-                Ok(None) => {}
-                Err(e) => failures.push(e.msg),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = released {
+                failures.push(e.msg);
             }
         }
     }
@@ -156,19 +169,12 @@ impl Engine {
         &self,
         cache: &MultusCache,
         container_id: &str,
-        fallback_version: &str,
-    ) -> Result<Option<CniEnv>, CniError> {
-        let Some(delegates) = self.cached_delegates(cache, container_id, fallback_version).await? else {
-            return Ok(None);
-        };
+        delegates: &[CachedDelegate],
+    ) -> Result<CniEnv, CniError> {
         let (c, cid, name) = (cache.clone(), container_id.to_owned(), delegates[0].list.name.clone());
         let (ifname, args) = blocking(move || c.runtime_call(&cid, Some(&name)))
             .await?
             .map_err(|e| CniError::from_error(&e))?;
-        Ok(Some(CniEnv { container_id: container_id.to_owned(), netns: String::new(), ifname, args }))
+        Ok(CniEnv { container_id: container_id.to_owned(), netns: String::new(), ifname, args })
     }
-}
-
-fn cache_path(engine: &Engine, container_id: &str) -> String {
-    engine.multus.as_ref().map(|c| c.delegates_file(container_id).display().to_string()).unwrap_or_default()
 }
