@@ -1,5 +1,5 @@
 //! The pure parts of the plugin: results, what CHECK compares, error hints. The netlink parts
-//! are covered against the kernel and the reference binary in tests/tests/native_macvlan.rs.
+//! are covered against the kernel and the reference binary in tests/tests/system/native_macvlan.rs.
 
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoMacVlan, LinkAttribute, LinkInfo, LinkMessage, MacVlanMode,

@@ -33,7 +33,7 @@ const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
 const MBIT: u64 = 1_000_000;
 
 /// Servers and clients of the port mapping tests, reused.
-const SCRIPT: &str = include_str!("portmap/pm.py");
+const SCRIPT: &str = include_str!("../portmap/pm.py");
 
 /// Fields drop in order: servers and namespaces first, then the world (its agent), then the
 /// API server.

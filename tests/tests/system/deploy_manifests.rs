@@ -45,7 +45,7 @@ fn objects() -> Vec<Value> {
 }
 
 /// The one object of `kind` of the agent's manifests (the controller's, deploy/controller.yaml,
-/// are checked by tests/tests/podnetwork_controller.rs).
+/// are checked by tests/tests/system/podnetwork_controller.rs).
 fn one(kind: &str) -> Value {
     let found: Vec<Value> = manifests()
         .into_iter()

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 const NS: &str = "default";
 const NAD: &str = "br";
 const BRIDGE: &str = "brn0";
-const SCRIPT: &str = include_str!("portmap/pm.py");
+const SCRIPT: &str = include_str!("../portmap/pm.py");
 /// The node's end of the link to the outside, and the outside's address.
 const UPLINK: &str = "up0";
 const NODE_OUTSIDE: &str = "192.0.2.1";
