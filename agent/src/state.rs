@@ -22,6 +22,17 @@ use crate::phase::{self, Phase};
 use crate::spec::delegate_conf::DelegateConfig;
 use crate::spec::selection::NetworkSelection;
 
+/// An attachment's use of an IPAMClaim (spec v1.3), as its record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimUse {
+    pub namespace: String,
+    pub name: String,
+    /// `metadata.uid` of the claim when the attachment was planned.
+    pub uid: String,
+    /// Whether the claim's status had addresses: if not, the attachment's are written there.
+    pub had_ips: bool,
+}
+
 /// One attachment of a container: the default network or a selected one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttachmentRecord {
@@ -54,7 +65,7 @@ pub struct AttachmentRecord {
     /// The IPAMClaim whose addresses the attachment has (NPWG spec 8), when its selection
     /// references one and its IPAM honours it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipam_claim: Option<crate::ipam::claim::ClaimUse>,
+    pub ipam_claim: Option<ClaimUse>,
     /// The NPWG selection this attachment was made for, so a live change of the pod's
     /// selection annotation can tell what changed (`crate::live`). `None` for the default
     /// network, other front-ends, and records written before live attachments existed.

@@ -6,12 +6,12 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{names, PodInfo};
-use crate::devices::RESOURCE_NAME_ANNOTATION;
 use crate::podnetwork::model::{
     AttachmentParameters, PodNetwork, PodNetworkAttachment, ATTACHMENT_KIND, PARAMETERS_KIND,
     POD_NETWORK_KIND,
 };
 use crate::spec::resolve::NetworkAttachmentDefinition;
+use crate::spec::RESOURCE_NAME_ANNOTATION;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

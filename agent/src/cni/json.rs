@@ -162,6 +162,18 @@ impl<'a> JsonObject<'a> {
     }
 }
 
+/// The JSON type of a value, as a user reads it in a message ("a list", "an object").
+pub fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
 fn expected(what: &str, got: &Value) -> String {
     format!("expected {what}, got {}", describe(got))
 }

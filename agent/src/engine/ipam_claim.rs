@@ -15,11 +15,11 @@ use crate::cni::{CniCode, CniError};
 use crate::ipam::claim::registry::{ClaimEntry, ClaimRegistry, Holder};
 use crate::ipam::claim::release::{self, ipam_type};
 use crate::ipam::claim::source::{ClaimObject, ClaimSource};
-use crate::ipam::claim::{ClaimRequest, ClaimUse, HONOURED_BY, RUNTIME_CONFIG_KEY};
+use crate::ipam::claim::{ClaimRequest, HONOURED_BY, RUNTIME_CONFIG_KEY};
 use crate::spec::delegate_conf::DelegateConfig;
 use crate::spec::plan::PlannedAttachment;
 use crate::spec::status::pod_ip_configs;
-use crate::state::{AttachmentRecord, ContainerRecord};
+use crate::state::{AttachmentRecord, ClaimUse, ContainerRecord};
 
 use super::front_end::NotAttachable;
 use super::{blocking, Engine};

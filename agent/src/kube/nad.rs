@@ -14,9 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::devices::RESOURCE_NAME_ANNOTATION;
 use crate::metrics::metrics;
 use crate::spec::resolve;
+use crate::spec::RESOURCE_NAME_ANNOTATION;
 
 pub const GROUP: &str = "k8s.cni.cncf.io";
 pub const VERSION: &str = "v1";

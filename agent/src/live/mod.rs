@@ -2,11 +2,7 @@
 //! (the added selections attached, the removed ones detached, a bandwidth change in place),
 //! through the same engine as ADD ([`crate::engine::live`]). This module decides when: at the
 //! start (so a change an earlier agent did not finish converges), whenever the catalog says a
-//! pod changed, and at a slow resync.
-//!
-//! - [`diff`]: what a change of selections asks for (pure).
-
-pub mod diff;
+//! pod changed, and at a slow resync. What a change asks for is the engine's pure [`crate::engine::live::diff`].
 
 use std::collections::HashMap;
 use std::sync::Arc;

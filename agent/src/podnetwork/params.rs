@@ -27,7 +27,7 @@ use super::model::{
     AttachmentParameters, ParametersRef, PodNetwork, PodNetworkAttachment, DEFAULT_POD_NETWORK, GROUP,
     PARAMETERS_KIND, PARAMETERS_PLURAL,
 };
-use super::request::json_type;
+use crate::cni::json::json_type;
 
 /// The NetworkAttachmentDefinition API group.
 pub const NAD_GROUP: &str = "k8s.cni.cncf.io";

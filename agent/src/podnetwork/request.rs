@@ -27,6 +27,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::cni::json::json_type;
 use crate::cni::{CniCode, ErrorCode};
 use crate::spec::selection::{MAX_ANNOTATION_BYTES, MAX_SELECTIONS};
 use crate::spec::validate::{is_nad_name, kernel_ifname_problem};
@@ -488,18 +489,6 @@ pub fn check_one_front_end(
         return Err(RequestError::BothAnnotations);
     }
     Ok(())
-}
-
-/// The JSON type of a value, as a user reads it in a message.
-pub(crate) fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -15,3 +15,6 @@ pub mod validate;
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
 /// The status annotation (spec 5).
 pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
+/// The NAD annotation naming the device plugin resource that backs the network (the Device
+/// Information Specification).
+pub const RESOURCE_NAME_ANNOTATION: &str = "k8s.v1.cni.cncf.io/resourceName";

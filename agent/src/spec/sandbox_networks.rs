@@ -22,8 +22,8 @@ use super::selection::{
     parse_default_route, read_attachment_key, NetworkSelection, ATTACHMENT_KEYS, MAX_SELECTIONS,
 };
 use super::validate::{is_nad_name, is_namespace, kernel_ifname_problem};
+use crate::cni::json::json_type;
 use crate::cni::{CniCode, ErrorCode};
-use crate::podnetwork::request::json_type;
 
 /// The `runtimeConfig` key (and CNI capability of plexus's own config) carrying the list.
 pub const RUNTIME_CONFIG_KEY: &str = "podSandboxNetworks";

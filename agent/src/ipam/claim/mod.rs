@@ -70,17 +70,6 @@ impl ClaimRequest {
     }
 }
 
-/// An attachment's use of a claim, as its record keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClaimUse {
-    pub namespace: String,
-    pub name: String,
-    /// `metadata.uid` of the claim when the attachment was planned.
-    pub uid: String,
-    /// Whether the claim's status had addresses: if not, the attachment's are written there.
-    pub had_ips: bool,
-}
-
 /// See [`ClaimRequest::owner_id`].
 pub fn owner_id(namespace: &str, name: &str) -> String {
     format!("ipamclaim/{namespace}/{name}")

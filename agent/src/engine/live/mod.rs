@@ -8,26 +8,28 @@
 //! place; then the additions, all or none. Each addition is recorded (`live_pending`) before
 //! its ADD runs, so an agent that dies during it undoes it on start and tries again.
 
+pub mod diff;
+
 use std::time::Instant;
 
 use serde_json::Value;
 
+use self::diff::{diff, Addition, Existing, LiveChange};
 use crate::catalog::{confdir, PodInfo};
 use crate::cni::{CniError, ErrorCode};
 use crate::dataplane::bandwidth::config::{limits as parse_limits, Limits};
 use crate::devices::inject::inject_device_id;
 use crate::devices::pod_devices::PodDevices;
-use crate::live::diff::{diff, Addition, Existing, LiveChange};
 use crate::spec::delegate_conf::{bandwidth_runtime_config, DelegateConfig};
 use crate::spec::plan::{plan_attachments, PlannedAttachment};
 use crate::spec::selection::{parse_selection, Bandwidth, NetworkSelection};
 use crate::spec::NETWORKS_ANNOTATION;
 use crate::state::{AttachmentRecord, ContainerRecord, FrontEnd, Sync};
 
-use super::device_info;
 use super::front_end::{NotAttachable, Selected};
 use super::request::CniEnv;
 use super::{attachment_error, blocking, invocation, plugin_type, Engine};
+use crate::devinfo::attachment as device_info;
 
 /// The pod annotation that lets a changed NetworkAttachmentDefinition re-attach the pod's
 /// attachments of it (`"true"`); without it, a config change reaches new attachments only.
@@ -555,7 +557,7 @@ pub(super) struct Resolved {
     delegate: DelegateConfig,
     device: Option<crate::state::AllocatedDevice>,
     device_info: Option<Value>,
-    ipam_claim: Option<crate::ipam::claim::ClaimUse>,
+    ipam_claim: Option<crate::state::ClaimUse>,
 }
 
 /// A selection's planned attachment on `ifname` of `pod`, as ADD plans it.
