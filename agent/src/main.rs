@@ -26,19 +26,20 @@ use plexus_agent::ipam::Ipam;
 use plexus_agent::kube::dra::DraDevices;
 use plexus_agent::kube::ipamclaim::KubeIpamClaims;
 use plexus_agent::kube::{build_client, ClientSource, KubeCatalog, KubeCatalogConfig};
-use plexus_agent::netapi::service::NetworkApi;
-use plexus_agent::netapi::status::Prober;
 use plexus_agent::netapi::store::NetworkStore;
 use plexus_agent::options::{
     AgentOptions, BandwidthCommand, BandwidthSetOptions, CatalogSource, Cli, CliCommand, ControllerOptions,
-    DoctorOptions, FlowsOptions, ListOptions, NetworkCommand, PortmapCommand,
+    DoctorOptions, FlowsOptions, ListOptions, PortmapCommand,
 };
 use plexus_agent::policy::{self, PolicyHandle};
 use plexus_agent::readiness::{runtime_conf_path, Readiness};
 use plexus_agent::server;
+use plexus_agent::server::netapi::client::NetworkCommand;
+use plexus_agent::server::netapi::service::NetworkApi;
+use plexus_agent::server::netapi::status::Prober;
 use plexus_agent::state::StateStore;
 use plexus_agent::takeover::MultusCache;
-use plexus_agent::{metrics, native, netapi};
+use plexus_agent::{metrics, native};
 
 /// How long an idle thread of tokio's blocking pool stays (tokio's default: 10 s).
 const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(1);
@@ -93,7 +94,7 @@ fn main() -> anyhow::Result<()> {
 
 /// `plexus-agent network ...`: prints the answer, or the error on stderr; the exit code.
 async fn network(command: &NetworkCommand) -> i32 {
-    match plexus_agent::netapi::client::run(command).await {
+    match plexus_agent::server::netapi::client::run(command).await {
         Ok(out) => {
             print!("{out}");
             0
@@ -281,7 +282,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         Delegator { bin_dirs: opts.cni_bin_dirs.clone(), timeout: opts.delegate_timeout(), natives };
     let state = StateStore::new(&opts.state_dir);
     if let Some(socket) = &network_api {
-        let listener = netapi::server::bind(socket)?;
+        let listener = plexus_agent::server::netapi::bind(socket)?;
         let api = NetworkApi {
             store: network_store.clone(),
             catalog: nads.clone(),
@@ -292,7 +293,7 @@ async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         };
         tracing::info!(socket = %socket.display(), "serving the CRI network API");
         tokio::spawn(async move {
-            if let Err(e) = netapi::server::serve(listener, api).await {
+            if let Err(e) = plexus_agent::server::netapi::serve(listener, api).await {
                 tracing::error!("the CRI network API stopped: {e}");
             }
         });

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use plexus_ebpf_common::flow::{Timeouts, DEFAULT_MAX_FLOWS, NSEC_PER_SEC};
 
 use crate::dataplane::XdpWhere;
+use crate::server::netapi::client::NetworkCommand;
 
 #[derive(Debug, Parser)]
 #[command(name = "plexus-agent", version, about = "plexus node agent: secondary networks for pods")]
@@ -618,75 +619,6 @@ pub struct MetricsAddrError {
     pub addr: String,
     #[source]
     pub source: std::net::AddrParseError,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum NetworkCommand {
-    /// SetPodNetwork: creates or updates a network from a YAML or JSON file of a NetworkConfig
-    /// (the proto's JSON mapping; lowerCamelCase or the proto's field names). An update needs a
-    /// higher metadata.generation than the stored one.
-    Set(NetworkSetOptions),
-    /// RemovePodNetwork: new attachments can no longer select the network; pods attached to it
-    /// keep it until their DEL, which uses the config they were attached with.
-    Remove(NetworkRemoveOptions),
-    /// ListPodNetwork: every network (set through the API, NADs, and the on-disk default
-    /// network as `_fallback`) with its measured status.
-    List(NetworkListOptions),
-    /// PodSandboxNetworks: the IPs of a sandbox, each with its network, in attachment order.
-    Ips(NetworkIpsOptions),
-}
-
-/// The socket every `plexus-agent network` command talks to.
-#[derive(Debug, Clone, Args)]
-pub struct NetworkApiSocket {
-    /// The agent's --network-api-socket.
-    #[arg(long, env = "PLEXUS_NETWORK_API_SOCKET", default_value = crate::netapi::DEFAULT_SOCKET)]
-    pub socket: PathBuf,
-}
-
-/// `network set`.
-#[derive(Debug, Clone, Args)]
-pub struct NetworkSetOptions {
-    #[command(flatten)]
-    pub socket: NetworkApiSocket,
-    /// The NetworkConfig, YAML or JSON.
-    #[arg(long, short = 'f')]
-    pub file: PathBuf,
-}
-
-/// `network remove`.
-#[derive(Debug, Clone, Args)]
-pub struct NetworkRemoveOptions {
-    #[command(flatten)]
-    pub socket: NetworkApiSocket,
-    /// The network's name.
-    pub name: String,
-    /// The network's namespace; empty means `default`.
-    #[arg(long, short = 'n', default_value = "")]
-    pub namespace: String,
-}
-
-/// `network list`.
-#[derive(Debug, Clone, Args)]
-pub struct NetworkListOptions {
-    #[command(flatten)]
-    pub socket: NetworkApiSocket,
-    /// JSON instead of a table: {"networks": [{"config", "status"}]}, the proto's JSON mapping
-    /// (a config reads back with `network set -f`).
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `network ips`.
-#[derive(Debug, Clone, Args)]
-pub struct NetworkIpsOptions {
-    #[command(flatten)]
-    pub socket: NetworkApiSocket,
-    /// The sandbox's ID (the CNI_CONTAINERID of its ADD).
-    pub sandbox_id: String,
-    /// JSON instead of a table: {"ips": [{"ip", "networkName"}]}.
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[cfg(test)]

@@ -1227,9 +1227,9 @@ async fn the_network_api_lists_the_clusters_nads_with_their_uid_and_generation()
     use plexus_agent::netapi::proto::{
         CnIv1Config, CnIv1PluginConfig, NetworkConfig, NetworkMetadata, NetworkType, PodNetworkResponse,
     };
-    use plexus_agent::netapi::service::NetworkApi;
-    use plexus_agent::netapi::status::Prober;
     use plexus_agent::netapi::store::NetworkStore;
+    use plexus_agent::server::netapi::service::NetworkApi;
+    use plexus_agent::server::netapi::status::Prober;
 
     let server = server_with(true);
     let first = server.apply(nad("ns1", "net-a", Some(BRIDGE)));

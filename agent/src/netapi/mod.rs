@@ -1,23 +1,14 @@
-//! The CRI network API (`proto/network.proto`, docs/network-api.md): the runtime, an operator
-//! or a NAD-watching daemon sets, removes and lists networks through gRPC on a Unix socket of
-//! the agent's own, and asks which IP of a sandbox is on which network.
-//!
-//! The path of a request: [`server`] (socket) → [`service`] (RPCs, errors as gRPC codes) →
-//! [`model`] (our own form of a `NetworkConfig`) → [`config`] (pure: validation, conversion to
-//! a CNI configlist and back) → [`generation`] (pure: may a set replace what is stored) →
-//! [`store`] (the durable networks, which the catalog reads first:
-//! [`crate::catalog::api_networks`]). [`status`] measures each listed network's
-//! `NetworkStatus`.
+//! The networks of the CRI network API (`proto/network.proto`, docs/network-api.md), below the
+//! wire ([`crate::server::netapi`]): [`proto`] (the generated messages), [`model`] (our own form
+//! of a `NetworkConfig`) → [`config`] (pure: validation, conversion to a CNI configlist and
+//! back) → [`generation`] (pure: may a set replace what is stored) → [`store`] (the durable
+//! networks, which the catalog reads first: [`crate::catalog::api_networks`]).
 
-pub mod client;
 pub mod config;
 pub mod generation;
 pub mod invalid;
 pub mod model;
 pub mod proto;
-pub mod server;
-pub mod service;
-pub mod status;
 pub mod store;
 
 /// The reserved name of the on-disk default network in the list (never set or removed

@@ -1,5 +1,7 @@
-//! The Unix socket the shim talks to: one request, one response, per connection.
+//! The wire: the Unix socket the shim talks to (this module), and the CRI network API's gRPC
+//! socket ([`netapi`]).
 //!
+//! The shim's socket: one request, one response, per connection.
 //! Before a request reaches the engine, a connection passes three guards: the peer's
 //! credentials ([`access`]), a bound on connections still sending their request
 //! ([`pending`]), and a request bounded in size and time ([`framing`]). The accept loop
@@ -8,6 +10,7 @@
 pub mod access;
 pub mod fd_limit;
 pub mod framing;
+pub mod netapi;
 pub mod pending;
 mod tally;
 

@@ -5,10 +5,10 @@
 
 use serde_json::Value;
 
-use super::proto;
 use crate::cni::config::NetworkConfigList;
 use crate::delegate::exec::find_plugin;
 use crate::delegate::Delegator;
+use crate::netapi::proto;
 use crate::spec::delegate_conf::DelegateConfig;
 
 /// Measures networks with the agent's own plugins and plugin directories.

@@ -8,16 +8,18 @@ use std::sync::Arc;
 use serde_json::Value;
 use tonic::{Code, Request, Response, Status};
 
-use super::config::{from_conflist, name_problem, namespace_problem, to_conflist, validate, InvalidField};
-use super::generation::SetDecision;
-use super::model::{effective_namespace, Cniv1Config, NetworkConfig};
-use super::proto::runtime_service_server::RuntimeService;
-use super::proto::{self};
 use super::status::Prober;
-use super::store::{NetworkStore, StoreError};
-use super::FALLBACK_NETWORK;
 use crate::catalog::{confdir, Catalog, CatalogError, NadSummary};
 use crate::engine::network_statuses;
+use crate::netapi::config::{
+    from_conflist, name_problem, namespace_problem, to_conflist, validate, InvalidField,
+};
+use crate::netapi::generation::SetDecision;
+use crate::netapi::model::{effective_namespace, Cniv1Config, NetworkConfig};
+use crate::netapi::proto::runtime_service_server::RuntimeService;
+use crate::netapi::proto::{self};
+use crate::netapi::store::{NetworkStore, StoreError};
+use crate::netapi::FALLBACK_NETWORK;
 use crate::spec::resolve::resolve_network_config;
 use crate::state::{StateError, StateStore};
 

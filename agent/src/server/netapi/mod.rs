@@ -1,5 +1,17 @@
-//! The network API's socket: bound as the CNI socket is (a stale socket replaced, mode
-//! 0600, root only), in a directory created 0700 when missing, and served with tonic.
+//! The CRI network API on the wire (`proto/network.proto`, docs/network-api.md): the runtime, an
+//! operator or a NAD-watching daemon sets, removes and lists networks through gRPC on a Unix
+//! socket of the agent's own, and asks which IP of a sandbox is on which network.
+//!
+//! The path of a request: this module's socket (bound as the CNI socket is: a stale socket
+//! replaced, mode 0600, root only, in a directory created 0700 when missing; served with tonic)
+//! → [`service`] (RPCs, errors as gRPC codes) → [`crate::netapi`] (the model, its validation
+//! and conversion, the generation rule and the durable store, which the catalog reads too).
+//! [`status`] measures each listed network's `NetworkStatus`; [`client`] is `plexus-agent
+//! network`, the operator's end of the same wire.
+
+pub mod client;
+pub mod service;
+pub mod status;
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
@@ -8,8 +20,8 @@ use anyhow::Context;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use super::proto::runtime_service_server::RuntimeServiceServer;
-use super::service::NetworkApi;
+use self::service::NetworkApi;
+use crate::netapi::proto::runtime_service_server::RuntimeServiceServer;
 
 /// Binds the API's socket at `path`.
 pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
@@ -20,7 +32,7 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
             .create(dir)
             .with_context(|| format!("creating {}", dir.display()))?;
     }
-    crate::server::bind_for(path, None)
+    super::bind_for(path, None)
 }
 
 /// Serves the RPCs on `listener` until it fails.
@@ -41,17 +53,17 @@ mod tests {
     use tonic::transport::Channel;
     use tonic::Code;
 
+    use super::status::Prober;
     use super::*;
     use crate::catalog::files::FileCatalog;
     use crate::delegate::{Delegator, NativePlugins};
     use crate::netapi::proto::runtime_service_client::RuntimeServiceClient;
     use crate::netapi::proto::*;
-    use crate::netapi::status::Prober;
     use crate::netapi::store::NetworkStore;
     use crate::state::StateStore;
 
     async fn connect(path: PathBuf) -> RuntimeServiceClient<Channel> {
-        crate::netapi::client::connect(&path).await.unwrap()
+        super::client::connect(&path).await.unwrap()
     }
 
     fn executable(path: &Path) {

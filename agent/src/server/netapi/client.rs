@@ -1,5 +1,5 @@
 //! `plexus-agent network`: the operator's client of the network API (docs/network-api.md).
-//! It sets a network from a YAML or JSON file of a `NetworkConfig` ([`super::model`]),
+//! It sets a network from a YAML or JSON file of a `NetworkConfig` ([`crate::netapi::model`]),
 //! removes one, lists them with their status, and shows which IP of a sandbox is on which
 //! network; as a table, or with `--json` in the proto's JSON mapping (what `set -f` reads).
 //!
@@ -9,17 +9,84 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::{Args, Subcommand};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::config::InvalidField;
-use super::model::{effective_namespace, NetworkConfig};
-use super::proto;
-use super::proto::runtime_service_client::RuntimeServiceClient;
-use crate::options::{
-    NetworkCommand, NetworkIpsOptions, NetworkListOptions, NetworkRemoveOptions, NetworkSetOptions,
-};
+use crate::netapi::config::InvalidField;
+use crate::netapi::model::{effective_namespace, NetworkConfig};
+use crate::netapi::proto;
+use crate::netapi::proto::runtime_service_client::RuntimeServiceClient;
+
+#[derive(Debug, Subcommand)]
+pub enum NetworkCommand {
+    /// SetPodNetwork: creates or updates a network from a YAML or JSON file of a NetworkConfig
+    /// (the proto's JSON mapping; lowerCamelCase or the proto's field names). An update needs a
+    /// higher metadata.generation than the stored one.
+    Set(NetworkSetOptions),
+    /// RemovePodNetwork: new attachments can no longer select the network; pods attached to it
+    /// keep it until their DEL, which uses the config they were attached with.
+    Remove(NetworkRemoveOptions),
+    /// ListPodNetwork: every network (set through the API, NADs, and the on-disk default
+    /// network as `_fallback`) with its measured status.
+    List(NetworkListOptions),
+    /// PodSandboxNetworks: the IPs of a sandbox, each with its network, in attachment order.
+    Ips(NetworkIpsOptions),
+}
+
+/// The socket every `plexus-agent network` command talks to.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkApiSocket {
+    /// The agent's --network-api-socket.
+    #[arg(long, env = "PLEXUS_NETWORK_API_SOCKET", default_value = crate::netapi::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+}
+
+/// `network set`.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkSetOptions {
+    #[command(flatten)]
+    pub socket: NetworkApiSocket,
+    /// The NetworkConfig, YAML or JSON.
+    #[arg(long, short = 'f')]
+    pub file: PathBuf,
+}
+
+/// `network remove`.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkRemoveOptions {
+    #[command(flatten)]
+    pub socket: NetworkApiSocket,
+    /// The network's name.
+    pub name: String,
+    /// The network's namespace; empty means `default`.
+    #[arg(long, short = 'n', default_value = "")]
+    pub namespace: String,
+}
+
+/// `network list`.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkListOptions {
+    #[command(flatten)]
+    pub socket: NetworkApiSocket,
+    /// JSON instead of a table: {"networks": [{"config", "status"}]}, the proto's JSON mapping
+    /// (a config reads back with `network set -f`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `network ips`.
+#[derive(Debug, Clone, Args)]
+pub struct NetworkIpsOptions {
+    #[command(flatten)]
+    pub socket: NetworkApiSocket,
+    /// The sandbox's ID (the CNI_CONTAINERID of its ADD).
+    pub sandbox_id: String,
+    /// JSON instead of a table: {"ips": [{"ip", "networkName"}]}.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// How long connecting to the socket may take (a local socket answers at once or never).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
