@@ -16,10 +16,9 @@
 //! a resource the earlier ones did not have. Several attachments of one resource get distinct
 //! devices, in attachment order ([`assign`]). The device's ID becomes the delegate's `deviceID`
 //! ([`inject`], as Multus does), and the device plugin's device-info file, when it wrote one, the
-//! attachment's device information ([`device_info`], Device Information Specification 4.2.1).
+//! attachment's device information ([`crate::devinfo::dp`], Device Information Specification 4.2.1).
 
 pub mod assign;
-pub mod device_info;
 pub mod dra;
 pub mod inject;
 pub mod pod_devices;
@@ -28,9 +27,6 @@ pub mod podresources;
 use futures::future::BoxFuture;
 
 use crate::catalog::PodInfo;
-
-/// The NAD annotation naming the resource whose devices back the network.
-pub const RESOURCE_NAME_ANNOTATION: &str = "k8s.v1.cni.cncf.io/resourceName";
 
 /// One device the cluster allocated to a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 //! durably, and tears it down (spec 6.2, 7.2, 7.3).
 
 mod default_route;
-mod device_info;
 mod error;
 mod front_end;
 pub mod ipam_claim;
@@ -30,6 +29,7 @@ use crate::cni::Command;
 use crate::cni::{CniCode, CniError, ErrorCode, SUPPORTED_VERSIONS};
 use crate::delegate::{DelegateError, Delegator, InvocationEnv};
 use crate::devices::DeviceSource;
+use crate::devinfo::attachment as device_info;
 use crate::netapi::store::NetworkStore;
 use crate::netlink::deletions;
 use crate::phase::Phase;

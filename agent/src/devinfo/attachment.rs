@@ -1,14 +1,14 @@
-//! The engine's side of the Device Information Specification: each attachment's CNI
-//! device-info file (section 4.2) offered to its plugins, written before the ADD when the
-//! device is known already, read back after it into the record, and removed with the
-//! attachment.
+//! An attachment's CNI device-info file (section 4.2), as the engine uses it: offered to its
+//! plugins, written before the ADD when the device is known already, read back after it into
+//! the record, and removed with the attachment.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use super::file::DeviceInfoFileError;
 use crate::cni::{CniCode, CniError};
-use crate::devinfo::{self, file::DeviceInfoFileError};
+use crate::devinfo;
 use crate::state::AttachmentRecord;
 
 /// The file of the container's attachment on `ifname` under the device-info root.
@@ -69,7 +69,30 @@ async fn blocking<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tests::attachment;
+    use crate::cni::config::NetworkConfigList;
+    use crate::spec::delegate_conf::DelegateConfig;
+
+    fn attachment(network: &str, ifname: &str) -> AttachmentRecord {
+        let list = NetworkConfigList::parse(
+            &json!({"cniVersion": "1.0.0", "name": network, "type": "sriov"}).to_string(),
+            None,
+        )
+        .unwrap();
+        AttachmentRecord {
+            network: network.into(),
+            is_default: false,
+            ifname: ifname.into(),
+            delegate: DelegateConfig { list, runtime_config: Default::default() },
+            result: None,
+            default_route: None,
+            pod_network: None,
+            device: None,
+            device_info: None,
+            ipam_claim: None,
+            selection: None,
+            live_pending: false,
+        }
+    }
 
     /// Device information known before the ADD (a device plugin's) reaches the file first, what
     /// the file holds after the ADD is the record's, and the file goes with the attachment.
@@ -77,7 +100,7 @@ mod tests {
     async fn known_information_is_written_first_read_back_after_and_removed() {
         let dir = tempfile::tempdir().unwrap();
         let file = file_of(dir.path(), "c1", "net1");
-        let mut a = attachment("ns/sriov", "net1", json!({"cniVersion": "1.0.0"}), None);
+        let mut a = attachment("ns/sriov", "net1");
         offer(&mut a, &file);
         assert_eq!(a.delegate.runtime_config[devinfo::CAPABILITY], json!(file.display().to_string()));
 
