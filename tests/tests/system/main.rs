@@ -16,6 +16,7 @@ mod doctor;
 mod durability;
 mod hostile_input;
 mod ipam_claims;
+mod layers;
 mod lifecycle;
 mod live_attachments;
 mod multus_takeover;
