@@ -19,10 +19,13 @@
 //!     [`configure_ip`] for a whole CNI result as libcni's `ConfigureIface`;
 //!   - moving between namespaces through a temporary name ([`move_into`], [`move_out`]);
 //!   - CHECK ([`verify_ips`], [`verify_routes`]), as libcni's `ValidateExpected*`;
+//!   - the main table's default routes for the NPWG default-route selection (`default_route`):
+//!     [`Netlink::main_default_routes`], [`Netlink::delete_default_route`],
+//!     [`Netlink::add_default_route`];
 //!   - traffic control for the dataplane ([`Netlink::add_clsact`], [`Netlink::filters`],
 //!     [`Netlink::root_qdisc_kind`]).
 //! - [`shared`]: within one CNI request, one socket per namespace, shared by its plugins.
-//! - [`Mac`]: the one MAC address type; [`route_table`]: tables above 255, handled once.
+//! - [`Mac`]: the one MAC address type; `route_table`: tables above 255, handled once.
 //!
 //! Every [`LinkError`] names the action, the link and the namespace, so a failure reads as
 //! "renaming plx1a2b3c4d to net1 in network namespace /run/netns/p: File exists (os error 17)",
@@ -31,6 +34,7 @@
 mod bridge;
 mod change;
 mod configure;
+mod default_route;
 pub mod deletions;
 mod error;
 mod features;
@@ -39,7 +43,7 @@ mod mac;
 mod moves;
 mod namespace;
 pub mod nftables;
-pub mod route_table;
+mod route_table;
 pub mod shared;
 mod snapshot;
 mod sysctl;
@@ -52,6 +56,7 @@ mod kernel_tests;
 
 pub use bridge::VethPair;
 pub use configure::configure_ip;
+pub use default_route::{DefaultRoute, IpFamily};
 pub use error::{describe, errno_of, LinkCause, LinkError, NamespaceError};
 pub use features::gro_on;
 pub use handle::Netlink;
