@@ -22,6 +22,8 @@
 //!   - the main table's default routes for the NPWG default-route selection (`default_route`):
 //!     [`Netlink::main_default_routes`], [`Netlink::delete_default_route`],
 //!     [`Netlink::add_default_route`];
+//!   - an SR-IOV PF's VFs ([`sriov_vf`]): [`Netlink::sriov_pf`] reads their settings,
+//!     [`Netlink::set_vf`] changes one, with messages proven byte for byte against iproute2;
 //!   - traffic control for the dataplane ([`Netlink::add_clsact`], [`Netlink::filters`],
 //!     [`Netlink::root_qdisc_kind`]).
 //! - [`shared`]: within one CNI request, one socket per namespace, shared by its plugins.
@@ -46,6 +48,7 @@ pub mod nftables;
 mod route_table;
 pub mod shared;
 mod snapshot;
+pub mod sriov_vf;
 mod sysctl;
 mod tc;
 mod unregister;
@@ -64,6 +67,7 @@ pub use mac::{hardware_address, Mac, MacError};
 pub use moves::{attachment_temp_name, move_into, move_out, temp_name};
 pub use namespace::{netns_exists, run_in};
 pub use snapshot::{AddressSnapshot, LinkSnapshot, RouteSnapshot};
+pub use sriov_vf::SriovPf;
 pub use sysctl::{read_sysctl, write_sysctl};
 pub use tc::FilterHook;
 pub use verify::{verify_ips, verify_routes};
