@@ -11,6 +11,8 @@
 //!     [`Netlink::default_route_interface`], each a [`LinkSnapshot`], [`AddressSnapshot`] or
 //!     [`RouteSnapshot`];
 //!   - changing one link (`change`): create, rename, MAC, MTU, up/down, delete, move;
+//!   - macvlans (`macvlan`): [`Netlink::create_macvlan`] of a [`NewMacVlan`] in a
+//!     [`MacVlanMode`];
 //!   - deleting a pod's links together on DEL ([`deletions`]); every deletion is done when the
 //!     kernel announces the links gone, sent from a blocking thread (`unregister`);
 //!   - bridges (`bridge`): a bridge, a veth pair born a port of it with its other end in a
@@ -24,8 +26,9 @@
 //!     [`Netlink::add_default_route`];
 //!   - an SR-IOV PF's VFs ([`sriov_vf`]): [`Netlink::sriov_pf`] reads their settings,
 //!     [`Netlink::set_vf`] changes one, with messages proven byte for byte against iproute2;
-//!   - traffic control for the dataplane ([`Netlink::add_clsact`], [`Netlink::filters`],
-//!     [`Netlink::root_qdisc_kind`]).
+//!   - traffic control for the dataplane ([`Netlink::add_clsact`], [`Netlink::filters`] as
+//!     [`TcFilter`]s, [`Netlink::root_qdisc_kind`]); a link's XDP program is in its
+//!     [`LinkSnapshot`] ([`XdpProgram`]).
 //! - [`shared`]: within one CNI request, one socket per namespace, shared by its plugins.
 //! - [`Mac`]: the one MAC address type; `route_table`: tables above 255, handled once.
 //!
@@ -42,6 +45,7 @@ mod error;
 mod features;
 mod handle;
 mod mac;
+mod macvlan;
 mod moves;
 mod namespace;
 pub mod nftables;
@@ -64,10 +68,11 @@ pub use error::{describe, errno_of, LinkCause, LinkError, NamespaceError};
 pub use features::gro_on;
 pub use handle::Netlink;
 pub use mac::{hardware_address, Mac, MacError};
+pub use macvlan::{MacVlanMode, NewMacVlan};
 pub use moves::{attachment_temp_name, move_into, move_out, temp_name};
 pub use namespace::{netns_exists, run_in};
-pub use snapshot::{AddressSnapshot, LinkSnapshot, RouteSnapshot};
+pub use snapshot::{AddressSnapshot, LinkSnapshot, RouteSnapshot, XdpProgram};
 pub use sriov_vf::SriovPf;
 pub use sysctl::{read_sysctl, write_sysctl};
-pub use tc::FilterHook;
+pub use tc::{FilterHook, TcFilter};
 pub use verify::{verify_ips, verify_routes};
