@@ -5,7 +5,9 @@
 //!   pods' netlink sockets and runs blocking work such as sysctls ([`read_sysctl`],
 //!   [`write_sysctl`]) and raw sockets. [`netns_exists`] tells a live namespace from a leftover.
 //! - [`Netlink`]: one socket in one namespace, the agent's ([`Netlink::agent`]) or a pod's
-//!   ([`Netlink::pod`]; [`Netlink::open`] picks one of the two). Its methods, by job:
+//!   ([`Netlink::pod`]; [`Netlink::open`] picks one of the two). Its methods take and return
+//!   plexus's types only: no type of rtnetlink, netlink-packet-* or netlink-sys is named
+//!   outside this module, and the socket's handle never leaves it. By job:
 //!   - reading (`snapshot`): [`Netlink::links`], [`Netlink::link`], [`Netlink::require`],
 //!     [`Netlink::addresses`], [`Netlink::all_addresses`], [`Netlink::routes`],
 //!     [`Netlink::default_route_interface`], each a [`LinkSnapshot`], [`AddressSnapshot`] or
@@ -34,7 +36,9 @@
 //!
 //! Every [`LinkError`] names the action, the link and the namespace, so a failure reads as
 //! "renaming plx1a2b3c4d to net1 in network namespace /run/netns/p: File exists (os error 17)",
-//! and keeps the kernel's errno for callers to branch on ([`LinkError::is`]).
+//! and keeps the kernel's errno for callers to branch on ([`LinkError::is`]); the kernel's own
+//! answer is a [`KernelError`], which leaves the layer as a sentence, never as the library's
+//! type. Callers decide on the errno, never on the text.
 
 mod bridge;
 mod change;
@@ -64,7 +68,7 @@ mod kernel_tests;
 pub use bridge::VethPair;
 pub use configure::configure_ip;
 pub use default_route::{DefaultRoute, IpFamily};
-pub use error::{describe, errno_of, LinkCause, LinkError, NamespaceError};
+pub use error::{KernelError, LinkCause, LinkError, NamespaceError};
 pub use features::gro_on;
 pub use handle::Netlink;
 pub use mac::{hardware_address, Mac, MacError};
