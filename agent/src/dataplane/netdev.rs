@@ -6,9 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
-use netlink_packet_route::address::AddressScope;
-use netlink_packet_route::link::InfoKind;
-use netlink_packet_route::tc::{TcAttribute, TcMessage};
 
 use super::attach::Hook;
 use crate::netlink::{AddressSnapshot, FilterHook, LinkError, LinkSnapshot, Netlink, RouteSnapshot};
@@ -89,23 +86,14 @@ pub fn bpf_filter_present(ifindex: u32, hook: Hook, priority: u16, handle: u32) 
             .map_err(NetdevError::Runtime)?
             .block_on(query),
     }?;
-    Ok(filters.iter().any(|f| {
-        u32::from(f.header.handle) == handle
-            && f.header.info >> 16 == u32::from(priority)
-            && kind(f).as_deref() == Some("bpf")
-    }))
-}
-
-fn kind(message: &TcMessage) -> Option<String> {
-    message.attributes.iter().find_map(|a| match a {
-        TcAttribute::Kind(k) => Some(k.clone()),
-        _ => None,
-    })
+    Ok(filters
+        .iter()
+        .any(|f| f.handle == handle && f.priority == priority && f.kind.as_deref() == Some("bpf")))
 }
 
 fn interfaces(links: &[LinkSnapshot], addresses: &[AddressSnapshot]) -> Vec<NodeInterface> {
     let mut global: BTreeMap<u32, Vec<IpNet>> = BTreeMap::new();
-    for a in addresses.iter().filter(|a| a.scope == AddressScope::Universe) {
+    for a in addresses.iter().filter(|a| a.is_global()) {
         global.entry(a.index).or_default().push(a.address);
     }
     links
@@ -117,7 +105,7 @@ fn interfaces(links: &[LinkSnapshot], addresses: &[AddressSnapshot]) -> Vec<Node
             macvlan_lower: l.parent_index.filter(|_| l.is_macvlan()),
             addrs: global.remove(&l.index).unwrap_or_default(),
             master: l.master,
-            wire: matches!(l.kind, None | Some(InfoKind::Bond | InfoKind::Team | InfoKind::Vlan)),
+            wire: matches!(l.kind.as_deref(), None | Some("bond" | "team" | "vlan")),
         })
         .collect()
 }

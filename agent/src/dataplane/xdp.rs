@@ -17,14 +17,13 @@ use std::sync::Mutex;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::xdp::XdpLink;
 use aya::programs::{Xdp, XdpMode};
-use netlink_packet_route::link::{LinkAttribute, LinkMessage, LinkXdp};
 use serde::Serialize;
 
 use super::errno::program_errno;
 use super::loader::{remove_pin, LoadError, Loaded};
 use super::netdev::NetdevError;
 use super::pin::PinDir;
-use crate::netlink::Netlink;
+use crate::netlink::{Netlink, XdpProgram};
 
 /// How an XDP program runs on an interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -73,23 +72,15 @@ pub fn parse_link_name(name: &str) -> Option<u32> {
     name.strip_prefix("xdp_")?.parse().ok()
 }
 
-/// The XDP program of a link message, and its mode: `(program id, mode)`.
-pub fn attached(message: &LinkMessage) -> Option<(u32, Mode)> {
-    let nlas = message.attributes.iter().find_map(|a| match a {
-        LinkAttribute::Xdp(x) => Some(x),
-        _ => None,
-    })?;
-    nlas.iter().find_map(|x| match x {
-        LinkXdp::DrvProgId(id) if *id != 0 => Some((*id, Mode::Native)),
-        LinkXdp::SkbProgId(id) if *id != 0 => Some((*id, Mode::Generic)),
-        _ => None,
-    })
+/// The XDP program of a link as the kernel reports it, and its mode: `(program id, mode)`.
+pub fn attached(program: Option<XdpProgram>) -> Option<(u32, Mode)> {
+    program.map(|p| (p.id, if p.generic { Mode::Generic } else { Mode::Native }))
 }
 
 /// The XDP programs running on the node's interfaces: interface index → (program id, mode).
 pub async fn modes() -> Result<BTreeMap<u32, (u32, Mode)>, NetdevError> {
     let links = Netlink::agent()?.links().await?;
-    Ok(links.iter().filter_map(|l| attached(&l.message).map(|a| (l.index, a))).collect())
+    Ok(links.iter().filter_map(|l| attached(l.xdp).map(|a| (l.index, a))).collect())
 }
 
 /// [`modes`] from synchronous code (the listing subcommands).
@@ -248,7 +239,6 @@ fn program_error(name: &'static str, ifname: &str) -> impl FnOnce(aya::programs:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netlink_packet_route::link::XdpAttached;
 
     #[test]
     fn link_names_round_trip() {
@@ -257,19 +247,12 @@ mod tests {
         assert_eq!(parse_link_name("xdp_42_new"), None);
     }
 
+    /// Which program runs in which mode is read from IFLA_XDP by the netlink layer
+    /// (`netlink::snapshot`'s `the_xdp_mode_is_the_kernels`); here, only the naming of its modes.
     #[test]
     fn the_mode_is_the_kernels() {
-        let mut m = LinkMessage::default();
-        assert_eq!(attached(&m), None);
-        m.attributes.push(LinkAttribute::Xdp(vec![LinkXdp::Attached(XdpAttached::None)]));
-        assert_eq!(attached(&m), None);
-        m.attributes = vec![LinkAttribute::Xdp(vec![
-            LinkXdp::Attached(XdpAttached::Driver),
-            LinkXdp::ProgId(7),
-            LinkXdp::DrvProgId(7),
-        ])];
-        assert_eq!(attached(&m), Some((7, Mode::Native)));
-        m.attributes = vec![LinkAttribute::Xdp(vec![LinkXdp::ProgId(9), LinkXdp::SkbProgId(9)])];
-        assert_eq!(attached(&m), Some((9, Mode::Generic)));
+        assert_eq!(attached(None), None);
+        assert_eq!(attached(Some(XdpProgram { id: 7, generic: false })), Some((7, Mode::Native)));
+        assert_eq!(attached(Some(XdpProgram { id: 9, generic: true })), Some((9, Mode::Generic)));
     }
 }

@@ -22,7 +22,6 @@ use std::path::Path;
 
 use futures::future::BoxFuture;
 use nix::errno::Errno;
-use rtnetlink::LinkMacVlan;
 use serde_json::Value;
 
 pub use config::{mac_from_cni_args, mode_from_name, mode_name, ConfigError, MacvlanConf, Settings};
@@ -36,7 +35,7 @@ use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
 use crate::netlink::{
     attachment_temp_name, configure_ip, netns_exists, verify_ips, verify_routes, LinkError, LinkSnapshot,
-    Netlink,
+    MacVlanMode, Netlink, NewMacVlan,
 };
 
 /// The CNI `type` this plugin answers to.
@@ -332,23 +331,20 @@ async fn create(
     settings: &Settings,
     temporary: &str,
 ) -> Result<LinkSnapshot, MacvlanError> {
-    // IFLA_TXQLEN 0, because the reference's netlink library always sends the LinkAttrs field
-    // and the plugin leaves it 0; without it the kernel copies the master's (1000). The link
-    // has no queue either way (noqueue), but `ip link` would show the difference.
-    let mut builder = LinkMacVlan::new(temporary, master.index, settings.mode).txqueuelen(0);
-    if settings.mtu > 0 {
-        builder = builder.mtu(settings.mtu);
-    }
-    if let Some(mac) = settings.mac {
-        builder = builder.address(mac.0.to_vec());
-    }
-    let what = format!("macvlan {temporary} ({} mode) on {}", mode_name(settings.mode), master.name);
-    let created = if master_ns.netns().is_none() {
-        master_ns.create_in(&what, builder.build(), pod_ns).await
-    } else {
-        master_ns.create(&what, builder.build()).await
+    let link = NewMacVlan {
+        name: temporary,
+        master: master.index,
+        mode: settings.mode,
+        mtu: settings.mtu,
+        mac: settings.mac,
     };
-    created.map_err(|e| creation_failure(e, settings, master))?;
+    let what = format!("macvlan {temporary} ({} mode) on {}", mode_name(settings.mode), master.name);
+    // With the master on the node, the link is born in the pod; else the pod holds both.
+    let born_in = master_ns.netns().is_none().then_some(pod_ns);
+    master_ns
+        .create_macvlan(&what, &link, born_in)
+        .await
+        .map_err(|e| creation_failure(e, settings, master))?;
     crate::failpoint::reached_in_request(crate::failpoint::Point::LinkCreated);
     pod_ns.link(temporary).await?.ok_or_else(|| {
         MacvlanError::internal_msg(format!("the new macvlan {temporary} is not in {}", pod_ns.place()))
@@ -358,7 +354,7 @@ async fn create(
 /// The kernel's refusals of a new macvlan, with what to do about them.
 fn creation_failure(e: LinkError, settings: &Settings, master: &LinkSnapshot) -> MacvlanError {
     let hint = match e.errno {
-        Some(Errno::EINVAL) if settings.mode == netlink_packet_route::link::MacVlanMode::Passthrough => {
+        Some(Errno::EINVAL) if settings.mode == MacVlanMode::Passthrough => {
             format!("; passthru mode needs {} to itself: no other macvlan may use it", master.name)
         }
         Some(Errno::EINVAL) => format!(
@@ -479,7 +475,7 @@ fn verify_link(link: &LinkSnapshot, wanted: &Expected<'_>) -> Result<(), LinkMis
         let kind = link.kind.as_ref().map_or("plain".to_owned(), |k| k.to_string());
         return Err(LinkMismatch::NotMacvlan { name: link.name.clone(), kind });
     }
-    let mode = link.macvlan_mode.unwrap_or(netlink_packet_route::link::MacVlanMode::Bridge);
+    let mode = link.macvlan_mode.unwrap_or(MacVlanMode::Bridge);
     if mode != wanted.settings.mode {
         return Err(LinkMismatch::Mode { found: mode_name(mode), wanted: mode_name(wanted.settings.mode) });
     }

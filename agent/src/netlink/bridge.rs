@@ -3,7 +3,7 @@
 
 use std::os::fd::AsRawFd;
 
-use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo};
+use netlink_packet_route::link::{InfoData, InfoVeth, LinkAttribute, LinkFlags, LinkInfo};
 use nix::errno::Errno;
 use rtnetlink::{LinkBridge, LinkBridgePort, LinkUnspec, LinkVeth};
 
@@ -105,11 +105,11 @@ impl Netlink {
 
 impl LinkSnapshot {
     pub fn is_bridge(&self) -> bool {
-        self.kind == Some(InfoKind::Bridge)
+        self.kind.as_deref() == Some("bridge")
     }
 
     pub fn is_veth(&self) -> bool {
-        self.kind == Some(InfoKind::Veth)
+        self.kind.as_deref() == Some("veth")
     }
 
     /// IFF_PROMISC is set.

@@ -12,7 +12,7 @@ use super::{LinkCause, LinkError, LinkSnapshot, Mac, Netlink};
 impl Netlink {
     /// RTM_NEWLINK with create-exclusive: a new link as `message` describes it (see the
     /// builders of `rtnetlink`, e.g. `LinkMacVlan`). `what` names it in errors.
-    pub async fn create(&self, what: &str, message: LinkMessage) -> Result<(), LinkError> {
+    pub(super) async fn create(&self, what: &str, message: LinkMessage) -> Result<(), LinkError> {
         self.handle()
             .link()
             .add(message)
@@ -24,7 +24,7 @@ impl Netlink {
     /// Like [`Netlink::create`], but the link is born in `target`'s namespace (IFLA_NET_NS_FD):
     /// links it refers to (IFLA_LINK: a macvlan's master) are looked up here, and it never
     /// exists here, so its name only has to be free there.
-    pub async fn create_in(
+    pub(super) async fn create_in(
         &self,
         what: &str,
         message: LinkMessage,

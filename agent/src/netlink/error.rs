@@ -105,9 +105,9 @@ impl From<NamespaceError> for LinkError {
 /// Why a [`LinkError`] happened.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkCause {
-    /// The kernel's answer to a request. Boxed: rtnetlink's error carries the whole message.
-    #[error("{}", describe(.0))]
-    Kernel(#[source] Box<rtnetlink::Error>),
+    /// The kernel's answer to a request.
+    #[error(transparent)]
+    Kernel(KernelError),
 
     /// The agent's own netlink socket could not be opened.
     #[error("{0}")]
@@ -128,8 +128,32 @@ pub enum LinkCause {
     Refused(String),
 }
 
+/// The kernel's answer to a request, as the netlink library reported it: it leaves the layer
+/// as a sentence ("File exists (os error 17)") and the errno in [`LinkError::errno`], never as
+/// the library's type. Boxed: the library's error carries the whole message.
+#[derive(Debug)]
+pub struct KernelError(Box<rtnetlink::Error>);
+
+impl KernelError {
+    pub(super) fn new(err: rtnetlink::Error) -> KernelError {
+        KernelError(Box::new(err))
+    }
+}
+
+impl std::fmt::Display for KernelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&describe(&self.0))
+    }
+}
+
+impl std::error::Error for KernelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
 /// The kernel's errno, when the error is one.
-pub fn errno_of(err: &rtnetlink::Error) -> Option<Errno> {
+pub(super) fn errno_of(err: &rtnetlink::Error) -> Option<Errno> {
     match err {
         rtnetlink::Error::NetlinkError(message) => message.code.map(|code| Errno::from_raw(-code.get())),
         _ => None,
@@ -137,7 +161,7 @@ pub fn errno_of(err: &rtnetlink::Error) -> Option<Errno> {
 }
 
 /// "File exists (os error 17)" rather than rtnetlink's dump of the whole message.
-pub fn describe(err: &rtnetlink::Error) -> String {
+pub(super) fn describe(err: &rtnetlink::Error) -> String {
     match errno_of(err) {
         Some(errno) => std::io::Error::from_raw_os_error(errno as i32).to_string(),
         None => err.to_string(),

@@ -10,7 +10,7 @@ use nix::errno::Errno;
 use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload};
 use rtnetlink::Handle;
 
-use super::error::{errno_of, place_of};
+use super::error::{errno_of, place_of, KernelError};
 use super::namespace::socket_in;
 use super::shared;
 use super::{LinkCause, LinkError, NamespaceError};
@@ -68,8 +68,8 @@ impl Netlink {
         }
     }
 
-    /// The rtnetlink handle, for requests the layer has no method for.
-    pub fn handle(&self) -> &Handle {
+    /// The rtnetlink handle, for the layer's own requests: it never leaves `netlink/`.
+    pub(super) fn handle(&self) -> &Handle {
         &self.handle
     }
 
@@ -89,7 +89,7 @@ impl Netlink {
             action: action.into(),
             place: self.place(),
             errno: errno_of(&err),
-            cause: LinkCause::Kernel(Box::new(err)),
+            cause: LinkCause::Kernel(KernelError::new(err)),
         }
     }
 
@@ -111,7 +111,7 @@ impl Netlink {
 
     /// Sends a request rtnetlink has no builder for (the caller sets NLM_F_REQUEST and
     /// NLM_F_ACK) and waits for the kernel's answer: Err with its errno when it refused.
-    pub async fn acknowledged(
+    pub(super) async fn acknowledged(
         &self,
         message: NetlinkMessage<RouteNetlinkMessage>,
     ) -> Result<(), rtnetlink::Error> {

@@ -6,7 +6,7 @@ use futures::TryStreamExt;
 use ipnet::IpNet;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage, AddressScope};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoMacVlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, MacVlanMode,
+    InfoData, InfoMacVlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, LinkXdp,
 };
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteType};
 use nix::errno::Errno;
@@ -15,14 +15,15 @@ use rtnetlink::RouteMessageBuilder;
 use super::error::errno_of;
 use super::mac::hardware_address;
 use super::route_table::table_of;
-use super::{LinkError, Mac, Netlink};
+use super::{LinkError, Mac, MacVlanMode, Netlink};
 
 /// What one link looks like at one moment.
 #[derive(Debug, Clone)]
 pub struct LinkSnapshot {
     pub index: u32,
     pub name: String,
-    pub kind: Option<InfoKind>,
+    /// IFLA_INFO_KIND ("macvlan", "veth", "bridge", ...); None for a plain (hardware) device.
+    pub kind: Option<String>,
     /// As a CNI result writes it; longer than 6 bytes for InfiniBand.
     pub mac: Option<String>,
     pub mtu: Option<u32>,
@@ -34,25 +35,49 @@ pub struct LinkSnapshot {
     /// IFLA_MASTER: the bridge or bond the link is enslaved to.
     pub master: Option<u32>,
     pub macvlan_mode: Option<MacVlanMode>,
+    /// IFLA_PARENT_DEV_NAME: the bus name of the device behind the netdev (a PCI address for a
+    /// NIC's function), which survives renames and moves between namespaces.
+    pub parent_device: Option<String>,
+    /// The XDP program attached to the link (IFLA_XDP), if any.
+    pub xdp: Option<XdpProgram>,
     /// Everything the kernel said, for what the fields above leave out.
-    pub message: LinkMessage,
+    pub(super) message: LinkMessage,
+}
+
+/// An XDP program attached to a link, as the kernel reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XdpProgram {
+    pub id: u32,
+    /// Run in the stack (generic, `XDP_FLAGS_SKB_MODE`) rather than in the driver (native).
+    pub generic: bool,
 }
 
 impl LinkSnapshot {
-    pub fn from_message(message: LinkMessage) -> Option<LinkSnapshot> {
-        let mut snapshot = LinkSnapshot {
-            index: message.header.index,
-            name: String::new(),
+    /// A link of that index and name and nothing else known about it (down, no kind, no MAC),
+    /// for callers that describe a link by hand, such as tests; set the fields they know.
+    pub fn named(index: u32, name: &str) -> LinkSnapshot {
+        let mut message = LinkMessage::default();
+        message.header.index = index;
+        LinkSnapshot {
+            index,
+            name: name.to_owned(),
             kind: None,
             mac: None,
             mtu: None,
-            up: message.header.flags.contains(LinkFlags::Up),
+            up: false,
             parent_index: None,
             parent_netnsid: None,
             master: None,
             macvlan_mode: None,
-            message: LinkMessage::default(),
-        };
+            parent_device: None,
+            xdp: None,
+            message,
+        }
+    }
+
+    pub(super) fn from_message(message: LinkMessage) -> Option<LinkSnapshot> {
+        let mut snapshot = LinkSnapshot::named(message.header.index, "");
+        snapshot.up = message.header.flags.contains(LinkFlags::Up);
         for attribute in &message.attributes {
             match attribute {
                 LinkAttribute::IfName(name) => snapshot.name = name.clone(),
@@ -61,13 +86,15 @@ impl LinkSnapshot {
                 LinkAttribute::Link(index) => snapshot.parent_index = Some(*index),
                 LinkAttribute::LinkNetNsId(id) => snapshot.parent_netnsid = Some(*id),
                 LinkAttribute::Controller(index) => snapshot.master = Some(*index),
+                LinkAttribute::ParentDevName(name) => snapshot.parent_device = Some(name.clone()),
+                LinkAttribute::Xdp(xdp) => snapshot.xdp = xdp_program(xdp),
                 LinkAttribute::LinkInfo(infos) => {
                     for info in infos {
                         match info {
-                            LinkInfo::Kind(kind) => snapshot.kind = Some(kind.clone()),
+                            LinkInfo::Kind(kind) => snapshot.kind = Some(kind.to_string()),
                             LinkInfo::Data(InfoData::MacVlan(data)) => {
                                 snapshot.macvlan_mode = data.iter().find_map(|d| match d {
-                                    InfoMacVlan::Mode(mode) => Some(*mode),
+                                    InfoMacVlan::Mode(mode) => Some(MacVlanMode::from(*mode)),
                                     _ => None,
                                 });
                             }
@@ -83,7 +110,7 @@ impl LinkSnapshot {
     }
 
     pub fn is_macvlan(&self) -> bool {
-        self.kind == Some(InfoKind::MacVlan)
+        self.kind.as_deref() == Some("macvlan")
     }
 
     /// The link's hardware address when it is an Ethernet one (6 bytes).
@@ -95,14 +122,24 @@ impl LinkSnapshot {
     }
 }
 
+/// The program of IFLA_XDP, by the id of the mode it runs in (IFLA_XDP_PROG_ID alone does not
+/// say which).
+fn xdp_program(xdp: &[LinkXdp]) -> Option<XdpProgram> {
+    xdp.iter().find_map(|x| match x {
+        LinkXdp::DrvProgId(id) if *id != 0 => Some(XdpProgram { id: *id, generic: false }),
+        LinkXdp::SkbProgId(id) if *id != 0 => Some(XdpProgram { id: *id, generic: true }),
+        _ => None,
+    })
+}
+
 /// One address of a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddressSnapshot {
     pub index: u32,
     /// With its prefix length, host bits kept.
     pub address: IpNet,
-    pub flags: AddressFlags,
-    pub scope: AddressScope,
+    flags: AddressFlags,
+    scope: AddressScope,
 }
 
 impl AddressSnapshot {
@@ -144,6 +181,11 @@ impl AddressSnapshot {
     pub fn dad_failed(&self) -> bool {
         self.flags.contains(AddressFlags::Dadfailed)
     }
+
+    /// Of global scope (`ip addr`'s "scope global"): not link-local, host or site.
+    pub fn is_global(&self) -> bool {
+        self.scope == AddressScope::Universe
+    }
 }
 
 /// One route, reduced to what CHECK compares.
@@ -154,7 +196,7 @@ pub struct RouteSnapshot {
     pub gateway: Option<IpAddr>,
     pub oif: Option<u32>,
     pub table: u32,
-    pub kind: RouteType,
+    pub(super) kind: RouteType,
 }
 
 impl RouteSnapshot {
@@ -307,5 +349,54 @@ impl Netlink {
             return Ok(None);
         };
         Ok(self.link_by_index(index).await?.map(|l| l.name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use netlink_packet_route::link::{InfoKind, XdpAttached};
+
+    use super::*;
+
+    #[test]
+    fn snapshots_read_kind_mode_parent_and_mac() {
+        let mut message = LinkMessage::default();
+        message.header.index = 7;
+        message.attributes = vec![
+            LinkAttribute::IfName("net1".into()),
+            LinkAttribute::Address(vec![0x0a, 0x58, 0, 0, 0, 1]),
+            LinkAttribute::Mtu(1400),
+            LinkAttribute::Link(3),
+            LinkAttribute::LinkInfo(vec![
+                LinkInfo::Kind(InfoKind::MacVlan),
+                LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(
+                    netlink_packet_route::link::MacVlanMode::Bridge,
+                )])),
+            ]),
+            LinkAttribute::LinkNetNsId(0),
+            LinkAttribute::ParentDevName("0000:03:02.3".into()),
+        ];
+        let link = LinkSnapshot::from_message(message).unwrap();
+        assert!(link.is_macvlan());
+        assert_eq!(link.kind.as_deref(), Some("macvlan"));
+        assert_eq!(link.macvlan_mode, Some(MacVlanMode::Bridge));
+        assert_eq!((link.parent_index, link.parent_netnsid), (Some(3), Some(0)));
+        assert_eq!(link.mac.as_deref(), Some("0a:58:00:00:00:01"));
+        assert_eq!(link.ethernet_mac(), Some(Mac([0x0a, 0x58, 0, 0, 0, 1])));
+        assert_eq!(link.parent_device.as_deref(), Some("0000:03:02.3"));
+    }
+
+    #[test]
+    fn the_xdp_mode_is_the_kernels() {
+        assert_eq!(xdp_program(&[]), None);
+        assert_eq!(xdp_program(&[LinkXdp::Attached(XdpAttached::None)]), None);
+        assert_eq!(
+            xdp_program(&[LinkXdp::Attached(XdpAttached::Driver), LinkXdp::ProgId(7), LinkXdp::DrvProgId(7)]),
+            Some(XdpProgram { id: 7, generic: false })
+        );
+        assert_eq!(
+            xdp_program(&[LinkXdp::ProgId(9), LinkXdp::SkbProgId(9)]),
+            Some(XdpProgram { id: 9, generic: true })
+        );
     }
 }

@@ -17,6 +17,34 @@ pub enum FilterHook {
     Egress,
 }
 
+/// A filter on a clsact hook, as the kernel lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcFilter {
+    pub handle: u32,
+    pub priority: u16,
+    /// TCA_KIND: "bpf" for a cls_bpf filter.
+    pub kind: Option<String>,
+}
+
+impl TcFilter {
+    fn from_message(message: &TcMessage) -> TcFilter {
+        TcFilter {
+            handle: u32::from(message.header.handle),
+            // tcm_info: the priority in the upper 16 bits, the protocol in the lower.
+            priority: u16::try_from(message.header.info >> 16).unwrap_or(u16::MAX),
+            kind: kind_of(message),
+        }
+    }
+}
+
+/// TCA_KIND of a qdisc or filter.
+fn kind_of(message: &TcMessage) -> Option<String> {
+    message.attributes.iter().find_map(|a| match a {
+        TcAttribute::Kind(kind) => Some(kind.clone()),
+        _ => None,
+    })
+}
+
 /// `tc qdisc add dev IFINDEX clsact`: parent ffff:fff1, handle ffff:0.
 fn clsact_message(ifindex: i32) -> NetlinkMessage<RouteNetlinkMessage> {
     let mut qdisc = TcMessage::with_index(ifindex);
@@ -41,7 +69,7 @@ impl Netlink {
     }
 
     /// The filters on `hook` of the link `ifindex` (under its clsact qdisc).
-    pub async fn filters(&self, ifindex: u32, hook: FilterHook) -> Result<Vec<TcMessage>, LinkError> {
+    pub async fn filters(&self, ifindex: u32, hook: FilterHook) -> Result<Vec<TcFilter>, LinkError> {
         let action = format!("listing the filters of interface {ifindex}");
         let index = tc_index(self, &action, ifindex)?;
         let request = self.handle().traffic_filter(index).get();
@@ -49,7 +77,9 @@ impl Netlink {
             FilterHook::Ingress => request.ingress(),
             FilterHook::Egress => request.egress(),
         };
-        request.execute().try_collect().await.map_err(|e| self.error(action, e))
+        let filters: Vec<TcMessage> =
+            request.execute().try_collect().await.map_err(|e| self.error(action, e))?;
+        Ok(filters.iter().map(TcFilter::from_message).collect())
     }
 
     /// The kind of the link's root qdisc ("fq", "noqueue", "pfifo_fast", ...), if it has one.
@@ -65,14 +95,10 @@ impl Netlink {
             .try_collect()
             .await
             .map_err(|e| self.error(action, e))?;
-        Ok(qdiscs.iter().filter(|q| q.header.index == index && q.header.parent == TcHandle::ROOT).find_map(
-            |q| {
-                q.attributes.iter().find_map(|a| match a {
-                    TcAttribute::Kind(kind) => Some(kind.clone()),
-                    _ => None,
-                })
-            },
-        ))
+        Ok(qdiscs
+            .iter()
+            .filter(|q| q.header.index == index && q.header.parent == TcHandle::ROOT)
+            .find_map(kind_of))
     }
 }
 

@@ -17,19 +17,22 @@ pub enum NetnsError {
     #[error("interface {ifname} does not exist in network namespace {}", netns.display())]
     LinkNotFound { netns: PathBuf, ifname: String },
 
-    #[error("cannot list the routes of network namespace {}: {source}", netns.display())]
-    ListRoutes { netns: PathBuf, source: Box<rtnetlink::Error> },
+    // The route errors say what failed where themselves, and take only the kernel's answer
+    // (`source.cause`) from the netlink layer's error, whose errno decided the variant. Boxed:
+    // the netlink layer's error names its action and place too.
+    #[error("cannot list the routes of network namespace {}: {}", netns.display(), source.cause)]
+    ListRoutes { netns: PathBuf, source: Box<LinkError> },
 
-    #[error("cannot remove route \"{route}\" in network namespace {}: {source}", netns.display())]
-    DeleteRoute { netns: PathBuf, route: String, source: Box<rtnetlink::Error> },
+    #[error("cannot remove route \"{route}\" in network namespace {}: {}", netns.display(), source.cause)]
+    DeleteRoute { netns: PathBuf, route: String, source: Box<LinkError> },
 
-    #[error("gateway {gateway} is not reachable through {ifname} in network namespace {}: {source}",
-        netns.display())]
-    GatewayUnreachable { netns: PathBuf, ifname: String, gateway: IpAddr, source: Box<rtnetlink::Error> },
+    #[error("gateway {gateway} is not reachable through {ifname} in network namespace {}: {}",
+        netns.display(), source.cause)]
+    GatewayUnreachable { netns: PathBuf, ifname: String, gateway: IpAddr, source: Box<LinkError> },
 
-    #[error("cannot add default route via {gateway} dev {ifname} in network namespace {}: {source}",
-        netns.display())]
-    AddRoute { netns: PathBuf, ifname: String, gateway: IpAddr, source: Box<rtnetlink::Error> },
+    #[error("cannot add default route via {gateway} dev {ifname} in network namespace {}: {}",
+        netns.display(), source.cause)]
+    AddRoute { netns: PathBuf, ifname: String, gateway: IpAddr, source: Box<LinkError> },
 }
 
 /// What the attachment asks for cannot be done (no such interface, a gateway off its subnets):

@@ -7,9 +7,9 @@ use std::path::Path;
 use plexus_testkit::Netns;
 
 use super::links::links_by_index;
-use super::routes::{delete_route, main_defaults, Family};
+use super::routes::{delete_route, main_defaults};
 use super::*;
-use crate::netlink::Netlink;
+use crate::netlink::{IpFamily, Netlink};
 
 /// A namespace as the kernel makes it (`lo` down).
 fn empty() -> Netns {
@@ -226,8 +226,8 @@ async fn removing_a_route_that_vanished_meanwhile_is_fine() {
     let ns = pod();
     let pod = Netlink::pod(&ns.path()).await.expect("netlink");
     let links = links_by_index(&pod).await.expect("links");
-    let mut stale = main_defaults(&pod, &ns.path(), Family::V4).await.expect("v4 defaults");
-    stale.extend(main_defaults(&pod, &ns.path(), Family::V6).await.expect("v6 defaults"));
+    let mut stale = main_defaults(&pod, &ns.path(), IpFamily::V4).await.expect("v4 defaults");
+    stale.extend(main_defaults(&pod, &ns.path(), IpFamily::V6).await.expect("v6 defaults"));
     assert_eq!(stale.len(), 2);
     ns.ip("-4 route flush default");
     ns.ip("-6 route flush default");

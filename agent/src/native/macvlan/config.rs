@@ -16,13 +16,12 @@
 //! error; [`crate::cni::json`] reads them); unknown keys are ignored. Values (mode, MAC, MTU range) are checked separately, in
 //! [`MacvlanConf::settings`], so that DEL never fails on a value it does not need.
 
-use netlink_packet_route::link::MacVlanMode;
 use serde_json::Value;
 
 use crate::cni::json::{FieldError, JsonObject};
 use crate::cni::result::Dns;
 use crate::cni::{CniCode, ErrorCode};
-use crate::netlink::{Mac, MacError};
+use crate::netlink::{Mac, MacError, MacVlanMode};
 
 /// The keys of a macvlan config that matter, types checked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -143,7 +142,6 @@ pub fn mode_name(mode: MacVlanMode) -> String {
         MacVlanMode::Passthrough => "passthru".into(),
         MacVlanMode::Source => "source".into(),
         MacVlanMode::Other(n) => format!("mode {n}"),
-        _ => "an unknown mode".into(),
     }
 }
 

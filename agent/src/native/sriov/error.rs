@@ -2,7 +2,7 @@
 
 use crate::cni::{CniCode, Command, ErrorCode};
 use crate::delegate::DelegateError;
-use crate::netlink::{describe, LinkError, MacError, NamespaceError};
+use crate::netlink::{LinkError, MacError, NamespaceError};
 
 /// A failure of the sriov type. Every message names the VF (PCI address) or the setting involved.
 #[derive(Debug, thiserror::Error)]
@@ -40,9 +40,9 @@ pub enum SriovError {
     Link(#[from] LinkError),
 
     /// The kernel refused a request on the PF (`what` is the `ip link` command that would do
-    /// the same).
-    #[error("{what}: {}", describe(source))]
-    Pf { what: String, source: Box<rtnetlink::Error> },
+    /// the same); the netlink layer's error carries the kernel's errno and answer.
+    #[error("{what}: {}", source.cause)]
+    Pf { what: String, source: LinkError },
 
     /// The kernel reported a hardware address that is not a MAC.
     #[error("{what}: {source}")]

@@ -5,7 +5,7 @@
 //! plugin) and optionally sets its port VLAN (`vlan`, `vlanQoS`, `vlanProto`), `spoofchk`,
 //! `trust`, `link_state`, `min_tx_rate`/`max_tx_rate` (Mbps), `mac`, and `ipam` (see
 //! [`config`]). The VF's PF, index and driver come from sysfs ([`sysfs`]); its PF-side settings
-//! change through rtnetlink on the PF ([`vf_netlink`]); its netdev moves into the pod as
+//! change through RTM_SETLINK on the PF ([`vf_netlink`]); its netdev moves into the pod as
 //! CNI_IFNAME ([`netdev`]). A VF bound to a userspace driver (vfio-pci, uio_pci_generic,
 //! igb_uio) has no netdev: it only gets the PF-side settings, and IPAM's result is reported
 //! for the application to use.

@@ -2,8 +2,6 @@
 //! [`crate::netlink`]; what is SR-IOV-specific is recognising the VF's netdev wherever a
 //! crash may have left it, and putting back its name, MAC and MTU.
 
-use netlink_packet_route::link::LinkAttribute;
-
 use super::error::SriovError;
 use super::state::{NetdevState, VfRecord};
 use crate::netlink::{move_into, move_out, LinkSnapshot, Mac, Netlink};
@@ -105,10 +103,7 @@ pub async fn find(ns: &Netlink, record: &VfRecord, in_pod: bool) -> Result<Optio
 
 /// IFLA_PARENT_DEV_NAME: the bus address of the device behind a netdev (a PCI address here).
 fn parent_device(link: &LinkSnapshot) -> Option<&str> {
-    link.message.attributes.iter().find_map(|attr| match attr {
-        LinkAttribute::ParentDevName(name) => Some(name.as_str()),
-        _ => None,
-    })
+    link.parent_device.as_deref()
 }
 
 /// What the record keeps of a netdev.

@@ -3,8 +3,8 @@
 //! Each case runs `ip link set dev PF vf N ARGS` under strace, live, on a veth in a throwaway
 //! namespace, and takes the RTM_NEWLINK request from strace's hex dump of what `ip` wrote to its
 //! netlink socket. The kernel refuses it (a veth has no VFs), but `ip` has sent it by then, and
-//! the request is all that matters here. The same setting, built by
-//! [`set_vf_message`] for the veth's ifindex, must be the same bytes except for:
+//! the request is all that matters here. The same setting, built by the netlink layer
+//! ([`set_vf_request`]) for the veth's ifindex, must be the same bytes except for:
 //!
 //! - `nlmsg_seq` (bytes 8..12): `ip` numbers requests from the clock, plexus's socket from 1;
 //! - `nlmsg_type` (bytes 4..6): `ip` sends RTM_NEWLINK (16), plexus RTM_SETLINK (19), which the
@@ -17,9 +17,8 @@
 use plexus_testkit::{run, unique_ifname, Netns};
 
 use crate::native::sriov::config::SriovConf;
-use crate::native::sriov::vf_netlink::{
-    set_vf_message, to_bytes, LinkState, NetlinkPf, PfControl, VfSetting, VlanProto,
-};
+use crate::native::sriov::vf_netlink::{LinkState, NetlinkPf, PfControl, VfSetting, VlanProto};
+use crate::netlink::sriov_vf::set_vf_request;
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_SETLINK: u16 = 19;
@@ -109,7 +108,7 @@ fn hex(bytes: &[u8]) -> String {
 
 fn assert_same(pf: &Pf, vf: u32, args: &str, setting: &VfSetting) {
     let ip = normalised(pf.ip_request(vf, args), RTM_NEWLINK);
-    let plexus = normalised(to_bytes(&set_vf_message(pf.index, vf, setting)), RTM_SETLINK);
+    let plexus = normalised(set_vf_request(pf.index, vf, setting), RTM_SETLINK);
     assert_eq!(plexus, ip, "vf {vf} {args}:\nplexus:\n{}\nip:\n{}", hex(&plexus), hex(&ip));
 }
 
