@@ -1,14 +1,15 @@
-//! plexus agent: attaches pods to secondary networks per the NPWG multi-network spec v1.1 and
-//! KEP-3698's PodNetworks ([`podnetwork`]; their controller: [`controller`]), through one engine.
+//! plexus agent: attaches pods to secondary networks per the NPWG multi-network spec v1.1,
+//! KEP-3698's PodNetworks ([`podnetwork`]; their controller: [`controller`]) and the CRI network
+//! API ([`netapi`]), through one engine.
 //!
-//! The path of one request reads top to bottom:
-//! [`server`] (Unix socket) → [`engine`] (order, locking, undo) → [`spec`] (pure: selection,
-//! plan, delegate configs, network-status) → [`catalog`] (NADs, pods, on-disk CNI configs;
-//! [`kube`] on a cluster) →
-//! [`delegate`] (exec of CNI plugins), [`native`] (plugins over [`netlink`]) and [`netns`] (the
-//! default-route selection inside the pod) → [`state`]
-//! (durable record of every attachment). [`policy`] says which networks each namespace may use.
-//! [`live`] applies changes of a running pod's selection through the same engine.
+//! The modules are layers, each importing only those below it (docs/architecture.md), and one
+//! request's path reads top to bottom: [`server`] (the shim's Unix socket; the CRI network
+//! API's gRPC) → [`kube`] and [`live`] (the front-ends) → [`engine`] (order, locking, undo) →
+//! [`devices`] and [`catalog`] (NADs, pods, on-disk CNI configs) → [`podnetwork`], [`policy`]
+//! and [`netapi`] (the models) → [`native`], [`ipam`], [`dataplane`], [`delegate`] (the
+//! attachment types) → [`netlink`] and [`state`] (the system: every netlink socket, the durable
+//! record of every attachment) → [`spec`] and [`cni`] (pure: the spec's selection, plan,
+//! delegate configs and status; the CNI types every layer shares).
 
 pub mod catalog;
 pub mod cni;
@@ -30,7 +31,6 @@ pub mod metrics;
 pub mod native;
 pub mod netapi;
 pub mod netlink;
-pub mod netns;
 pub mod options;
 pub mod phase;
 pub mod podnetwork;

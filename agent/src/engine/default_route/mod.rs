@@ -1,13 +1,25 @@
 //! A `default-route` selection (spec 4.1.2.1.9), or a PodNetwork entry's `isDefaultGW`:
 //! which attachment holds the pod's default route, setting and checking it in the pod, and
 //! what it changes in what plexus reports.
+//!
+//! [`in_pod`] sets the routes inside the pod's network namespace, over the agent's netlink
+//! layer ([`crate::netlink`]), which opens each socket inside the pod so the agent's own
+//! threads never change namespace.
+
+mod error;
+mod in_pod;
+mod links;
+
+#[cfg(test)]
+mod kernel_tests;
+
+pub use error::NetnsError;
 
 use std::net::IpAddr;
 use std::path::Path;
 
 use crate::cni::result::CniResult;
 use crate::cni::CniError;
-use crate::netns;
 use crate::state::{AttachmentRecord, ContainerRecord};
 
 use super::request::CniEnv;
@@ -99,7 +111,7 @@ pub fn take_from_result(attachment: &mut AttachmentRecord) -> Result<(), CniErro
 pub async fn apply(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
     let Some((holder, gateways)) = holder(record) else { return Ok(()) };
     let _timer = crate::phase::start(crate::phase::Phase::DefaultRoute);
-    netns::replace_default_routes(Path::new(&env.netns), &holder.ifname, gateways).await.map_err(|e| {
+    in_pod::replace_default_routes(Path::new(&env.netns), &holder.ifname, gateways).await.map_err(|e| {
         CniError::invalid_config(format!("setting the default route of network {}: {e}", holder.network))
             .with_details(holder.network.clone())
     })
@@ -107,7 +119,7 @@ pub async fn apply(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniErro
 
 pub async fn check(record: &ContainerRecord, env: &CniEnv) -> Result<(), CniError> {
     let Some((holder, gateways)) = holder(record) else { return Ok(()) };
-    let routes = netns::default_routes(Path::new(&env.netns))
+    let routes = in_pod::default_routes(Path::new(&env.netns))
         .await
         .map_err(|e| CniError::io(format!("reading the pod's routes: {e}")))?;
     for gw in gateways {
