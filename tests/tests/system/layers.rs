@@ -1,7 +1,8 @@
 //! The agent's folders are layers (docs/architecture.md): every `crate::` import of its code
 //! points down, so no two top-level modules of `agent/src` import each other, directly or
 //! around a circle. Test code is left out (a `tests` folder or file, and what follows
-//! `#[cfg(test)]` in a file); so are comments.
+//! `#[cfg(test)]` in a file); so are comments. And the one netlink layer is sealed: no file
+//! outside `agent/src/netlink/`, tests included, names a type of the netlink crates.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -143,6 +144,43 @@ fn the_agents_top_level_modules_import_each_other_in_no_circle() {
     if let Some(circle) = circle(&graph) {
         panic!("imports run in a circle, so one of them runs up a layer: {}", circle.join(" -> "));
     }
+}
+
+/// Every `.rs` file below `dir`, tests included.
+fn every_file(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a folder of agent/src").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            every_file(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_file_outside_the_netlink_layer_names_a_netlink_crate() {
+    let src = agent_src();
+    let netlink = src.join("netlink");
+    let mut files = Vec::new();
+    every_file(&src, &mut files);
+    assert!(files.len() > 100, "read {} files of agent/src", files.len());
+    let naming: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(&netlink))
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            ["rtnetlink::", "use rtnetlink", "netlink_packet_", "netlink_sys::", "use netlink_sys"]
+                .iter()
+                .any(|name| text.contains(name))
+        })
+        .map(|f| f.strip_prefix(&src).unwrap_or(f).display().to_string())
+        .collect();
+    assert!(naming.is_empty(), "outside agent/src/netlink/, these name a netlink crate: {naming:?}");
+    let inside = files.iter().filter(|f| f.starts_with(&netlink)).any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().contains("rtnetlink::")
+    });
+    assert!(inside, "the netlink layer itself was read");
 }
 
 #[test]
