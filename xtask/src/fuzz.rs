@@ -65,9 +65,9 @@ pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
 }
 
 /// `cargo fuzz` with the nightly toolchain (cargo-fuzz needs it for the sanitizer flags).
-/// The workspace's release profile is the agent's (thin LTO, 4 codegen units): for a fuzz
-/// target, which only has to run fast enough, cargo's default release profile builds in a
-/// fraction of the time.
+/// The workspace's release profile is the agent's (thin LTO, 4 codegen units): a fuzz target
+/// only has to run fast enough, so it builds with cargo's default release profile, and with
+/// line tables for its backtraces rather than full debug information.
 fn cargo_fuzz(args: &[&str]) -> anyhow::Result<()> {
     util::run(
         Command::new(rustup())
@@ -75,6 +75,7 @@ fn cargo_fuzz(args: &[&str]) -> anyhow::Result<()> {
             .args(args)
             .env("CARGO_PROFILE_RELEASE_LTO", "false")
             .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
+            .env("CARGO_PROFILE_RELEASE_DEBUG", "line-tables-only")
             .current_dir(root()),
     )
 }
