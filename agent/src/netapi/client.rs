@@ -17,6 +17,7 @@ use super::config::InvalidField;
 use super::model::{effective_namespace, NetworkConfig};
 use super::proto;
 use super::proto::runtime_service_client::RuntimeServiceClient;
+use crate::cni::error::chain;
 use crate::options::{
     NetworkCommand, NetworkIpsOptions, NetworkListOptions, NetworkRemoveOptions, NetworkSetOptions,
 };
@@ -264,21 +265,6 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         Code::DataLoss => "DATA_LOSS",
         Code::Unauthenticated => "UNAUTHENTICATED",
     }
-}
-
-/// An error and its sources, "a: b: c" (a transport error alone says little).
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]
