@@ -100,3 +100,14 @@ pub fn native_error(
 ) -> DelegateError {
     DelegateError::native(plugin, command, CniFailure::new(code, msg))
 }
+
+/// A verb a native plugin does not have (VERSION is the shim's to answer): code 4, naming the
+/// ones it has.
+pub fn unknown_command(plugin: &str, command: Command) -> DelegateError {
+    native_error(
+        plugin,
+        command,
+        ErrorCode::InvalidEnvironment,
+        format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", command.as_str()),
+    )
+}

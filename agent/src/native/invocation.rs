@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::cni::result::{is_supported_version, CniResult};
 use crate::cni::{CniCode, Command, ErrorCode};
-use crate::delegate::native::{native_error, CniFailure, NativeCall};
+use crate::delegate::native::{unknown_command, CniFailure, NativeCall};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::netlink::{netns_exists, NamespaceError, Netlink};
 
@@ -75,16 +75,6 @@ pub fn invoke<'a, T: NativeType>(
             Err(own) => DelegateError::native(T::TYPE, call.command, own),
         })
     })
-}
-
-/// A verb no native type has (VERSION is the shim's to answer).
-pub fn unknown_command(plugin: &str, command: Command) -> DelegateError {
-    native_error(
-        plugin,
-        command,
-        ErrorCode::InvalidEnvironment,
-        format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", command.as_str()),
-    )
 }
 
 /// The version the result is printed in: the config's, when plexus can write it.
