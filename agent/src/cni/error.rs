@@ -71,3 +71,61 @@ impl fmt::Display for CniError {
 }
 
 impl std::error::Error for CniError {}
+
+/// An error and its causes as one line, `top: cause: cause`, for messages and logs (a transport
+/// or syscall error alone says little; its sources say why). Each text is said once: a cause
+/// whose text the line already holds (layers that print their source and also return it, as
+/// kube's and hyper's do) is left out, and so is an empty one.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = String::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let part = e.to_string();
+        if !part.is_empty() && !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+        next = e.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{what}")]
+    struct Layer {
+        what: &'static str,
+        #[source]
+        source: Option<Box<Layer>>,
+    }
+
+    fn layers(texts: &[&'static str]) -> Layer {
+        let mut layer = None;
+        for what in texts.iter().rev() {
+            layer = Some(Layer { what, source: layer.map(Box::new) });
+        }
+        layer.expect("at least one layer")
+    }
+
+    #[test]
+    fn a_chain_names_every_cause_in_order() {
+        assert_eq!(
+            chain(&layers(&["connecting to /run/x.sock", "transport error", "No such file"])),
+            "connecting to /run/x.sock: transport error: No such file"
+        );
+        assert_eq!(chain(&layers(&["alone"])), "alone");
+    }
+
+    #[test]
+    fn a_chain_says_a_repeated_or_empty_cause_once() {
+        // A layer that prints its source and returns it too: the plain walk said it twice.
+        let text = chain(&layers(&["client error (Connect): refused", "refused", "", "os error 111"]));
+        assert_eq!(text, "client error (Connect): refused: os error 111");
+        assert_eq!(chain(&layers(&["", "the cause"])), "the cause");
+    }
+}

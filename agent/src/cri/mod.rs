@@ -113,7 +113,7 @@ mod tests {
         let socket = dir.path().join("containerd.sock");
         let err = Runtime::new(&socket, Duration::from_secs(2)).sandboxes().await.unwrap_err();
         assert!(matches!(err, CriError::Connect { .. }), "{err:?}");
-        let text = crate::dataplane::errno::chain(&err);
+        let text = crate::cni::error::chain(&err);
         assert!(text.contains(&socket.display().to_string()), "{text}");
     }
 }

@@ -18,7 +18,7 @@ use super::DataplaneOptions;
 use crate::cni::attachment::valid_attachments;
 use crate::cni::result::{CniResult, ResultError};
 use crate::cni::{AttachmentKey, CniCode, Command, ErrorCode};
-use crate::delegate::native::{native_error, NativeCall, NativePlugin};
+use crate::delegate::native::{native_error, unknown_command, NativeCall, NativePlugin};
 use crate::delegate::DelegateError;
 
 /// What a feature adds to the lifecycle to be a chained plugin type.
@@ -162,15 +162,7 @@ impl<D: Chained> NativePlugin for ChainedPlugin<D> {
                 Command::Status => self.service.status().map(|()| None).map_err(|e| {
                     native_error(D::TYPE, call.command, ErrorCode::PluginNotAvailable, e.to_string())
                 }),
-                Command::Version => Err(native_error(
-                    D::TYPE,
-                    call.command,
-                    ErrorCode::InvalidEnvironment,
-                    format!(
-                        "unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC",
-                        call.command.as_str()
-                    ),
-                )),
+                Command::Version => Err(unknown_command(D::TYPE, call.command)),
             }
         })
     }

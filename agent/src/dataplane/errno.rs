@@ -1,21 +1,9 @@
-//! Reading aya's errors: their whole chain of causes as text (aya's syscall errors keep the
-//! errno in their source, which their own message leaves out), and their errno, which decides
-//! whether something is gone or there already.
+//! Reading aya's errors: their errno, which decides whether something is gone or there already.
+//! Their whole chain of causes as text (aya's syscall errors keep the errno in their source,
+//! which their own message leaves out) is [`crate::cni::error::chain`].
 
 use aya::programs::tc::TcError;
 use aya::programs::ProgramError;
-
-/// An error with its causes, for messages: `top: cause: cause`.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
 
 /// The errno behind a TC error, if the kernel gave one.
 pub fn tc_errno(e: &TcError) -> Option<i32> {
@@ -40,6 +28,7 @@ pub fn program_errno(e: &ProgramError) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::error::chain;
 
     #[test]
     fn chains_name_every_cause_and_errnos_come_from_the_kernels_answer() {

@@ -19,10 +19,11 @@ use aya::programs::{CgroupAttachMode, CgroupSockAddr, LinkOrder, Program, Progra
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
 use super::attach::{Attach, AttachPoint, Hook};
-use super::errno::{chain, program_errno, tc_errno};
+use super::errno::{program_errno, tc_errno};
 use super::maps::TableError;
 use super::netdev::{self, NetdevError};
 use super::pin::{PinDir, PinError};
+use crate::cni::error::chain;
 
 /// One BPF object built from `ebpf/programs` by build.rs and embedded in the agent: what it
 /// holds and how its TC programs are attached. Objects are loaded independently, each with its

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use aya::maps::{Map, MapData, MapError};
 use aya::Ebpf;
 
-use super::errno::chain;
 use super::pin::PinDir;
+use crate::cni::error::chain;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {

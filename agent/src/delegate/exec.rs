@@ -22,8 +22,7 @@ pub enum DelegateError {
     Spawn { path: PathBuf, source: Arc<std::io::Error> },
     #[error("CNI plugin {plugin} {command} did not finish within {timeout:?} and was killed")]
     Timeout { plugin: String, command: Command, timeout: Duration },
-    /// The plugin answered a CNI error (an exec'd plugin printed it; a native one built it
-    /// with [`native_error`](super::native::native_error)).
+    /// An exec'd plugin answered a CNI error (printed it).
     #[error(
         "CNI plugin {plugin} {command} failed with code {}: {msg}{}{}",
         code.code(),
@@ -31,7 +30,8 @@ pub enum DelegateError {
         opt_stderr(stderr)
     )]
     Failed { plugin: String, command: Command, code: ErrorCode, msg: String, details: String, stderr: String },
-    /// A native plugin failed; its own error, which knows its CNI code, is the source.
+    /// A native plugin failed; its own error, which knows its CNI code, is the source (a
+    /// [`CniFailure`](super::native::CniFailure) when it is only a code and a message).
     #[error("CNI plugin {plugin} {command} failed with code {}: {source}", source.cni_code().code())]
     Native { plugin: String, command: Command, source: Arc<dyn CniCode + Send + Sync> },
     #[error(

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::env::InvocationEnv;
 use super::exec::DelegateError;
 use crate::cni::config::NetworkConfigList;
-use crate::cni::{Command, ErrorCode};
+use crate::cni::{CniCode, Command, ErrorCode};
 
 /// One invocation of a native plugin.
 #[derive(Debug, Clone, Copy)]
@@ -68,21 +68,46 @@ impl std::fmt::Debug for NativePlugins {
     }
 }
 
-/// A CNI error from a native plugin, shaped like one a binary would print. A plugin whose
-/// error type implements [`CniCode`](crate::cni::CniCode) hands it to [`DelegateError::native`]
-/// instead, which keeps it as the source.
+/// A native plugin's CNI error of its own making: a code and a message, as a binary prints
+/// them. Plugins whose failures have a type of their own give that to
+/// [`DelegateError::native`] instead; this is for the ones that are only a code and words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{msg}")]
+pub struct CniFailure {
+    pub code: ErrorCode,
+    pub msg: String,
+}
+
+impl CniFailure {
+    pub fn new(code: ErrorCode, msg: impl Into<String>) -> CniFailure {
+        CniFailure { code, msg: msg.into() }
+    }
+}
+
+impl CniCode for CniFailure {
+    fn cni_code(&self) -> ErrorCode {
+        self.code
+    }
+}
+
+/// A native plugin's [`CniFailure`] as the delegate layer reports it: the typed path,
+/// [`DelegateError::native`], with the failure as its source.
 pub fn native_error(
     plugin: &str,
     command: Command,
     code: ErrorCode,
     msg: impl Into<String>,
 ) -> DelegateError {
-    DelegateError::Failed {
-        plugin: plugin.to_owned(),
+    DelegateError::native(plugin, command, CniFailure::new(code, msg))
+}
+
+/// A verb a native plugin does not have (VERSION is the shim's to answer): code 4, naming the
+/// ones it has.
+pub fn unknown_command(plugin: &str, command: Command) -> DelegateError {
+    native_error(
+        plugin,
         command,
-        code,
-        msg: msg.into(),
-        details: String::new(),
-        stderr: String::new(),
-    }
+        ErrorCode::InvalidEnvironment,
+        format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", command.as_str()),
+    )
 }

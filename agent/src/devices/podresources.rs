@@ -14,6 +14,7 @@ use tonic::transport::{Endpoint, Uri};
 
 use super::{DeviceSource, ResourceDevice, SourceError};
 use crate::catalog::PodInfo;
+use crate::cni::error::chain;
 
 /// The code generated from `proto/podresources.proto` by `agent/build.rs` (package `v1`).
 #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
@@ -78,7 +79,7 @@ impl PodResources {
                     "connecting to {}: {}; is kubelet running, and is its pod-resources directory mounted into \
                      the agent (--pod-resources-socket)?",
                     self.socket.display(),
-                    error_chain(&e)
+                    chain(&e)
                 )
             })?;
         let mut client = PodResourcesListerClient::new(channel);
@@ -96,18 +97,6 @@ impl PodResources {
             }
         }
     }
-}
-
-/// An error and its sources, as one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 impl DeviceSource for PodResources {

@@ -21,9 +21,9 @@ use super::find::{
 };
 use super::liveness::RuntimeView;
 use super::DoctorError;
+use crate::cni::error::chain as error_chain;
 use crate::cri::Runtime;
 use crate::dataplane::bandwidth::{self, shaper::PIN_SUBDIR, store::Store as BandwidthStore, table::Table};
-use crate::dataplane::errno::chain as error_chain;
 use crate::dataplane::pin::PinDir;
 use crate::dataplane::portmap;
 use crate::dataplane::portmap::entries::{map_endpoint_text, protocol_text};

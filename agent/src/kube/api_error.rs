@@ -7,6 +7,8 @@
 use ::kube::core::Status;
 use ::kube::runtime::watcher;
 
+use crate::cni::error::chain;
+
 /// A failed request, as the agent reports it.
 pub fn describe(e: &::kube::Error) -> String {
     match e {
@@ -84,25 +86,18 @@ pub fn watch_code(e: &watcher::Error) -> Option<u16> {
 /// layers whose text repeats the layer below ("ServiceError: client error (Connect)" above
 /// "client error (Connect)"), and the outermost layer's prefix says nothing to a person.
 fn causes(e: &::kube::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next: Option<&(dyn std::error::Error + 'static)> = match e {
+    let start: &dyn std::error::Error = match e {
         // The wrapper's own text is its source's with a type name in front.
         ::kube::Error::HyperError(_) | ::kube::Error::Service(_) | ::kube::Error::Auth(_) => {
-            std::error::Error::source(e)
+            std::error::Error::source(e).unwrap_or(e)
         }
-        _ => Some(e),
+        _ => e,
     };
-    while let Some(err) = next {
-        let text = err.to_string();
-        if !text.is_empty() && !parts.last().is_some_and(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = err.source();
-    }
-    if parts.is_empty() {
+    let text = chain(start);
+    if text.is_empty() {
         e.to_string()
     } else {
-        parts.join(": ")
+        text
     }
 }
 

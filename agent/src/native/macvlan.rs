@@ -28,14 +28,15 @@ pub use config::{mac_from_cni_args, mode_from_name, mode_name, ConfigError, Macv
 pub use error::{LinkMismatch, MacvlanError};
 
 use super::announce;
-use crate::cni::result::{is_supported_version, CniResult, Interface};
-use crate::cni::{Command, ErrorCode};
+use super::invocation::{self, output, pod_for_del, pod_of, result_version, NativeType, Pod};
+use crate::cni::result::{CniResult, Interface};
+use crate::cni::ErrorCode;
 use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::ipam::Ipam;
 use crate::netlink::{
-    attachment_temp_name, configure_ip, netns_exists, verify_ips, verify_routes, LinkError, LinkSnapshot,
-    MacVlanMode, Netlink, NewMacVlan,
+    attachment_temp_name, configure_ip, verify_ips, verify_routes, LinkError, LinkSnapshot, MacVlanMode,
+    Netlink, NewMacVlan,
 };
 
 /// The CNI `type` this plugin answers to.
@@ -60,20 +61,7 @@ impl NativePlugin for Macvlan {
     }
 
     fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
-        Box::pin(async move {
-            let outcome = match call.command {
-                Command::Add => self.add(call.config, call.env).await.map(Some),
-                Command::Del => self.del(call.config, call.env).await.map(|()| None),
-                Command::Check => self.check(call.config, call.env).await.map(|()| None),
-                Command::Status => self.status(call.config).await.map(|()| None),
-                Command::Gc => self.gc(call.config).await.map(|()| None),
-                other => Err(MacvlanError::new(
-                    ErrorCode::InvalidEnvironment,
-                    format!("unknown CNI_COMMAND {:?}: use ADD, DEL, CHECK, STATUS or GC", other.as_str()),
-                )),
-            };
-            outcome.map_err(|failure| failure.into_delegate_error(TYPE, call.command))
-        })
+        invocation::invoke(self, call)
     }
 }
 
@@ -88,16 +76,14 @@ struct Call<'a> {
     version: &'a str,
 }
 
-/// The pod side of an invocation, checked.
-struct Pod<'a> {
-    netns: &'a Path,
-    ifname: &'a str,
-}
+impl NativeType for Macvlan {
+    const TYPE: &'static str = TYPE;
 
-impl Macvlan {
+    type Error = MacvlanError;
+
     async fn add(&self, config: &Value, env: &InvocationEnv) -> Result<Value, MacvlanError> {
         let conf = parse(config)?;
-        let version = result_version(&conf)?;
+        let version = result_version(&conf.cni_version)?;
         let settings = conf.settings(&env.args)?;
         let pod = pod_of(env)?;
         let pod_ns = Netlink::pod(pod.netns).await?;
@@ -118,54 +104,6 @@ impl Macvlan {
                 Err(failure)
             }
         }
-    }
-
-    /// Everything after the link exists: rename, IPAM, addresses, up, and the result in the
-    /// config's version. On failure the caller deletes the link; IPAM is released here, since
-    /// only this knows whether it ran.
-    async fn attach(
-        &self,
-        call: &Call<'_>,
-        pod_ns: &Netlink,
-        pod: &Pod<'_>,
-        created: &LinkSnapshot,
-    ) -> Result<Value, MacvlanError> {
-        let Call { conf, config, env, version } = *call;
-        let link = pod_ns.rename(created, pod.ifname).await.map_err(|e| {
-            if e.is(Errno::EEXIST) {
-                MacvlanError::config(format!(
-                    "interface {} already exists in the pod's network namespace {}; give this attachment \
-                     another interface name (\"interface\" in the networks annotation)",
-                    pod.ifname,
-                    pod.netns.display()
-                ))
-            } else {
-                MacvlanError::from(e)
-            }
-        })?;
-        let mut result = base_result(&link, pod.netns, conf);
-        if let Err(e) = announce::enable_kernel_notify(pod.netns, pod.ifname).await {
-            // The explicit announcements below still go out.
-            tracing::debug!("{e}");
-        }
-        if !conf.is_layer3() {
-            pod_ns.set_up(&link).await?;
-            return output(&result, version);
-        }
-        let assigned = self.ipam.add(config, env).await.map_err(MacvlanError::delegate)?;
-        let finished = match take_ipam(&mut result, assigned) {
-            Ok(()) => match configure(pod_ns, pod, &link, &result).await {
-                Ok(()) => output(&result, version),
-                Err(failure) => Err(failure),
-            },
-            Err(failure) => Err(failure),
-        };
-        if finished.is_err() {
-            if let Err(e) = self.ipam.del(config, env).await {
-                tracing::warn!("releasing the addresses of a failed macvlan ADD: {e}");
-            }
-        }
-        finished
     }
 
     async fn del(&self, config: &Value, env: &InvocationEnv) -> Result<(), MacvlanError> {
@@ -242,46 +180,58 @@ impl Macvlan {
     }
 }
 
+impl Macvlan {
+    /// Everything after the link exists: rename, IPAM, addresses, up, and the result in the
+    /// config's version. On failure the caller deletes the link; IPAM is released here, since
+    /// only this knows whether it ran.
+    async fn attach(
+        &self,
+        call: &Call<'_>,
+        pod_ns: &Netlink,
+        pod: &Pod<'_>,
+        created: &LinkSnapshot,
+    ) -> Result<Value, MacvlanError> {
+        let Call { conf, config, env, version } = *call;
+        let link = pod_ns.rename(created, pod.ifname).await.map_err(|e| {
+            if e.is(Errno::EEXIST) {
+                MacvlanError::config(format!(
+                    "interface {} already exists in the pod's network namespace {}; give this attachment \
+                     another interface name (\"interface\" in the networks annotation)",
+                    pod.ifname,
+                    pod.netns.display()
+                ))
+            } else {
+                MacvlanError::from(e)
+            }
+        })?;
+        let mut result = base_result(&link, pod.netns, conf);
+        if let Err(e) = announce::enable_kernel_notify(pod.netns, pod.ifname).await {
+            // The explicit announcements below still go out.
+            tracing::debug!("{e}");
+        }
+        if !conf.is_layer3() {
+            pod_ns.set_up(&link).await?;
+            return Ok(output(&result, version)?);
+        }
+        let assigned = self.ipam.add(config, env).await.map_err(MacvlanError::delegate)?;
+        let finished = match take_ipam(&mut result, assigned) {
+            Ok(()) => match configure(pod_ns, pod, &link, &result).await {
+                Ok(()) => output(&result, version).map_err(MacvlanError::from),
+                Err(failure) => Err(failure),
+            },
+            Err(failure) => Err(failure),
+        };
+        if finished.is_err() {
+            if let Err(e) = self.ipam.del(config, env).await {
+                tracing::warn!("releasing the addresses of a failed macvlan ADD: {e}");
+            }
+        }
+        finished
+    }
+}
+
 fn parse(config: &Value) -> Result<MacvlanConf, MacvlanError> {
     Ok(MacvlanConf::parse(config)?)
-}
-
-/// The version the result is printed in: the config's.
-fn result_version(conf: &MacvlanConf) -> Result<String, MacvlanError> {
-    if !is_supported_version(&conf.cni_version) {
-        return Err(MacvlanError::new(
-            ErrorCode::IncompatibleVersion,
-            format!(
-                "cniVersion {:?} is not supported; use one of {}",
-                conf.cni_version,
-                crate::cni::SUPPORTED_VERSIONS.join(", ")
-            ),
-        ));
-    }
-    Ok(conf.cni_version.clone())
-}
-
-fn pod_of(env: &InvocationEnv) -> Result<Pod<'_>, MacvlanError> {
-    let invalid = |msg: String| MacvlanError::new(ErrorCode::InvalidEnvironment, msg);
-    if env.netns.is_empty() {
-        return Err(invalid(
-            "CNI_NETNS is missing: the runtime must pass the pod's network namespace".into(),
-        ));
-    }
-    if !crate::spec::validate::is_kernel_ifname(&env.ifname) {
-        return Err(invalid(format!(
-            "CNI_IFNAME {:?} is not a valid interface name: 1 to 15 bytes, no '/', ':' or white space",
-            env.ifname
-        )));
-    }
-    let netns = Path::new(&env.netns);
-    if !netns_exists(netns) {
-        return Err(MacvlanError::new(
-            ErrorCode::ContainerUnknown,
-            format!("network namespace {} does not exist (the pod's sandbox is gone)", env.netns),
-        ));
-    }
-    Ok(Pod { netns, ifname: &env.ifname })
 }
 
 /// The master link: the configured one, or the interface of the default route.
@@ -371,17 +321,6 @@ fn creation_failure(e: LinkError, settings: &Settings, master: &LinkSnapshot) ->
     MacvlanError::internal_msg(format!("failed to create macvlan: {e}{hint}"))
 }
 
-/// The result as the config's version writes it. 0.1.0 and 0.2.0 results consist of IP
-/// addresses, so a layer-2 macvlan cannot answer in them.
-fn output(result: &CniResult, version: &str) -> Result<Value, MacvlanError> {
-    result.to_version(version).map_err(|e| {
-        MacvlanError::new(
-            ErrorCode::IncompatibleVersion,
-            format!("{e}; use cniVersion 0.3.0 or later for this network"),
-        )
-    })
-}
-
 /// The result of a layer-2 ADD: the macvlan in the pod's sandbox, with its MAC, and the
 /// config's DNS (the reference ignores IPAM's DNS).
 fn base_result(link: &LinkSnapshot, netns: &Path, conf: &MacvlanConf) -> CniResult {
@@ -432,12 +371,9 @@ async fn configure(
 
 /// Deletes the attachment's link, if it is there and a macvlan.
 async fn remove_link(env: &InvocationEnv) -> Result<(), MacvlanError> {
-    let netns = Path::new(&env.netns);
-    // No namespace (the runtime passes none, or the sandbox is gone): the link went with it.
-    if env.netns.is_empty() || env.ifname.is_empty() || !netns_exists(netns) {
+    let Some(pod_ns) = pod_for_del(env).await? else {
         return Ok(());
-    }
-    let pod_ns = Netlink::pod(netns).await?;
+    };
     let found = match pod_ns.link(&env.ifname).await? {
         Some(link) => Some(link),
         // An ADD that died between creating the link and naming it left it under its

@@ -10,6 +10,8 @@
 
 pub mod announce;
 pub mod bridge;
+pub mod error;
+pub mod invocation;
 pub mod macvlan;
 pub mod sriov;
 
@@ -20,7 +22,7 @@ use crate::delegate::NativePlugins;
 use crate::ipam::Ipam;
 
 /// Every type [`register_all`] knows.
-pub const TYPES: [&str; 3] = [bridge::TYPE, macvlan::TYPE, "sriov"];
+pub const TYPES: [&str; 3] = [bridge::TYPE, macvlan::TYPE, sriov::TYPE];
 
 /// Registers the native plugins, except the types in `exec_types` (those keep being exec'd).
 /// `state_dir` is the agent's; plugins that keep records put them in a directory of their own
@@ -48,9 +50,9 @@ pub fn register_all(
         natives.register(macvlan::TYPE, Arc::new(macvlan::Macvlan::new(ipam.clone())));
         registered.push(macvlan::TYPE);
     }
-    if wanted("sriov") {
-        natives.register("sriov", sriov::plugin(ipam, state_dir.to_path_buf(), "/sys".into()));
-        registered.push("sriov");
+    if wanted(sriov::TYPE) {
+        natives.register(sriov::TYPE, sriov::plugin(ipam, state_dir.to_path_buf(), "/sys".into()));
+        registered.push(sriov::TYPE);
     }
     registered
 }

@@ -86,7 +86,8 @@ fn first_segment(path: &str) -> String {
 fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
     let src = agent_src();
     let modules = top_level_modules(&src);
-    let mut graph: BTreeMap<String, BTreeSet<String>> = modules.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> =
+        modules.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
     let mut files = Vec::new();
     code_files(&src, &mut files);
     for file in files {
@@ -140,7 +141,10 @@ fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 fn the_agents_top_level_modules_import_each_other_in_no_circle() {
     let graph = import_graph();
     assert!(graph.len() > 20, "read {} modules of agent/src", graph.len());
-    assert!(graph["engine"].contains("spec") && graph["engine"].contains("state"), "the engine's imports were read");
+    assert!(
+        graph["engine"].contains("spec") && graph["engine"].contains("state"),
+        "the engine's imports were read"
+    );
     if let Some(circle) = circle(&graph) {
         panic!("imports run in a circle, so one of them runs up a layer: {}", circle.join(" -> "));
     }
@@ -177,9 +181,10 @@ fn no_file_outside_the_netlink_layer_names_a_netlink_crate() {
         .map(|f| f.strip_prefix(&src).unwrap_or(f).display().to_string())
         .collect();
     assert!(naming.is_empty(), "outside agent/src/netlink/, these name a netlink crate: {naming:?}");
-    let inside = files.iter().filter(|f| f.starts_with(&netlink)).any(|f| {
-        std::fs::read_to_string(f).unwrap_or_default().contains("rtnetlink::")
-    });
+    let inside = files
+        .iter()
+        .filter(|f| f.starts_with(&netlink))
+        .any(|f| std::fs::read_to_string(f).unwrap_or_default().contains("rtnetlink::"));
     assert!(inside, "the netlink layer itself was read");
 }
 

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use plexus_testkit::Netns;
 
-use super::links::links_by_index;
 use super::in_pod::{default_routes, delete_route, main_defaults, replace_default_routes};
+use super::links::links_by_index;
 use super::*;
 use crate::netlink::{IpFamily, Netlink};
 

@@ -1,4 +1,5 @@
-use super::*;
+use super::add::veth_name;
+use super::check::same_mac;
 
 #[test]
 fn host_veth_names_look_like_the_references() {

@@ -6,6 +6,7 @@ use serde_json::json;
 use super::*;
 use crate::cni::result::IpConfig;
 use crate::cni::ErrorCode;
+use crate::delegate::native::CniFailure;
 use crate::netlink::{LinkCause, Mac, MacVlanMode};
 
 /// A link as the kernel reports it (the reading itself is the netlink layer's, tested there).
@@ -62,7 +63,8 @@ fn the_result_carries_the_interface_in_its_sandbox_and_the_configs_dns() {
 fn ipam_without_addresses_fails_the_add() {
     let conf = MacvlanConf::default();
     let mut result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &conf);
-    let Err(MacvlanError::Cni { code, msg }) = take_ipam(&mut result, CniResult::default()) else {
+    let Err(MacvlanError::Cni(CniFailure { code, msg })) = take_ipam(&mut result, CniResult::default())
+    else {
         panic!("an empty IPAM result must fail");
     };
     assert_eq!(code, ErrorCode::Internal);
@@ -123,14 +125,16 @@ fn creation_failures_hint_at_the_cause() {
         errno: Some(errno),
         cause: LinkCause::Refused("refused".into()),
     };
-    let MacvlanError::Cni { msg, .. } =
+    let MacvlanError::Cni(CniFailure { msg, .. }) =
         creation_failure(refused(Errno::EINVAL), &settings(MacVlanMode::Passthrough, 0), &m)
     else {
         panic!()
     };
     assert!(msg.contains("passthru mode needs up0 to itself"), "{msg}");
     let with_mac = Settings { mac: Some(Mac([0x0a, 0, 0, 0, 0, 9])), ..settings(MacVlanMode::Bridge, 0) };
-    let MacvlanError::Cni { msg, .. } = creation_failure(refused(Errno::EADDRINUSE), &with_mac, &m) else {
+    let MacvlanError::Cni(CniFailure { msg, .. }) =
+        creation_failure(refused(Errno::EADDRINUSE), &with_mac, &m)
+    else {
         panic!()
     };
     assert!(msg.contains("MAC 0a:00:00:00:00:09 is taken on up0"), "{msg}");
@@ -138,7 +142,8 @@ fn creation_failures_hint_at_the_cause() {
 
 #[test]
 fn mtu_above_the_masters_is_a_config_error() {
-    let Err(MacvlanError::Cni { code, msg }) = check_mtu(&settings(MacVlanMode::Bridge, 9000), &master())
+    let Err(MacvlanError::Cni(CniFailure { code, msg })) =
+        check_mtu(&settings(MacVlanMode::Bridge, 9000), &master())
     else {
         panic!()
     };
@@ -150,7 +155,7 @@ fn mtu_above_the_masters_is_a_config_error() {
 #[test]
 fn unsupported_versions_are_refused_with_code_1() {
     let conf = MacvlanConf { cni_version: "0.5.0".into(), ..Default::default() };
-    let Err(MacvlanError::Cni { code, msg }) = result_version(&conf) else { panic!() };
+    let Err(CniFailure { code, msg }) = result_version(&conf.cni_version) else { panic!() };
     assert_eq!(code.code(), 1);
     assert!(msg.contains("1.1.0"), "{msg}");
 }
@@ -158,9 +163,7 @@ fn unsupported_versions_are_refused_with_code_1() {
 #[test]
 fn a_layer_2_result_cannot_be_written_as_0_2_0() {
     let result = base_result(&macvlan_on_node(), Path::new("/run/netns/p"), &MacvlanConf::default());
-    let Err(MacvlanError::Cni { code, msg }) = output(&result, "0.2.0") else {
-        panic!("0.2.0 has no interfaces")
-    };
+    let Err(CniFailure { code, msg }) = output(&result, "0.2.0") else { panic!("0.2.0 has no interfaces") };
     assert_eq!(code.code(), 1);
     assert!(msg.contains("use cniVersion 0.3.0 or later"), "{msg}");
     assert_eq!(output(&result, "0.3.1").unwrap()["interfaces"][0]["name"], "net1");

@@ -1,7 +1,8 @@
 //! What can go wrong, and the CNI error code each failure reaches the runtime with.
 
-use crate::cni::{CniCode, Command, ErrorCode};
+use crate::cni::{CniCode, ErrorCode};
 use crate::delegate::DelegateError;
+use crate::native::invocation::NativeFailure;
 use crate::netlink::{LinkError, MacError, NamespaceError};
 
 /// A failure of the sriov type. Every message names the VF (PCI address) or the setting involved.
@@ -86,12 +87,14 @@ impl SriovError {
     pub fn ipam(e: DelegateError) -> SriovError {
         SriovError::Ipam(Box::new(e))
     }
+}
 
-    /// The error as the delegate layer reports it, as if the sriov binary had printed it.
-    pub fn into_delegate(self, command: Command) -> DelegateError {
+/// IPAM's error reaches the runtime as it came; the rest as the sriov binary would print it.
+impl NativeFailure for SriovError {
+    fn passed_through(self) -> Result<DelegateError, SriovError> {
         match self {
-            SriovError::Ipam(e) => *e,
-            other => DelegateError::native("sriov", command, other),
+            SriovError::Ipam(e) => Ok(*e),
+            other => Err(other),
         }
     }
 }

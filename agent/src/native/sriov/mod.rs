@@ -45,6 +45,9 @@ pub mod vf_netlink;
 #[cfg(test)]
 mod tests;
 
+/// The CNI `type` this plugin answers to.
+pub const TYPE: &str = "sriov";
+
 pub use error::SriovError;
 pub use plugin::{plugin, SriovPlugin};
 pub use vf_netlink::{PfControl, VfAdmin, VfSetting};

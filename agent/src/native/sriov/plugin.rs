@@ -29,12 +29,13 @@ use super::sysfs;
 use super::vf_netlink::{NetlinkPf, PfControl, VfSetting};
 use crate::cni::attachment::valid_attachments;
 use crate::cni::result::{CniResult, Interface};
-use crate::cni::{AttachmentKey, Command, ErrorCode};
-use crate::delegate::native::{native_error, NativeCall, NativePlugin};
+use crate::cni::AttachmentKey;
+use crate::delegate::native::{NativeCall, NativePlugin};
 use crate::delegate::{DelegateError, InvocationEnv};
 use crate::devinfo;
 use crate::ipam::Ipam;
 use crate::native::announce;
+use crate::native::invocation::{self, NativeType};
 use crate::netlink::{configure_ip, netns_exists, verify_ips, verify_routes, Netlink};
 
 /// The shortest wait for a VF another request holds; longer when IPAM may take longer.
@@ -80,28 +81,6 @@ impl SriovPlugin {
 
     async fn host(&self) -> Result<Netlink, SriovError> {
         Ok(Netlink::open(self.host_netns.as_deref()).await?)
-    }
-
-    async fn add(&self, config: &Value, env: &InvocationEnv) -> Result<Value, SriovError> {
-        let conf = SriovConf::parse(config, &env.args)?;
-        require_env(env)?;
-        let device = sysfs::discover(&self.sysfs_root, &conf.device_id)?;
-        let _guard = self.locks.lock(&device.pci).await?;
-        if let Some(held) = self.store.load(&device.pci).await? {
-            if !held.owner.is(env) {
-                return Err(SriovError::Busy { pci: device.pci, holder: held.owner.to_string() });
-            }
-            // This very attachment again: an ADD cut short by a crash, or repeated. Start over
-            // from the VF as it was before the first attempt.
-            tracing::info!(vf = %device.pci, "ADD again for {}; restoring the VF first", held.owner);
-            self.release(&held, &held.config, &held.owner.env()).await?;
-        }
-        let mut record = self.claim(&conf, device, config, env).await?;
-        let mut ipam_allocated = false;
-        match self.attach(&conf, &mut record, config, env, &mut ipam_allocated).await {
-            Ok(result) => Ok(result),
-            Err(error) => Err(self.undo(&record, config, env, ipam_allocated, error).await),
-        }
     }
 
     /// Records the VF's state before anything changes, which also claims it.
@@ -330,6 +309,80 @@ impl SriovPlugin {
         };
         netdev::detach(&host, pod.as_ref(), record).await
     }
+}
+
+/// The attachment's device-info file, when the runtime (plexus's engine) passes one
+/// (`runtimeConfig.CNIDeviceInfoFile`, Device Information Specification 5.1).
+fn device_info_file(config: &Value) -> Option<PathBuf> {
+    let path = config.get("runtimeConfig")?.get(devinfo::CAPABILITY)?.as_str()?;
+    (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// Writes the VF's device information to `path` unless a file is there already: one written
+/// before the ADD (a device plugin's, copied by the engine) describes the device as its
+/// allocator knows it and is kept (Device Information Specification 5.1.2).
+/// A file there that is not device information is replaced.
+async fn describe_vf(path: &Path, device: &sysfs::VfDevice) -> Result<(), SriovError> {
+    let (file, info) = (path.to_owned(), device.device_info());
+    let written = tokio::task::spawn_blocking(move || match devinfo::file::read(&file) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) | Err(_) => devinfo::file::write(&file, &info),
+    })
+    .await
+    .map_err(|e| SriovError::State { path: path.display().to_string(), cause: StateCause::Task(e) })?;
+    Ok(written?)
+}
+
+fn require_env(env: &InvocationEnv) -> Result<(), SriovError> {
+    for (name, value) in
+        [("CNI_CONTAINERID", &env.container_id), ("CNI_NETNS", &env.netns), ("CNI_IFNAME", &env.ifname)]
+    {
+        if value.is_empty() {
+            return Err(SriovError::Environment(format!("{name} is required")));
+        }
+    }
+    Ok(())
+}
+
+impl NativePlugin for SriovPlugin {
+    /// The VF's device-info file is written when the engine passes one, whatever the config
+    /// declares (sriov-cni has no such capability, so no NAD written for it declares it); the
+    /// built-in IPAM honours an IPAMClaim likewise.
+    fn capabilities(&self) -> &'static [&'static str] {
+        &[devinfo::CAPABILITY, crate::ipam::claim::RUNTIME_CONFIG_KEY]
+    }
+
+    fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
+        invocation::invoke(self, call)
+    }
+}
+
+impl NativeType for SriovPlugin {
+    const TYPE: &'static str = super::TYPE;
+
+    type Error = SriovError;
+
+    async fn add(&self, config: &Value, env: &InvocationEnv) -> Result<Value, SriovError> {
+        let conf = SriovConf::parse(config, &env.args)?;
+        require_env(env)?;
+        let device = sysfs::discover(&self.sysfs_root, &conf.device_id)?;
+        let _guard = self.locks.lock(&device.pci).await?;
+        if let Some(held) = self.store.load(&device.pci).await? {
+            if !held.owner.is(env) {
+                return Err(SriovError::Busy { pci: device.pci, holder: held.owner.to_string() });
+            }
+            // This very attachment again: an ADD cut short by a crash, or repeated. Start over
+            // from the VF as it was before the first attempt.
+            tracing::info!(vf = %device.pci, "ADD again for {}; restoring the VF first", held.owner);
+            self.release(&held, &held.config, &held.owner.env()).await?;
+        }
+        let mut record = self.claim(&conf, device, config, env).await?;
+        let mut ipam_allocated = false;
+        match self.attach(&conf, &mut record, config, env, &mut ipam_allocated).await {
+            Ok(result) => Ok(result),
+            Err(error) => Err(self.undo(&record, config, env, ipam_allocated, error).await),
+        }
+    }
 
     async fn del(&self, config: &Value, env: &InvocationEnv) -> Result<(), SriovError> {
         let held = match device_id_for_del(config) {
@@ -407,6 +460,11 @@ impl SriovPlugin {
         Ok(())
     }
 
+    /// Nothing to be ready for: every VF is found (or not) when a pod asks for it.
+    async fn status(&self, _config: &Value) -> Result<(), SriovError> {
+        Ok(())
+    }
+
     /// Releases the VFs of this network's attachments that are not in the runtime's list of
     /// valid ones. The list only covers the network GC runs for (by `name`), so records of
     /// other networks are left alone. IPAM is released with the config each was added with;
@@ -442,72 +500,5 @@ impl SriovPlugin {
                 detail: errors.join("; "),
             })
         }
-    }
-}
-
-/// The attachment's device-info file, when the runtime (plexus's engine) passes one
-/// (`runtimeConfig.CNIDeviceInfoFile`, Device Information Specification 5.1).
-fn device_info_file(config: &Value) -> Option<PathBuf> {
-    let path = config.get("runtimeConfig")?.get(devinfo::CAPABILITY)?.as_str()?;
-    (!path.is_empty()).then(|| PathBuf::from(path))
-}
-
-/// Writes the VF's device information to `path` unless a file is there already: one written
-/// before the ADD (a device plugin's, copied by the engine) describes the device as its
-/// allocator knows it and is kept (Device Information Specification 5.1.2).
-/// A file there that is not device information is replaced.
-async fn describe_vf(path: &Path, device: &sysfs::VfDevice) -> Result<(), SriovError> {
-    let (file, info) = (path.to_owned(), device.device_info());
-    let written = tokio::task::spawn_blocking(move || match devinfo::file::read(&file) {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) | Err(_) => devinfo::file::write(&file, &info),
-    })
-    .await
-    .map_err(|e| SriovError::State { path: path.display().to_string(), cause: StateCause::Task(e) })?;
-    Ok(written?)
-}
-
-fn require_env(env: &InvocationEnv) -> Result<(), SriovError> {
-    for (name, value) in
-        [("CNI_CONTAINERID", &env.container_id), ("CNI_NETNS", &env.netns), ("CNI_IFNAME", &env.ifname)]
-    {
-        if value.is_empty() {
-            return Err(SriovError::Environment(format!("{name} is required")));
-        }
-    }
-    Ok(())
-}
-
-impl NativePlugin for SriovPlugin {
-    /// The VF's device-info file is written when the engine passes one, whatever the config
-    /// declares (sriov-cni has no such capability, so no NAD written for it declares it); the
-    /// built-in IPAM honours an IPAMClaim likewise.
-    fn capabilities(&self) -> &'static [&'static str] {
-        &[devinfo::CAPABILITY, crate::ipam::claim::RUNTIME_CONFIG_KEY]
-    }
-
-    fn invoke<'a>(&'a self, call: NativeCall<'a>) -> BoxFuture<'a, Result<Option<Value>, DelegateError>> {
-        Box::pin(async move {
-            let outcome = match call.command {
-                Command::Add => self.add(call.config, call.env).await.map(Some),
-                Command::Del => self.del(call.config, call.env).await.map(|()| None),
-                Command::Check => self.check(call.config, call.env).await.map(|()| None),
-                Command::Gc => self.gc(call.config).await.map(|()| None),
-                // Nothing to be ready for: every VF is found (or not) when a pod asks for it.
-                Command::Status => Ok(None),
-                other => {
-                    return Err(native_error(
-                        "sriov",
-                        other,
-                        ErrorCode::InvalidEnvironment,
-                        format!("unknown CNI command {:?}", other.as_str()),
-                    ));
-                }
-            };
-            outcome.map_err(|e| {
-                tracing::warn!(command = call.command.as_str(), "sriov: {e}");
-                e.into_delegate(call.command)
-            })
-        })
     }
 }

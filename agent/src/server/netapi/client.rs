@@ -14,6 +14,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::cni::error::chain;
 use crate::netapi::config::InvalidField;
 use crate::netapi::model::{effective_namespace, NetworkConfig};
 use crate::netapi::proto;
@@ -331,21 +332,6 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         Code::DataLoss => "DATA_LOSS",
         Code::Unauthenticated => "UNAUTHENTICATED",
     }
-}
-
-/// An error and its sources, "a: b: c" (a transport error alone says little).
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]
