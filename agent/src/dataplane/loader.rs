@@ -205,6 +205,9 @@ pub struct Loaded {
     pins: Option<PinDir>,
     /// Tags of our programs, by name.
     tags: HashMap<&'static str, u64>,
+    /// How many instructions the verifier walked for each program of this load (the kernel's
+    /// `verified_insns`), in the object's order; `None` where the kernel does not say.
+    verified: Vec<(&'static str, Option<u32>)>,
     /// (name, program id) known to run that program's code: ours, and an earlier run's
     /// identical programs.
     equivalent: BTreeSet<(&'static str, u32)>,
@@ -265,6 +268,7 @@ impl Loaded {
 
         let mut tags = HashMap::new();
         let mut own = BTreeSet::new();
+        let mut verified = Vec::new();
         for &name in object.programs {
             let program = ebpf.program_mut(name).ok_or(LoadError::MissingProgram(name))?;
             let info = match program {
@@ -285,6 +289,7 @@ impl Loaded {
             .map_err(program_error(name))?;
             tags.insert(name, info.tag());
             own.insert((name, info.id()));
+            verified.push((name, info.verified_instruction_count()));
             if let Some(pins) = &pins {
                 // Another agent may pin the same name at the same moment: pinned aside, then
                 // renamed over, the last one wins and neither fails.
@@ -297,7 +302,7 @@ impl Loaded {
                 rename_pin(&tmp, &path)?;
             }
         }
-        Ok(Loaded { object, ebpf, pins, tags, equivalent: own, xdp_enabled: true })
+        Ok(Loaded { object, ebpf, pins, tags, verified, equivalent: own, xdp_enabled: true })
     }
 
     /// Removes the pins of maps that earlier versions of the object had and this one has not
@@ -314,6 +319,13 @@ impl Loaded {
             }
         }
         Ok(())
+    }
+
+    /// How many instructions the verifier walked for each program when this load loaded it
+    /// (bpf_prog_info's `verified_insns`, kernel 5.16+), in the object's order: the measure of
+    /// a program's verification cost that docs/dataplane.md records per program.
+    pub fn verified_instructions(&self) -> &[(&'static str, Option<u32>)] {
+        &self.verified
     }
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
@@ -788,6 +800,28 @@ mod tests {
         assert_eq!(parse_tc_link_name("cg_pm_connect4"), None);
         assert_eq!(parse_tc_link_name("tc_x_in"), None);
         assert_eq!(parse_tc_link_name("tc_3_in_new"), None);
+    }
+
+    /// Loads both objects (no pins) and prints how many instructions the verifier walked for
+    /// each program: the table of docs/dataplane.md, reproduced with
+    /// `cargo test -p plexus-agent kernel_verifier_instruction_counts -- --nocapture`.
+    #[test]
+    fn kernel_verifier_instruction_counts() {
+        let objects = [
+            ("plexus-ebpf", &crate::dataplane::portmap::mapper::OBJECT),
+            ("plexus-bandwidth", &crate::dataplane::bandwidth::shaper::OBJECT),
+        ];
+        println!("| object | program | verified instructions |");
+        println!("|---|---|---:|");
+        for (file, object) in objects {
+            let loaded = Loaded::load_object(object, None).expect("the object loads");
+            assert_eq!(loaded.verified_instructions().len(), object.programs.len());
+            for (name, count) in loaded.verified_instructions() {
+                let count = count.expect("this kernel reports verified_insns (5.16+)");
+                assert!(count > 0, "{name}: no instruction verified");
+                println!("| {file} | {name} | {count} |");
+            }
+        }
     }
 
     #[test]
