@@ -8,6 +8,7 @@
 //! - [`packet`]: the one packet reader and header parser over it, for TC and XDP alike;
 //! - [`charge`], [`police`], [`shaping`]: bandwidth limits (a packet charged to a limit's
 //!   clock; XDP policing; the TC shaping programs);
+//! - [`log`]: the programs' rare events, logged with aya-log-ebpf ([`rare!`]);
 //! - [`portmap`]: port mappings (TC translation, its rewriting helpers, ICMP errors, fragments,
 //!   XDP, node-local sockets, the flow table).
 //!
@@ -22,6 +23,7 @@
 pub mod charge;
 pub mod consts;
 pub mod ctx;
+pub mod log;
 pub mod packet;
 pub mod police;
 pub mod portmap;

@@ -12,6 +12,9 @@ use aya_ebpf::bindings::BPF_NOEXIST;
 use plexus_ebpf_common::flow::{next_state, seen_is_stale, Flow, FlowKey, Settings, FLOW_SNAT};
 use plexus_ebpf_common::{Addr, Endpoint, Rewrite};
 
+/// The error of an insert with `BPF_NOEXIST` that found the key taken.
+const EEXIST: i32 = -17;
+
 use crate::portmap::maps::{flow_count, now, settings, FlowEvent, Maps};
 
 /// What a request tells the flow table.
@@ -40,9 +43,17 @@ pub fn track_request<M: Maps>(r: &Request, s: &Settings, now: u64) {
     if let Some(f) = M::flows().get_ptr_mut(&r.key) {
         // SAFETY: the map's value, valid while the program runs (see the module's notes).
         let f = unsafe { &mut *f };
-        if f.host.same(r.host) && !s.timeouts.expired(f, now) {
+        let same_host = f.host.same(r.host);
+        if same_host && !s.timeouts.expired(f, now) {
             refresh(f, next_state(f.state, r.key.proto, r.tcp_flags, true), now);
             return;
+        }
+        if !same_host && !s.timeouts.expired(f, now) {
+            crate::rare!(
+                "flow of host port {} replaced by one of host port {}: the client reused its port",
+                u16::from_be(f.host.port_be),
+                u16::from_be(r.host.port_be)
+            );
         }
         fill(f, r, now);
         return;
@@ -72,8 +83,13 @@ fn insert<M: Maps>(r: &Request, now: u64) {
     // SAFETY: this CPU's scratch value; nothing else runs on this CPU meanwhile.
     let scratch = unsafe { &mut *scratch };
     fill(scratch, r, now);
-    if M::flows().insert(&r.key, &*scratch, u64::from(BPF_NOEXIST)).is_ok() {
-        flow_count::<M>(FlowEvent::Created);
+    match M::flows().insert(&r.key, &*scratch, u64::from(BPF_NOEXIST)) {
+        Ok(()) => flow_count::<M>(FlowEvent::Created),
+        // Another CPU made it since the lookup: that one stays.
+        Err(EEXIST) => {}
+        Err(e) => {
+            crate::rare!("the flow table refused a new flow (error {}): its replies go untranslated", e)
+        }
     }
 }
 

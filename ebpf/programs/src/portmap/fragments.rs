@@ -37,7 +37,12 @@ pub fn remember<M: Maps>(key: &FragmentKey, src: &Addr, dst: &Addr, rewrite: &Re
     f.pad2 = 0;
     f.created_ns = now(s);
     // A full table evicts the oldest datagram, whose reassembly has most likely ended.
-    let _ = M::frags().insert(key, &*f, 0);
+    if let Err(e) = M::frags().insert(key, &*f, 0) {
+        crate::rare!(
+            "the fragment table refused a datagram (error {}): its later fragments pass untranslated",
+            e
+        );
+    }
 }
 
 /// `pm_fragment`: a later fragment, tail-called from `pm_tc_in`/`pm_tc_out`.

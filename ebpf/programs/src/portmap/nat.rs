@@ -48,7 +48,10 @@ pub fn portmap<M: Maps>(ctx: &TcContext, ingress: bool) -> i32 {
     match try_portmap::<M>(ctx, ingress) {
         Ok(verdict) => verdict,
         // A helper failed halfway through a rewrite: the packet is inconsistent, drop it.
-        Err(_) => DROP,
+        Err(e) => {
+            crate::rare!("a helper failed (error {}) halfway through a translation: packet dropped", e);
+            DROP
+        }
     }
 }
 
@@ -164,7 +167,10 @@ pub fn sctp(ctx: &TcContext) -> i32 {
     let verdict = cb[3] as i32;
     match sctp_fixup(ctx, cb[0].to_ne_bytes(), cb[1] as usize, cb[2]) {
         Ok(()) => verdict,
-        Err(_) => DROP,
+        Err(e) => {
+            crate::rare!("an SCTP packet of {} bytes could not be fixed up (error {}): dropped", cb[2], e);
+            DROP
+        }
     }
 }
 
