@@ -125,9 +125,8 @@ impl ProgramLog {
     /// Starts reading the object's `AYA_LOGS`; `None` (logged) when the object has none or it
     /// cannot be read: the programs then run unheard, which is no reason not to run them.
     fn start(ebpf: &mut Ebpf) -> Option<ProgramLog> {
-        if ebpf.map(LOG_MAP).is_none() {
-            return None;
-        }
+        // An object without log calls has no buffer.
+        ebpf.map(LOG_MAP)?;
         let mut logger = match aya_log::EbpfLogger::init(ebpf) {
             Ok(logger) => logger,
             Err(e) => {
