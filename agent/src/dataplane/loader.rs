@@ -8,10 +8,22 @@
 //! link is left alone: a restart changes nothing in the packet path. When it differs (an
 //! upgrade), the new program is attached next to it first and the old link is replaced by the
 //! new one in the pin directory (rename over it), so there is no moment without a program.
+//!
+//! The programs log their rare events with aya-log-ebpf into the object's `AYA_LOGS` ring
+//! buffer, pinned with its maps: a restarted agent opens the same buffer, so the programs a
+//! previous run attached (kept when their tag is the same) and this run's write where this
+//! run reads ([`ProgramLog`]: the records become `tracing` events at debug, through the `log`
+//! crate, under targets `plexus_ebpf::...`). Whether they log at all is fixed when they are
+//! loaded (aya-log-ebpf's `AYA_LOG_LEVEL`, read-only data): debug when the agent shows the
+//! programs' debug events, else off, and then the verifier prunes the logging code. The level
+//! is not in a program's tag: a restart with another level keeps the programs attached with
+//! theirs until an upgrade replaces them (or their pins are removed).
 
 use std::collections::{BTreeSet, HashMap};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use aya::programs::links::{FdLink, LinkError, PinnedLink};
 use aya::programs::tc::{qdisc_add_clsact, NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle};
@@ -76,6 +88,84 @@ impl Object {
             Hook::Ingress => self.tc_ingress,
             Hook::Egress => self.tc_egress,
         }
+    }
+}
+
+/// The map aya-log-ebpf writes the programs' log records to.
+pub const LOG_MAP: &str = "AYA_LOGS";
+
+/// The global variable of aya-log-ebpf that says which levels the programs log.
+const LOG_LEVEL: &str = "AYA_LOG_LEVEL";
+
+/// aya-log's levels (aya_log_common::Level): nothing, and up to debug.
+static LOG_OFF: u8 = 0;
+static LOG_DEBUG: u8 = 4;
+
+/// The programs' log level for a load: debug when the agent's `tracing` shows debug events of
+/// the programs (`RUST_LOG=info,plexus_ebpf=debug`), else nothing.
+fn program_log_level() -> &'static u8 {
+    if tracing::enabled!(target: "plexus_ebpf", tracing::Level::DEBUG) {
+        &LOG_DEBUG
+    } else {
+        &LOG_OFF
+    }
+}
+
+/// How long the log reader waits for records before it looks whether it should stop.
+const LOG_POLL_MS: i32 = 250;
+
+/// Reads the log records of an object's programs (aya-log) on a thread of its own, into the
+/// `log` crate, which the agent's `tracing` subscriber takes in (tracing-subscriber's `init`
+/// installs the `log` bridge): debug events under the programs' module paths
+/// (`RUST_LOG=info,plexus_ebpf=debug` shows them). Stops when dropped.
+struct ProgramLog {
+    stop: Arc<AtomicBool>,
+}
+
+impl ProgramLog {
+    /// Starts reading the object's `AYA_LOGS`; `None` (logged) when the object has none or it
+    /// cannot be read: the programs then run unheard, which is no reason not to run them.
+    fn start(ebpf: &mut Ebpf) -> Option<ProgramLog> {
+        // An object without log calls has no buffer.
+        ebpf.map(LOG_MAP)?;
+        let mut logger = match aya_log::EbpfLogger::init(ebpf) {
+            Ok(logger) => logger,
+            Err(e) => {
+                tracing::warn!("the BPF programs' log cannot be read, their rare events go unlogged: {e}");
+                return None;
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let spawned = std::thread::Builder::new().name("bpf-log".into()).spawn(move || {
+            let fd = logger.as_raw_fd();
+            while !stopped.load(Ordering::Relaxed) {
+                let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                // SAFETY: one pollfd, valid for the call; the fd is the logger's, open while it lives.
+                let ready = unsafe { libc::poll(&mut pfd, 1, LOG_POLL_MS) };
+                if ready < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                    tracing::warn!(
+                        "waiting for the BPF programs' log records: {}; they go unlogged",
+                        std::io::Error::last_os_error()
+                    );
+                    return;
+                }
+                if ready > 0 {
+                    logger.flush();
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("starting the BPF programs' log reader: {e}; their rare events go unlogged");
+            return None;
+        }
+        Some(ProgramLog { stop })
+    }
+}
+
+impl Drop for ProgramLog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -206,11 +296,16 @@ pub struct Loaded {
     pins: Option<PinDir>,
     /// Tags of our programs, by name.
     tags: HashMap<&'static str, u64>,
+    /// How many instructions the verifier walked for each program of this load (the kernel's
+    /// `verified_insns`), in the object's order; `None` where the kernel does not say.
+    verified: Vec<(&'static str, Option<u32>)>,
     /// (name, program id) known to run that program's code: ours, and an earlier run's
     /// identical programs.
     equivalent: BTreeSet<(&'static str, u32)>,
     /// Whether [`Attach::Xdp`] points get the XDP program (`--no-xdp` turns it off).
     xdp_enabled: bool,
+    /// The reader of the programs' log records, while the object is loaded.
+    _log: Option<ProgramLog>,
 }
 
 impl std::fmt::Debug for Loaded {
@@ -239,6 +334,9 @@ impl Loaded {
         let mut loader = EbpfLoader::new();
         // The programs need no CO-RE relocations: skip parsing the kernel's BTF.
         loader.btf(None);
+        // Read-only data, which the verifier takes as a constant: with logging off, it prunes
+        // the logging code, which then costs no verification (see the module's notes).
+        loader.override_global(LOG_LEVEL, program_log_level(), false);
         for &(name, entries) in sizes {
             loader.map_max_entries(name, entries);
             if let Some(pins) = &pins {
@@ -247,6 +345,11 @@ impl Loaded {
         }
         let mut paths: Vec<(&'static str, PathBuf)> =
             pins.iter().flat_map(|p| object.maps.iter().map(move |m| (*m, p.map(m)))).collect();
+        // The log ring buffer is pinned too (not one of `object.maps`, which say whether an
+        // object is pinned): see the module's notes.
+        if let Some(pins) = &pins {
+            paths.push((LOG_MAP, pins.map(LOG_MAP)));
+        }
         for (name, subdir) in object.shared_maps {
             if let Some(pins) = &pins {
                 let owner = PinDir::open(&pins.root().join(subdir));
@@ -266,6 +369,7 @@ impl Loaded {
 
         let mut tags = HashMap::new();
         let mut own = BTreeSet::new();
+        let mut verified = Vec::new();
         for &name in object.programs {
             let program = ebpf.program_mut(name).ok_or(LoadError::MissingProgram(name))?;
             let info = match program {
@@ -286,6 +390,7 @@ impl Loaded {
             .map_err(program_error(name))?;
             tags.insert(name, info.tag());
             own.insert((name, info.id()));
+            verified.push((name, info.verified_instruction_count()));
             if let Some(pins) = &pins {
                 // Another agent may pin the same name at the same moment: pinned aside, then
                 // renamed over, the last one wins and neither fails.
@@ -298,7 +403,8 @@ impl Loaded {
                 rename_pin(&tmp, &path)?;
             }
         }
-        Ok(Loaded { object, ebpf, pins, tags, equivalent: own, xdp_enabled: true })
+        let log = ProgramLog::start(&mut ebpf);
+        Ok(Loaded { object, ebpf, pins, tags, verified, equivalent: own, xdp_enabled: true, _log: log })
     }
 
     /// Removes the pins of maps that earlier versions of the object had and this one has not
@@ -315,6 +421,13 @@ impl Loaded {
             }
         }
         Ok(())
+    }
+
+    /// How many instructions the verifier walked for each program when this load loaded it
+    /// (bpf_prog_info's `verified_insns`, kernel 5.16+), in the object's order: the measure of
+    /// a program's verification cost that docs/dataplane.md records per program.
+    pub fn verified_instructions(&self) -> &[(&'static str, Option<u32>)] {
+        &self.verified
     }
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
@@ -789,6 +902,28 @@ mod tests {
         assert_eq!(parse_tc_link_name("cg_pm_connect4"), None);
         assert_eq!(parse_tc_link_name("tc_x_in"), None);
         assert_eq!(parse_tc_link_name("tc_3_in_new"), None);
+    }
+
+    /// Loads both objects (no pins) and prints how many instructions the verifier walked for
+    /// each program: the table of docs/dataplane.md, reproduced with
+    /// `cargo test -p plexus-agent kernel_verifier_instruction_counts -- --nocapture`.
+    #[test]
+    fn kernel_verifier_instruction_counts() {
+        let objects = [
+            ("plexus-ebpf", &crate::dataplane::portmap::mapper::OBJECT),
+            ("plexus-bandwidth", &crate::dataplane::bandwidth::shaper::OBJECT),
+        ];
+        println!("| object | program | verified instructions |");
+        println!("|---|---|---:|");
+        for (file, object) in objects {
+            let loaded = Loaded::load_object(object, None).expect("the object loads");
+            assert_eq!(loaded.verified_instructions().len(), object.programs.len());
+            for (name, count) in loaded.verified_instructions() {
+                let count = count.expect("this kernel reports verified_insns (5.16+)");
+                assert!(count > 0, "{name}: no instruction verified");
+                println!("| {file} | {name} | {count} |");
+            }
+        }
     }
 
     #[test]

@@ -107,6 +107,18 @@ pub const PROTO_SCTP: u8 = 132;
 pub const PROTO_ICMP: u8 = 1;
 pub const PROTO_ICMPV6: u8 = 58;
 
+/// Whether an ICMP (`v6` false) or ICMPv6 message type is an error the port mapping translates
+/// (it quotes the packet it is about): destination unreachable (fragmentation needed is its
+/// code 4) and time exceeded; ICMPv6's destination unreachable, packet too big and time
+/// exceeded.
+pub const fn icmp_is_error(v6: bool, kind: u8) -> bool {
+    if v6 {
+        kind == 1 || kind == 2 || kind == 3
+    } else {
+        kind == 3 || kind == 11
+    }
+}
+
 /// [`Rewrite::flags`]: deliver with `bpf_redirect(ifindex, BPF_F_INGRESS)` (the device's receive
 /// path) rather than its transmit path.
 pub const DELIVER_INGRESS: u16 = 1;
@@ -231,6 +243,17 @@ const _: () = assert!(core::mem::size_of::<Counters>() == 40);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn icmp_errors_are_the_messages_that_quote_a_packet() {
+        // ICMP: destination unreachable, time exceeded; not echo request/reply, redirect.
+        assert!(icmp_is_error(false, 3) && icmp_is_error(false, 11));
+        assert!(!icmp_is_error(false, 0) && !icmp_is_error(false, 8) && !icmp_is_error(false, 5));
+        // ICMPv6: destination unreachable, packet too big, time exceeded; not echo, not NDP.
+        assert!(icmp_is_error(true, 1) && icmp_is_error(true, 2) && icmp_is_error(true, 3));
+        assert!(!icmp_is_error(true, 128) && !icmp_is_error(true, 129) && !icmp_is_error(true, 135));
+        assert!(!icmp_is_error(true, 4));
+    }
 
     #[test]
     fn map_names_compare_byte_for_byte() {

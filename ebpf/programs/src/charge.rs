@@ -1,8 +1,7 @@
 //! One packet charged to a limit's virtual clock (plexus_ebpf_common::shape's arithmetic),
 //! published with a compare-and-swap against other CPUs' updates: what both the bandwidth TC
 //! programs and the port mapping object's XDP program (ingress limits on a macvlan master) run,
-//! on the same map entry, so a limit is one bucket whichever program sees the packet. Each
-//! object's root includes it with `#[path = "../charge.rs"] mod charge;`.
+//! on the same map entry, so a limit is one bucket whichever program sees the packet.
 
 use core::intrinsics::{atomic_cxchg, AtomicOrdering};
 

@@ -8,8 +8,7 @@
 //!
 //! Both objects run it: the port mapping object's `pm_xdp` after its translation, the shaping
 //! object's `bw_xdp` alone (a master without port mappings). Each passes its own handles of the
-//! shaping maps, which are one pinned set. Each object's root includes it with
-//! `#[path = "../police.rs"] mod police;`.
+//! shaping maps, which are one pinned set.
 
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_xdp_adjust_meta};
@@ -20,8 +19,8 @@ use plexus_ebpf_common::shape::{
 };
 
 use crate::charge::charge;
-use crate::frame::read;
-use crate::shared::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6};
+use crate::consts::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6};
+use crate::packet::Headers;
 
 /// Enforces the ingress limit of the pod the frame is for, if it has one (see the module's
 /// notes); the verdict for the frame.
@@ -33,12 +32,13 @@ pub fn police(
     clock: &Array<u64>,
 ) -> u32 {
     let ifindex = ctx.ingress_ifindex() as u32;
-    let Some(mac) = read::<[u8; 6]>(ctx, 0) else { return XDP_PASS };
+    let h = Headers::linear(ctx);
+    let Some(mac) = h.read::<[u8; 6]>(0) else { return XDP_PASS };
     let key = ShapeKey { ifindex, hook: HOOK_INGRESS, pad: 0, mac };
     let Some(limit) = limits.get_ptr_mut(&key) else { return XDP_PASS };
-    let ecn = match read::<u16>(ctx, 12).map(u16::from_be) {
-        Some(ETH_P_IP) => read::<u8>(ctx, ETH_HLEN + 1).map(|tos| tos & 3),
-        Some(ETH_P_IPV6) => read::<u8>(ctx, ETH_HLEN + 1).map(|b| (b >> 4) & 3),
+    let ecn = match h.read::<u16>(12).map(u16::from_be) {
+        Some(ETH_P_IP) => h.read::<u8>(ETH_HLEN + 1).map(|tos| tos & 3),
+        Some(ETH_P_IPV6) => h.read::<u8>(ETH_HLEN + 1).map(|b| (b >> 4) & 3),
         _ => None,
     };
     if ecn != Some(0) {

@@ -12,7 +12,10 @@ use aya_ebpf::bindings::BPF_NOEXIST;
 use plexus_ebpf_common::flow::{next_state, seen_is_stale, Flow, FlowKey, Settings, FLOW_SNAT};
 use plexus_ebpf_common::{Addr, Endpoint, Rewrite};
 
-use crate::maps::{flow_count, now, settings, FlowEvent, PM_FLOWS, PM_SCRATCH};
+/// The error of an insert with `BPF_NOEXIST` that found the key taken.
+const EEXIST: i32 = -17;
+
+use crate::portmap::maps::{flow_count, now, settings, FlowEvent, Maps};
 
 /// What a request tells the flow table.
 pub struct Request<'a> {
@@ -36,18 +39,26 @@ pub struct Request<'a> {
 /// flow there has taken a free entry, filled it and handed it back before failing, which costs
 /// more than the lookup a new tuple's insert follows (its bucket is then warm).
 #[inline(always)]
-pub fn track_request(r: &Request, s: &Settings, now: u64) {
-    if let Some(f) = PM_FLOWS.get_ptr_mut(&r.key) {
+pub fn track_request<M: Maps>(r: &Request, s: &Settings, now: u64) {
+    if let Some(f) = M::flows().get_ptr_mut(&r.key) {
         // SAFETY: the map's value, valid while the program runs (see the module's notes).
         let f = unsafe { &mut *f };
-        if f.host.same(r.host) && !s.timeouts.expired(f, now) {
+        let same_host = f.host.same(r.host);
+        if same_host && !s.timeouts.expired(f, now) {
             refresh(f, next_state(f.state, r.key.proto, r.tcp_flags, true), now);
             return;
+        }
+        if !same_host && !s.timeouts.expired(f, now) {
+            crate::rare!(
+                "flow of host port {} replaced by one of host port {}: the client reused its port",
+                u16::from_be(f.host.port_be),
+                u16::from_be(r.host.port_be)
+            );
         }
         fill(f, r, now);
         return;
     }
-    insert(r, now);
+    insert::<M>(r, now);
 }
 
 /// Writes a packet's news into its flow: the state, if it changed, and the time seen, once
@@ -66,14 +77,19 @@ fn refresh(f: &mut Flow, state: u8, now: u64) {
 /// Inserts the flow of request `r`, unless the table has one on its key (another CPU made it
 /// since the lookup: that one stays).
 #[inline(always)]
-fn insert(r: &Request, now: u64) {
+fn insert<M: Maps>(r: &Request, now: u64) {
     // The new value is built in this CPU's scratch entry, then copied into the table.
-    let Some(scratch) = PM_SCRATCH.get_ptr_mut(0) else { return };
+    let Some(scratch) = M::scratch().get_ptr_mut(0) else { return };
     // SAFETY: this CPU's scratch value; nothing else runs on this CPU meanwhile.
     let scratch = unsafe { &mut *scratch };
     fill(scratch, r, now);
-    if PM_FLOWS.insert(&r.key, &*scratch, u64::from(BPF_NOEXIST)).is_ok() {
-        flow_count(FlowEvent::Created);
+    match M::flows().insert(&r.key, &*scratch, u64::from(BPF_NOEXIST)) {
+        Ok(()) => flow_count::<M>(FlowEvent::Created),
+        // Another CPU made it since the lookup: that one stays.
+        Err(EEXIST) => {}
+        Err(e) => {
+            crate::rare!("the flow table refused a new flow (error {}): its replies go untranslated", e)
+        }
     }
 }
 
@@ -96,16 +112,16 @@ fn fill(f: &mut Flow, r: &Request, now: u64) {
 /// read in place (a copy would not fit the program's stack next to the packet's state); the
 /// map value stays valid while the program runs, even if another CPU removes the entry.
 #[inline(always)]
-pub fn track_reply(key: &FlowKey, tcp_flags: u8) -> Option<&'static Flow> {
-    let f = PM_FLOWS.get_ptr_mut(key)?;
+pub fn track_reply<M: Maps>(key: &FlowKey, tcp_flags: u8) -> Option<&'static Flow> {
+    let f = M::flows().get_ptr_mut(key)?;
     // SAFETY: as in `track_request`.
     let f = unsafe { &mut *f };
     // The clock and the settings only for tracked packets: most packets from a pod are not.
-    let s = settings()?;
+    let s = settings::<M>()?;
     let now = now(s);
     if s.timeouts.expired(f, now) {
-        if PM_FLOWS.remove(key).is_ok() {
-            flow_count(FlowEvent::Removed);
+        if M::flows().remove(key).is_ok() {
+            flow_count::<M>(FlowEvent::Removed);
         }
         return None;
     }
@@ -115,9 +131,9 @@ pub fn track_reply(key: &FlowKey, tcp_flags: u8) -> Option<&'static Flow> {
 
 /// The live flow of `key`, untouched (ICMP errors quote flows, they do not refresh them).
 #[inline(always)]
-pub fn find(key: &FlowKey, s: &Settings, now: u64) -> Option<&'static Flow> {
+pub fn find<M: Maps>(key: &FlowKey, s: &Settings, now: u64) -> Option<&'static Flow> {
     // SAFETY: read in place, as in `track_reply`.
-    let f = unsafe { PM_FLOWS.get(key) }?;
+    let f = unsafe { M::flows().get(key) }?;
     if s.timeouts.expired(f, now) {
         return None;
     }

@@ -9,24 +9,24 @@
 //! untouched, as does one arriving after FRAGMENT_TIMEOUT_NS (the kernel's own reassembly
 //! timeout): its datagram cannot be reassembled by the receiver then.
 
-use aya_ebpf::macros::classifier;
 use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::flow::{
     Fragment, FragmentKey, FRAGMENT_TIMEOUT_NS, FRAG_DST, FRAG_HAIRPIN, FRAG_REPLY, FRAG_SRC, FRAG_TO_POD,
 };
 use plexus_ebpf_common::{v4_mapped, Addr, Rewrite};
 
-use crate::headers::IPV6_HLEN;
-use crate::maps::{count, now, settings, Direction, PM_FRAGS, PM_FRAG_SCRATCH};
-use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
-use crate::tc::{deliver, set_ip_addr, tail_called_ingress, Side};
+use crate::consts::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
+use crate::packet::IPV6_HLEN;
+use crate::portmap::maps::{count, now, settings, Direction, Maps};
+use crate::portmap::rewrite::{deliver, set_ip_addr, Side};
+use crate::portmap::tail::tail_called_ingress;
 
 /// Records the first fragment's translation (built in this CPU's scratch entry: it does not
 /// fit the calling program's stack).
 #[inline(always)]
-pub fn remember(key: &FragmentKey, src: &Addr, dst: &Addr, rewrite: &Rewrite, flags: u8) {
-    let Some(s) = settings() else { return };
-    let Some(f) = PM_FRAG_SCRATCH.get_ptr_mut(0) else { return };
+pub fn remember<M: Maps>(key: &FragmentKey, src: &Addr, dst: &Addr, rewrite: &Rewrite, flags: u8) {
+    let Some(s) = settings::<M>() else { return };
+    let Some(f) = M::frag_scratch().get_ptr_mut(0) else { return };
     // SAFETY: this CPU's scratch value; nothing else runs on this CPU meanwhile.
     let f: &mut Fragment = unsafe { &mut *f };
     f.src = *src;
@@ -37,12 +37,18 @@ pub fn remember(key: &FragmentKey, src: &Addr, dst: &Addr, rewrite: &Rewrite, fl
     f.pad2 = 0;
     f.created_ns = now(s);
     // A full table evicts the oldest datagram, whose reassembly has most likely ended.
-    let _ = PM_FRAGS.insert(key, &*f, 0);
+    if let Err(e) = M::frags().insert(key, &*f, 0) {
+        crate::rare!(
+            "the fragment table refused a datagram (error {}): its later fragments pass untranslated",
+            e
+        );
+    }
 }
 
-#[classifier]
-pub fn pm_fragment(ctx: TcContext) -> i32 {
-    match translate(&ctx, tail_called_ingress(&ctx)) {
+/// `pm_fragment`: a later fragment, tail-called from `pm_tc_in`/`pm_tc_out`.
+#[inline(always)]
+pub fn fragment<M: Maps>(ctx: &TcContext) -> i32 {
+    match translate::<M>(ctx, tail_called_ingress(ctx)) {
         Ok(verdict) => verdict,
         // A helper failed halfway through a rewrite: the packet is inconsistent, drop it.
         Err(_) => DROP,
@@ -72,11 +78,11 @@ fn parse(ctx: &TcContext) -> Option<(bool, FragmentKey)> {
 }
 
 #[inline(always)]
-fn translate(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
+fn translate<M: Maps>(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
     let Some((v6, key)) = parse(ctx) else { return Ok(NEXT) };
     // SAFETY: read in place; a map value stays valid while the program runs.
-    let Some(f) = (unsafe { PM_FRAGS.get(&key) }) else { return Ok(NEXT) };
-    let Some(s) = settings() else { return Ok(NEXT) };
+    let Some(f) = (unsafe { M::frags().get(&key) }) else { return Ok(NEXT) };
+    let Some(s) = settings::<M>() else { return Ok(NEXT) };
     if now(s).saturating_sub(f.created_ns) > FRAGMENT_TIMEOUT_NS {
         return Ok(NEXT);
     }
@@ -94,6 +100,6 @@ fn translate(ctx: &TcContext, ingress: bool) -> Result<i32, i64> {
         ctx.store(6, &f.rewrite.host_mac, 0)?;
     }
     let dir = if f.flags & FRAG_REPLY != 0 { Direction::Out } else { Direction::In };
-    count(&f.rewrite, ctx.len(), dir);
-    Ok(if to_pod { deliver(ctx, &f.rewrite, ingress) } else { NEXT })
+    count::<M>(&f.rewrite, ctx.len(), dir);
+    Ok(if to_pod { deliver::<M>(ctx, &f.rewrite, ingress) } else { NEXT })
 }

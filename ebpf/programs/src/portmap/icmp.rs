@@ -20,36 +20,26 @@
 //! (whose source was rewritten too) are left alone.
 
 use aya_ebpf::bindings::BPF_F_PSEUDO_HDR;
-use aya_ebpf::macros::classifier;
 use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::csum::Delta;
 use plexus_ebpf_common::flow::{FlowKey, FLOW_SNAT};
 use plexus_ebpf_common::{addr_eq, v4_mapped, Addr, Endpoint, PROTO_SCTP, PROTO_TCP, PROTO_UDP};
 
-use crate::flows::find;
-use crate::headers::IPV6_HLEN;
-use crate::maps::{flow_count, forward, now, settings, FlowEvent};
-use crate::shared::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
-use crate::tc::{deliver, pseudo_header_addr, set_ip_addr, tail_called_ingress, Side};
+use crate::consts::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
+use crate::packet::IPV6_HLEN;
+use crate::portmap::flows::find;
+use crate::portmap::maps::{flow_count, forward, now, settings, FlowEvent, Maps};
+use crate::portmap::rewrite::{deliver, pseudo_header_addr, set_ip_addr, Side};
+use crate::portmap::tail::tail_called_ingress;
 
 const ICMP_HLEN: usize = 8;
 
-/// Whether an ICMP (`v6` false) or ICMPv6 message type is an error this program translates.
+/// `pm_icmp`: an ICMP error (plexus_ebpf_common::icmp_is_error), tail-called from
+/// `pm_tc_in`/`pm_tc_out`.
 #[inline(always)]
-pub fn is_error(v6: bool, kind: u8) -> bool {
-    if v6 {
-        // Destination unreachable, packet too big, time exceeded.
-        kind == 1 || kind == 2 || kind == 3
-    } else {
-        // Destination unreachable (fragmentation needed is code 4), time exceeded.
-        kind == 3 || kind == 11
-    }
-}
-
-#[classifier]
-pub fn pm_icmp(ctx: TcContext) -> i32 {
-    let Some(m) = parse(&ctx) else { return NEXT };
-    match translate(&ctx, &m, tail_called_ingress(&ctx)) {
+pub fn icmp<M: Maps>(ctx: &TcContext) -> i32 {
+    let Some(m) = parse(ctx) else { return NEXT };
+    match translate::<M>(ctx, &m, tail_called_ingress(ctx)) {
         Ok(verdict) => verdict,
         // A helper failed halfway through a rewrite: the packet is inconsistent, drop it.
         Err(_) => DROP,
@@ -144,13 +134,13 @@ fn parse(ctx: &TcContext) -> Option<Message> {
 }
 
 #[inline(always)]
-fn translate(ctx: &TcContext, m: &Message, ingress: bool) -> Result<i32, i64> {
-    let Some(s) = settings() else { return Ok(NEXT) };
+fn translate<M: Maps>(ctx: &TcContext, m: &Message, ingress: bool) -> Result<i32, i64> {
+    let Some(s) = settings::<M>() else { return Ok(NEXT) };
     let now = now(s);
     // From the pod's side: the quote is a request the pod received, so its reversed tuple is a
     // flow's key.
     let key = FlowKey::new(m.inner_dst, m.dport, m.inner_src, m.sport, m.proto);
-    if let Some(flow) = find(&key, s, now) {
+    if let Some(flow) = find::<M>(&key, s, now) {
         if flow.state & FLOW_SNAT != 0 {
             return Ok(NEXT);
         }
@@ -158,7 +148,7 @@ fn translate(ctx: &TcContext, m: &Message, ingress: bool) -> Result<i32, i64> {
         if addr_eq(&m.outer_src, &m.inner_dst) {
             rewrite_outer(ctx, m, Side::Src, &flow.host.addr)?;
         }
-        flow_count(FlowEvent::Icmp);
+        flow_count::<M>(FlowEvent::Icmp);
         return Ok(NEXT);
     }
     // Towards the host IP: the quote is a reply sent as hostIP:hostPort.
@@ -166,17 +156,17 @@ fn translate(ctx: &TcContext, m: &Message, ingress: bool) -> Result<i32, i64> {
         return Ok(NEXT);
     }
     let host = Endpoint::new(m.inner_src, m.sport, m.proto);
-    let Some(rw) = forward(&host) else { return Ok(NEXT) };
+    let Some(rw) = forward::<M>(&host) else { return Ok(NEXT) };
     let key = FlowKey::new(rw.addr, rw.port_be, m.inner_dst, m.dport, m.proto);
-    let Some(flow) = find(&key, s, now) else { return Ok(NEXT) };
+    let Some(flow) = find::<M>(&key, s, now) else { return Ok(NEXT) };
     if !flow.host.same(&host) || flow.state & FLOW_SNAT != 0 {
         return Ok(NEXT);
     }
     rewrite_inner(ctx, m, Side::Src, &rw.addr, rw.port_be)?;
     rewrite_outer(ctx, m, Side::Dst, &rw.addr)?;
     ctx.store(0, &flow.rewrite.pod_mac, 0)?;
-    flow_count(FlowEvent::Icmp);
-    Ok(deliver(ctx, &flow.rewrite, ingress))
+    flow_count::<M>(FlowEvent::Icmp);
+    Ok(deliver::<M>(ctx, &flow.rewrite, ingress))
 }
 
 /// Rewrites the quoted packet's source or destination address and port, with the quoted IPv4

@@ -1,7 +1,8 @@
-//! Port mappings for the node's own sockets (cgroup sock_addr hooks on the root cgroup).
+//! Port mappings for the node's own sockets (cgroup sock_addr hooks on the root cgroup: the
+//! object's `pm_connect4` ... `pm_peername6` call [`to_pod`] or [`to_host`]).
 //!
 //! A process on the node connecting to hostIP:hostPort sends its packets through the local
-//! output path, never through the ingress hooks of [`crate::tc`]. So the translation happens
+//! output path, never through the ingress hooks of [`super::nat`]. So the translation happens
 //! on the socket: `connect`/`sendmsg` see podIP:containerPort instead of the host endpoint, and
 //! `getpeername`/`recvmsg` report the host endpoint back, so the application never notices.
 //! Which host endpoint is remembered per socket (its cookie) and pod endpoint in `PM_SOCKETS`,
@@ -12,68 +13,19 @@
 //! translated, so pods and other agents on the machine are never touched.
 
 use aya_ebpf::helpers::{bpf_get_netns_cookie, bpf_get_socket_cookie};
-use aya_ebpf::macros::cgroup_sock_addr;
 use aya_ebpf::programs::SockAddrContext;
 use aya_ebpf::EbpfContext;
 use plexus_ebpf_common::flow::SockKey;
 use plexus_ebpf_common::{is_v4_mapped, v4_mapped, Addr, Endpoint};
 
-use crate::maps::{count, forward, netns_cookie, Direction, PM_SOCKETS};
+use crate::portmap::maps::{count, forward, netns_cookie, Direction, Maps};
 
 /// sock_addr programs must allow the call (1) or it fails with EPERM.
-const ALLOW: i32 = 1;
-
-#[cgroup_sock_addr(connect4)]
-pub fn pm_connect4(ctx: SockAddrContext) -> i32 {
-    to_pod(&ctx, false);
-    ALLOW
-}
-
-#[cgroup_sock_addr(sendmsg4)]
-pub fn pm_sendmsg4(ctx: SockAddrContext) -> i32 {
-    to_pod(&ctx, false);
-    ALLOW
-}
-
-#[cgroup_sock_addr(recvmsg4)]
-pub fn pm_recvmsg4(ctx: SockAddrContext) -> i32 {
-    to_host(&ctx, false);
-    ALLOW
-}
-
-#[cgroup_sock_addr(getpeername4)]
-pub fn pm_peername4(ctx: SockAddrContext) -> i32 {
-    to_host(&ctx, false);
-    ALLOW
-}
-
-#[cgroup_sock_addr(connect6)]
-pub fn pm_connect6(ctx: SockAddrContext) -> i32 {
-    to_pod(&ctx, true);
-    ALLOW
-}
-
-#[cgroup_sock_addr(sendmsg6)]
-pub fn pm_sendmsg6(ctx: SockAddrContext) -> i32 {
-    to_pod(&ctx, true);
-    ALLOW
-}
-
-#[cgroup_sock_addr(recvmsg6)]
-pub fn pm_recvmsg6(ctx: SockAddrContext) -> i32 {
-    to_host(&ctx, true);
-    ALLOW
-}
-
-#[cgroup_sock_addr(getpeername6)]
-pub fn pm_peername6(ctx: SockAddrContext) -> i32 {
-    to_host(&ctx, true);
-    ALLOW
-}
+pub const ALLOW: i32 = 1;
 
 #[inline(always)]
-fn ours(ctx: &SockAddrContext) -> bool {
-    let cookie = netns_cookie();
+fn ours<M: Maps>(ctx: &SockAddrContext) -> bool {
+    let cookie = netns_cookie::<M>();
     // SAFETY: a helper call with the program's own context.
     cookie != 0 && unsafe { bpf_get_netns_cookie(ctx.as_ptr()) } == cookie
 }
@@ -111,12 +63,12 @@ fn set_user_endpoint(ctx: &SockAddrContext, v6: bool, addr: &Addr, port_be: u16)
 
 /// connect/sendmsg: hostIP:hostPort → podIP:containerPort.
 #[inline(always)]
-fn to_pod(ctx: &SockAddrContext, v6: bool) {
-    if !ours(ctx) {
+pub fn to_pod<M: Maps>(ctx: &SockAddrContext, v6: bool) {
+    if !ours::<M>(ctx) {
         return;
     }
     let host = user_endpoint(ctx, v6);
-    let Some(rw) = forward(&host) else { return };
+    let Some(rw) = forward::<M>(&host) else { return };
     // An IPv4 socket cannot reach an IPv6 pod address.
     if !v6 && !is_v4_mapped(&rw.addr) {
         return;
@@ -124,9 +76,9 @@ fn to_pod(ctx: &SockAddrContext, v6: bool) {
     let pod = Endpoint::new(rw.addr, rw.port_be, host.proto);
     // Without the entry (an LRU table full of busier sockets) the application would see the
     // pod's endpoint as its peer: the connection itself still works.
-    let _ = PM_SOCKETS.insert(&sock_key(ctx, &pod), &host, 0);
+    let _ = M::sockets().insert(&sock_key(ctx, &pod), &host, 0);
     set_user_endpoint(ctx, v6, &rw.addr, rw.port_be);
-    count(rw, 0, Direction::Local);
+    count::<M>(rw, 0, Direction::Local);
 }
 
 #[inline(always)]
@@ -138,13 +90,13 @@ fn sock_key(ctx: &SockAddrContext, pod: &Endpoint) -> SockKey {
 
 /// recvmsg/getpeername: podIP:containerPort → hostIP:hostPort.
 #[inline(always)]
-fn to_host(ctx: &SockAddrContext, v6: bool) {
-    if !ours(ctx) {
+pub fn to_host<M: Maps>(ctx: &SockAddrContext, v6: bool) {
+    if !ours::<M>(ctx) {
         return;
     }
     let pod = user_endpoint(ctx, v6);
     // SAFETY: the value is copied before the program can be preempted by an update.
-    let Some(host) = (unsafe { PM_SOCKETS.get(&sock_key(ctx, &pod)).copied() }) else { return };
+    let Some(host) = (unsafe { M::sockets().get(&sock_key(ctx, &pod)).copied() }) else { return };
     if !v6 && !is_v4_mapped(&host.addr) {
         return;
     }

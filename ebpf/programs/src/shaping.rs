@@ -1,115 +1,55 @@
-//! plexus's bandwidth shaping (NPWG 4.1.2.1.8): TC programs on the host-side hooks of
-//! attachments, loaded and attached by the agent (agent/src/dataplane/bandwidth). The
-//! arithmetic is `plexus_ebpf_common::shape`'s, shared with the agent's tests; this file only
-//! finds the limit of a packet, runs the arithmetic against the shared clock (compare-and-swap),
-//! and applies the verdict.
-//!
-//! A limit is found by the device and hook the packet is on: first for the whole device (a
-//! pod's host-side veth, where everything is that pod's), then for one pod by MAC (a macvlan
-//! master: the destination on the receive path, the source on the transmit path).
-//!
-//! The rate counts IP bytes (the skb less its Ethernet header; a GSO packet as one), so a
-//! limit means the same on every kind of device.
-//!
-//! On a macvlan master whose XDP program (`bw_xdp` here, or the port mapping object's `pm_xdp`
-//! where the master has port mappings too) charged a packet to the same limit already, the
-//! receive path's program leaves it alone: the XDP program marks what it charged in the
-//! packet's metadata ([`charged_in_xdp`]).
-
-#![no_std]
-#![no_main]
-#![feature(core_intrinsics)]
-#![allow(internal_features)]
-
-#[path = "../charge.rs"]
-mod charge;
-// The shaping object only reads frames.
-#[allow(dead_code)]
-#[path = "../frame.rs"]
-mod frame;
-#[path = "../police.rs"]
-mod police;
-#[path = "../shared.rs"]
-mod shared;
+//! Bandwidth shaping (NPWG 4.1.2.1.8) on TC hooks: what the shaping object's `bw_tc_in` and
+//! `bw_tc_out` run (see the object's binary, `src/bin/bandwidth.rs`, for the whole picture). The
+//! arithmetic is `plexus_ebpf_common::shape`'s, shared with the agent's tests; this finds the
+//! limit of a packet, runs the arithmetic against the shared clock ([`crate::charge`]), and
+//! applies the verdict.
 
 use aya_ebpf::helpers::bpf_ktime_get_ns;
-use aya_ebpf::macros::{classifier, xdp};
 use aya_ebpf::maps::{Array, HashMap, PerCpuHashMap};
-use aya_ebpf::programs::{TcContext, XdpContext};
+use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::shape::{
-    Shape, ShapeCounters, ShapeKey, Verdict, XdpCharged, HOOK_EGRESS, HOOK_INGRESS, MAP_CLOCK, MAP_LIMITS,
-    MAP_STATS, MAP_UNLIMITED, MAX_SHAPED, UNLIMITED_WORDS, XDP_CHARGED,
+    Shape, ShapeCounters, ShapeKey, Verdict, XdpCharged, HOOK_INGRESS, XDP_CHARGED,
 };
 
-use charge::charge;
-use shared::{map, DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
-
-map! { "BW_LIMITS" == MAP_LIMITS;
-    static BW_LIMITS: HashMap<ShapeKey, Shape> = HashMap::with_max_entries(MAX_SHAPED, 0);
-}
-
-map! { "BW_STATS" == MAP_STATS;
-    static BW_STATS: PerCpuHashMap<ShapeKey, ShapeCounters> = PerCpuHashMap::with_max_entries(MAX_SHAPED, 0);
-}
-
-map! { "BW_CLOCK" == MAP_CLOCK;
-    /// Zero: the programs read the kernel's clock; else the time they use (tests).
-    static BW_CLOCK: Array<u64> = Array::with_max_entries(1, 0);
-}
-
-map! { "BW_UNLIMITED" == MAP_UNLIMITED;
-    /// The interfaces without a transmit limit, by bit (see
-    /// plexus_ebpf_common::shape::MAP_UNLIMITED): the agent writes it with the limits, the port
-    /// mapping programs read it. No program here does: it is declared so that it is created
-    /// and pinned with this object's maps, whose limits it describes.
-    static BW_UNLIMITED: Array<u64> = Array::with_max_entries(UNLIMITED_WORDS, 0);
-}
-
-/// The ingress limits of the pods behind a macvlan master without port mappings (where there
-/// are, the port mapping object's `pm_xdp` runs instead and polices the same way).
-#[xdp]
-pub fn bw_xdp(ctx: XdpContext) -> u32 {
-    police::police(&ctx, &BW_LIMITS, &BW_STATS, &BW_CLOCK)
-}
-
-#[classifier]
-pub fn bw_tc_in(ctx: TcContext) -> i32 {
-    shape(&ctx, HOOK_INGRESS)
-}
-
-#[classifier]
-pub fn bw_tc_out(ctx: TcContext) -> i32 {
-    shape(&ctx, HOOK_EGRESS)
-}
+use crate::charge::charge;
+use crate::consts::{DROP, ETH_HLEN, ETH_P_IP, ETH_P_IPV6, NEXT};
 
 #[inline(always)]
-fn now() -> u64 {
-    match BW_CLOCK.get(0) {
+fn now(clock: &Array<u64>) -> u64 {
+    match clock.get(0) {
         Some(fixed) if *fixed != 0 => *fixed,
         // SAFETY: a helper without arguments.
         _ => unsafe { bpf_ktime_get_ns() },
     }
 }
 
+/// `bw_tc_in` (`hook` [`HOOK_INGRESS`]) and `bw_tc_out`, with the object's maps (see
+/// [`crate::police::police`]: the port mapping object has handles of its own of the same maps).
 #[inline(always)]
-fn shape(ctx: &TcContext, hook: u8) -> i32 {
+pub fn shape(
+    ctx: &TcContext,
+    hook: u8,
+    limits: &HashMap<ShapeKey, Shape>,
+    stats: &PerCpuHashMap<ShapeKey, ShapeCounters>,
+    clock: &Array<u64>,
+) -> i32 {
     // SAFETY: the context pointer is the program's __sk_buff.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     if hook == HOOK_INGRESS && charged_in_xdp(ctx, ifindex) {
         return NEXT;
     }
     let mut key = ShapeKey { ifindex, hook, pad: 0, mac: [0; 6] };
-    let mut limit = BW_LIMITS.get_ptr_mut(&key);
+    let mut limit = limits.get_ptr_mut(&key);
     if limit.is_none() {
         let pod_mac_at = if hook == HOOK_INGRESS { 0 } else { 6 };
         let Ok(mac) = ctx.load::<[u8; 6]>(pod_mac_at) else { return NEXT };
         key.mac = mac;
-        limit = BW_LIMITS.get_ptr_mut(&key);
+        limit = limits.get_ptr_mut(&key);
     }
     let Some(limit) = limit else { return NEXT };
     let len = u64::from(ctx.len()).saturating_sub(ETH_HLEN as u64);
     let ecn = ecn_field(ctx);
-    let now = now();
+    let now = now(clock);
     // SAFETY: `limit` points into the map's value, valid for this run.
     let verdict = unsafe { charge(limit, len, now, ecn.capable) };
     let action = match verdict {
@@ -126,7 +66,7 @@ fn shape(ctx: &TcContext, hook: u8) -> i32 {
         }
         Verdict::Drop => DROP,
     };
-    count(&key, len, verdict);
+    count(stats, &key, len, verdict);
     action
 }
 
@@ -150,8 +90,8 @@ fn charged_in_xdp(ctx: &TcContext, ifindex: u32) -> bool {
 }
 
 #[inline(always)]
-fn count(key: &ShapeKey, len: u64, verdict: Verdict) {
-    let Some(c) = BW_STATS.get_ptr_mut(key) else { return };
+fn count(stats: &PerCpuHashMap<ShapeKey, ShapeCounters>, key: &ShapeKey, len: u64, verdict: Verdict) {
+    let Some(c) = stats.get_ptr_mut(key) else { return };
     // SAFETY: this CPU's value, valid while the program runs; the agent created the entry.
     unsafe {
         match verdict {

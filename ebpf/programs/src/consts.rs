@@ -1,6 +1,5 @@
-//! What both BPF objects (`portmap`, `bandwidth`) share: Ethernet and IP constants, the TC
-//! verdicts, the declaration of maps named by `plexus-ebpf-common`, the panic handler and the
-//! license. Each object's root includes it with `#[path = "../shared.rs"] mod shared;`.
+//! What every program shares: Ethernet and IP constants, the TC verdicts, and the declaration of
+//! maps under the names `plexus-ebpf-common` gives them ([`map!`](crate::map)).
 
 use aya_ebpf::bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC};
 
@@ -18,6 +17,10 @@ pub const DROP: i32 = TC_ACT_SHOT as i32;
 /// Declares a map under the name `plexus-ebpf-common` gives it, which the agent opens and pins
 /// it by. aya-ebpf's `#[map(name = ...)]` takes only a literal: it is written once, here, and
 /// checked against the common constant when the object compiles.
+///
+/// Maps are declared by the program binaries (`src/bin`), never in this library: a map is an
+/// exported symbol, and every symbol the library exports lands in every object that links it.
+#[macro_export]
 macro_rules! map {
     ($name:tt == $common:path; $(#[$attr:meta])* $vis:vis static $id:ident: $ty:ty = $init:expr;) => {
         $(#[$attr])*
@@ -29,16 +32,3 @@ macro_rules! map {
         );
     };
 }
-pub(crate) use map;
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    // The verifier rejects any reachable panic path; this only satisfies the compiler.
-    loop {}
-}
-
-/// GPL-compatible: bpf_redirect and the socket lookups are GPL-only helpers on some kernels.
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
