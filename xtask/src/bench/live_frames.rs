@@ -123,7 +123,10 @@ struct ProgLoadAttr {
     prog_name: [u8; 16],
 }
 
-/// The `test` member of `union bpf_attr`, for BPF_PROG_TEST_RUN.
+/// The `test` member of `union bpf_attr`, for BPF_PROG_TEST_RUN. The kernel refuses the call
+/// (EINVAL) unless every byte after `batch_size` is zero, so the struct's tail is a field that
+/// `Default` zeroes rather than padding, whose bytes are whatever the stack held (the bench's
+/// live-frame figures failed that way in one build and not another).
 #[repr(C, align(8))]
 #[derive(Default)]
 struct TestRunAttr {
@@ -142,6 +145,7 @@ struct TestRunAttr {
     flags: u32,
     cpu: u32,
     batch_size: u32,
+    tail: u32,
 }
 
 /// `struct xdp_md`, the context of an XDP test run.
@@ -371,6 +375,15 @@ mod tests {
                 "payload {payload}"
             );
         }
+    }
+
+    /// Every byte of the attributes is a field: no padding the kernel could read as a nonzero
+    /// tail.
+    #[test]
+    fn the_test_run_attributes_have_no_padding() {
+        // The last field ends where the struct does; the kernel's batch_size is at 72.
+        assert_eq!(std::mem::offset_of!(TestRunAttr, batch_size), 72);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, tail) + 4, std::mem::size_of::<TestRunAttr>());
     }
 
     #[test]
