@@ -57,8 +57,9 @@ impl<'a> JsonObject<'a> {
         self.malformed(key, expected(what, got))
     }
 
-    /// Go's encoding/json leaves a field untouched on `null`, so `null` reads as absent.
-    fn get(&self, key: &str) -> Option<&'a Value> {
+    /// `key` as it is, if present. Go's encoding/json leaves a field untouched on `null`, so
+    /// `null` reads as absent.
+    pub fn get(&self, key: &str) -> Option<&'a Value> {
         self.map.get(key).filter(|v| !v.is_null())
     }
 

@@ -42,13 +42,13 @@ impl<C, M> From<NamespaceError> for NativeError<C, M> {
 
 impl<C, M> CniCode for NativeError<C, M>
 where
-    C: CniCode + 'static,
+    C: std::error::Error + 'static,
     M: std::error::Error + 'static,
 {
     fn cni_code(&self) -> ErrorCode {
         match self {
             NativeError::Cni(e) => e.cni_code(),
-            NativeError::Config(e) => e.cni_code(),
+            NativeError::Config(_) => ErrorCode::InvalidNetworkConfig,
             NativeError::Link(e) => e.cni_code(),
             NativeError::Mismatch(_) => ErrorCode::Internal,
             NativeError::Delegate(e) => e.cni_code(),
@@ -58,7 +58,7 @@ where
 
 impl<C, M> NativeFailure for NativeError<C, M>
 where
-    C: CniCode + Send + Sync + 'static,
+    C: std::error::Error + Send + Sync + 'static,
     M: std::error::Error + Send + Sync + 'static,
 {
     fn passed_through(self) -> Result<DelegateError, Self> {

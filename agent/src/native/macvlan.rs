@@ -24,7 +24,7 @@ use futures::future::BoxFuture;
 use nix::errno::Errno;
 use serde_json::Value;
 
-pub use config::{mac_from_cni_args, mode_from_name, mode_name, ConfigError, MacvlanConf, Settings};
+pub use config::{mode_from_name, mode_name, ConfigError, MacvlanConf, Settings};
 pub use error::{LinkMismatch, MacvlanError};
 
 use super::announce;

@@ -13,6 +13,7 @@ pub mod bridge;
 pub mod error;
 pub mod invocation;
 pub mod macvlan;
+pub mod netconf;
 pub mod sriov;
 
 use std::path::Path;

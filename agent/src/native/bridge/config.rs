@@ -32,9 +32,8 @@ use serde_json::Value;
 
 use crate::cni::json::{FieldError, JsonObject};
 use crate::cni::result::Dns;
-use crate::cni::{CniCode, ErrorCode};
-use crate::native::macvlan::mac_from_cni_args;
-use crate::netlink::{Mac, MacError};
+use crate::native::netconf::{self, mac_from_cni_args, unicast_mac, NetconfError};
+use crate::netlink::Mac;
 
 /// The reference's default bridge name.
 pub const DEFAULT_BRIDGE: &str = "cni0";
@@ -97,48 +96,32 @@ pub struct Settings {
 /// What is wrong with a bridge config or its per-pod arguments: the user fixes it (code 7).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("failed to load netconf: {0}")]
-    Load(#[source] FieldError),
+    #[error(transparent)]
+    Netconf(#[from] NetconfError),
     #[error("mtu {0} is invalid: use 0 (the default) or a positive MTU")]
     Mtu(i64),
     #[error("cannot set hairpin mode and promiscuous mode at the same time: drop one of \"hairpinMode\" and \"promiscMode\"")]
     HairpinAndPromisc,
     #[error("cannot use IPAM when DisableContainerInterface flag is set: drop \"ipam\" or \"disableContainerInterface\"")]
     IpamWithoutInterface,
-    #[error("invalid MAC address: {0}")]
-    Mac(#[source] MacError),
     #[error("unknown ipMasqBackend {0:?}: use \"nftables\" or \"iptables\", or leave it out")]
     MasqBackend(String),
-    #[error(
-        "invalid MAC address {0:?}: an interface needs a unicast address (the lowest bit of the first byte \
-         clear, not all zeros), e.g. \"0a:58:0a:01:00:05\""
-    )]
-    NotUnicast(String),
-    #[error(transparent)]
-    Args(#[from] crate::native::macvlan::ConfigError),
-}
-
-impl CniCode for ConfigError {
-    fn cni_code(&self) -> ErrorCode {
-        ErrorCode::InvalidNetworkConfig
-    }
 }
 
 impl BridgeConf {
     pub fn parse(config: &Value) -> Result<BridgeConf, ConfigError> {
-        Self::read(config).map_err(ConfigError::Load)
+        netconf::load(config, "(the bridge config itself)", Self::read)
     }
 
-    fn read(config: &Value) -> Result<BridgeConf, FieldError> {
-        let top = JsonObject::root(config, "(the bridge config itself)")?;
+    fn read(top: &JsonObject) -> Result<BridgeConf, FieldError> {
         let runtime = top.object("runtimeConfig")?;
         let args_cni = match top.object("args")? {
             Some(args) => args.object("cni")?,
             None => None,
         };
         let ipam = top.object("ipam")?;
-        let vlan_trunk = match config.get("vlanTrunk") {
-            None | Some(Value::Null) => None,
+        let vlan_trunk = match top.get("vlanTrunk") {
+            None => None,
             Some(_) => Some(top.list("vlanTrunk", |entry| {
                 Ok::<_, FieldError>(TrunkEntry {
                     min_id: entry.integer("minID")?,
@@ -170,7 +153,7 @@ impl BridgeConf {
             args_mac: args_cni.map(|a| a.opt_string("mac")).transpose()?.flatten(),
             runtime_mac: runtime.map(|r| r.opt_string("mac")).transpose()?.flatten(),
             ipam_type: ipam.map(|i| i.opt_string("type")).transpose()?.flatten(),
-            dns: Dns::read_field(&top, "dns")?,
+            dns: Dns::read_field(top, "dns")?,
         })
     }
 
@@ -209,7 +192,7 @@ impl BridgeConf {
             .into_iter()
             .flatten()
             .find(|m| !m.is_empty());
-        let mac = mac_text.map(|text| parse_mac(&text)).transpose()?;
+        let mac = mac_text.map(|text| unicast_mac(&text)).transpose()?;
         Ok(Settings {
             mtu,
             mac,
@@ -217,14 +200,6 @@ impl BridgeConf {
             hairpin: self.hairpin_mode,
         })
     }
-}
-
-fn parse_mac(text: &str) -> Result<Mac, ConfigError> {
-    let mac: Mac = text.parse().map_err(ConfigError::Mac)?;
-    if !mac.is_unicast() || mac.is_zero() {
-        return Err(ConfigError::NotUnicast(text.to_owned()));
-    }
-    Ok(mac)
 }
 
 #[cfg(test)]

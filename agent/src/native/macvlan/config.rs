@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use crate::cni::json::{FieldError, JsonObject};
 use crate::cni::result::Dns;
-use crate::cni::{CniCode, ErrorCode};
-use crate::netlink::{Mac, MacError, MacVlanMode};
+use crate::native::netconf::{self, mac_from_cni_args, unicast_mac, NetconfError};
+use crate::netlink::{Mac, MacVlanMode};
 
 /// The keys of a macvlan config that matter, types checked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -54,40 +54,20 @@ pub struct Settings {
 /// What is wrong with a macvlan config or its per-pod arguments: the user fixes it (code 7).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("failed to load netconf: {0}")]
-    Load(#[source] FieldError),
+    #[error(transparent)]
+    Netconf(#[from] NetconfError),
     #[error("unknown macvlan mode {0:?}: use bridge, private, vepa or passthru")]
     Mode(String),
     #[error("mtu {0} is invalid: use 0 (the master's MTU) or a positive MTU")]
     Mtu(i64),
-    #[error("invalid MAC address: {0}")]
-    Mac(#[source] MacError),
-    #[error(
-        "invalid MAC address {0:?}: an interface needs a unicast address (the lowest bit of the first byte \
-         clear, not all zeros), e.g. \"0a:58:0a:01:00:05\""
-    )]
-    NotUnicast(String),
-    #[error("CNI_ARGS: invalid pair {0:?}; write KEY=VALUE pairs separated by ';'")]
-    ArgsPair(String),
-    #[error("CNI_ARGS: IgnoreUnknown={0:?} is not a boolean")]
-    ArgsIgnoreUnknown(String),
-    #[error("CNI_ARGS: unknown args {0:?}; the runtime should pass IgnoreUnknown=1")]
-    ArgsUnknown(Vec<String>),
-}
-
-impl CniCode for ConfigError {
-    fn cni_code(&self) -> ErrorCode {
-        ErrorCode::InvalidNetworkConfig
-    }
 }
 
 impl MacvlanConf {
     pub fn parse(config: &Value) -> Result<MacvlanConf, ConfigError> {
-        Self::read(config).map_err(ConfigError::Load)
+        netconf::load(config, "(the macvlan config itself)", Self::read)
     }
 
-    fn read(config: &Value) -> Result<MacvlanConf, FieldError> {
-        let top = JsonObject::root(config, "(the macvlan config itself)")?;
+    fn read(top: &JsonObject) -> Result<MacvlanConf, FieldError> {
         let runtime = top.object("runtimeConfig")?;
         let ipam = top.object("ipam")?;
         Ok(MacvlanConf {
@@ -100,7 +80,7 @@ impl MacvlanConf {
             runtime_mac: runtime.map(|r| r.opt_string("mac")).transpose()?.flatten(),
             link_in_container: top.boolean("linkInContainer")?.unwrap_or(false),
             ipam_type: ipam.map(|i| i.opt_string("type")).transpose()?.flatten(),
-            dns: Dns::read_field(&top, "dns")?,
+            dns: Dns::read_field(top, "dns")?,
         })
     }
 
@@ -113,7 +93,7 @@ impl MacvlanConf {
             .into_iter()
             .flatten()
             .next();
-        let mac = mac_text.map(|text| parse_mac(&text)).transpose()?;
+        let mac = mac_text.map(|text| unicast_mac(&text)).transpose()?;
         Ok(Settings { mode, mtu, mac })
     }
 
@@ -143,48 +123,6 @@ pub fn mode_name(mode: MacVlanMode) -> String {
         MacVlanMode::Source => "source".into(),
         MacVlanMode::Other(n) => format!("mode {n}"),
     }
-}
-
-fn parse_mac(text: &str) -> Result<Mac, ConfigError> {
-    let mac: Mac = text.parse().map_err(ConfigError::Mac)?;
-    if !mac.is_unicast() || mac.is_zero() {
-        return Err(ConfigError::NotUnicast(text.to_owned()));
-    }
-    Ok(mac)
-}
-
-/// `MAC` from CNI_ARGS, parsed as libcni's `LoadArgs` does for the reference's `MacEnvArgs`:
-/// `KEY=VALUE` pairs separated by `;`, every pair well formed, and unknown keys an error unless
-/// `IgnoreUnknown` is true.
-pub fn mac_from_cni_args(args: &str) -> Result<Option<String>, ConfigError> {
-    if args.is_empty() {
-        return Ok(None);
-    }
-    let mut mac = None;
-    let mut ignore_unknown = false;
-    let mut unknown = Vec::new();
-    for pair in args.split(';') {
-        let parts: Vec<&str> = pair.split('=').collect();
-        let [key, value] = parts[..] else {
-            return Err(ConfigError::ArgsPair(pair.to_owned()));
-        };
-        match key {
-            "MAC" => mac = Some(value.to_owned()),
-            "IgnoreUnknown" => {
-                ignore_unknown = match value {
-                    "1" | "true" | "True" => true,
-                    "0" | "false" | "False" => false,
-                    _ => return Err(ConfigError::ArgsIgnoreUnknown(value.to_owned())),
-                }
-            }
-            _ => unknown.push(pair),
-        }
-    }
-    if !unknown.is_empty() && !ignore_unknown {
-        return Err(ConfigError::ArgsUnknown(unknown.into_iter().map(str::to_owned).collect()));
-    }
-    // An empty MAC= means "none", as for the reference.
-    Ok(mac.filter(|m| !m.is_empty()))
 }
 
 #[cfg(test)]
@@ -248,20 +186,6 @@ mod tests {
         assert_eq!(conf.settings(args).unwrap().mac, Some(Mac([0x0a, 0, 0, 0, 0, 3])));
         conf.runtime_mac = Some("0a:00:00:00:00:02".into());
         assert_eq!(conf.settings(args).unwrap().mac, Some(Mac([0x0a, 0, 0, 0, 0, 2])));
-    }
-
-    #[test]
-    fn cni_args_follow_libcni_load_args() {
-        assert_eq!(mac_from_cni_args("").unwrap(), None);
-        assert_eq!(mac_from_cni_args("MAC=0a:00:00:00:00:01").unwrap().as_deref(), Some("0a:00:00:00:00:01"));
-        assert_eq!(mac_from_cni_args("IgnoreUnknown=true;X=1;MAC=").unwrap(), None);
-        assert!(mac_from_cni_args("K8S_POD_NAME=p").unwrap_err().to_string().contains("unknown args"));
-        assert!(mac_from_cni_args("IgnoreUnknown=1;broken")
-            .unwrap_err()
-            .to_string()
-            .contains("invalid pair"));
-        assert!(mac_from_cni_args("IgnoreUnknown=1;A=b=c").unwrap_err().to_string().contains("invalid pair"));
-        assert!(mac_from_cni_args("IgnoreUnknown=yes").unwrap_err().to_string().contains("not a boolean"));
     }
 
     #[test]
