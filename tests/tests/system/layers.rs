@@ -24,16 +24,19 @@ fn top_level_modules(src: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-/// The files of the crate's code below `dir`, test files left out.
-fn code_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// The `.rs` files below `dir`; with `tests: false`, those of the crate's code only (a
+/// `tests.rs`, and the folders `tests`, `kernel_tests` and `testdata`, left out).
+fn rust_files(dir: &Path, tests: bool, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("a folder of agent/src").flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
+        let test_only = matches!(name.as_str(), "tests" | "kernel_tests" | "testdata" | "tests.rs");
+        if test_only && !tests {
+            continue;
+        }
         if path.is_dir() {
-            if name != "tests" && name != "kernel_tests" && name != "testdata" {
-                code_files(&path, out);
-            }
-        } else if name.ends_with(".rs") && name != "tests.rs" {
+            rust_files(&path, tests, out);
+        } else if name.ends_with(".rs") {
             out.push(path);
         }
     }
@@ -89,7 +92,7 @@ fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> =
         modules.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
     let mut files = Vec::new();
-    code_files(&src, &mut files);
+    rust_files(&src, false, &mut files);
     for file in files {
         let relative = file.strip_prefix(&src).expect("under agent/src");
         let first = relative.components().next().expect("a path").as_os_str().to_string_lossy().into_owned();
@@ -150,24 +153,12 @@ fn the_agents_top_level_modules_import_each_other_in_no_circle() {
     }
 }
 
-/// Every `.rs` file below `dir`, tests included.
-fn every_file(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("a folder of agent/src").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            every_file(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn no_file_outside_the_netlink_layer_names_a_netlink_crate() {
     let src = agent_src();
     let netlink = src.join("netlink");
     let mut files = Vec::new();
-    every_file(&src, &mut files);
+    rust_files(&src, true, &mut files);
     assert!(files.len() > 100, "read {} files of agent/src", files.len());
     let naming: Vec<String> = files
         .iter()
