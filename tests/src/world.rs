@@ -270,9 +270,10 @@ impl World {
             .arg("--multus-cache-dir")
             .arg(self.path("multus"))
             .args(&self.agent_args)
-            .envs(self.agent_env.iter().map(|(k, v)| (k, v)))
-            // PLEXUS_TEST_LOG (a RUST_LOG filter) for more detail in a test agent's log.
+            // PLEXUS_TEST_LOG (a RUST_LOG filter) for more detail in a test agent's log; a
+            // test's own RUST_LOG in `agent_env` wins.
             .env("RUST_LOG", std::env::var("PLEXUS_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .envs(self.agent_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log);

@@ -53,3 +53,37 @@ fn kernel_del_removes_the_flows_of_its_mappings_only() {
     assert_reaches(&t, &c, &hosts, 8081, 5354, "web-b");
     t.del_all_and_expect_nothing_left(&["web-a", "web-b"], &["pmcl0"]);
 }
+
+/// The programs' rare events reach the agent's log through aya-log when the agent's filter
+/// shows them (`plexus_ebpf=debug`, read when the programs load): a client that reuses its
+/// source port for a second host port of the same pod port replaces the first one's flow.
+#[test]
+fn kernel_a_replaced_flow_reaches_the_agents_log_at_debug() {
+    let mut t = PmWorld::new();
+    t.w.agent_env.push(("RUST_LOG".into(), "info,plexus_ebpf=debug".into()));
+    t.w.write_nad(NS, "pmbr", Some(&bridge_nad(&t.w, "pmbr")));
+    t.w.start_agent();
+    t.pod("web-a", &mappings("pmbr", &[(5353, 53, "udp"), (5354, 53, "udp")]), &[53]);
+    let client = t.client("pmcl0", &["10.77.0.200/24", "fd00:77::c8/64"]);
+    t.w.node.ip(&["link", "set", "pmcl0", "master", "pmbr0"]);
+    let c = t.clients[client].name.clone();
+    for port in ["5353", "5354"] {
+        let got = t.run(&c, &["from", "udp", "10.77.0.200", "40000", "10.77.0.1", port]);
+        assert_eq!(
+            got,
+            ["web-a:who", "10.77.0.200", "40000"],
+            "udp from 10.77.0.200:40000 to host port {port}"
+        );
+    }
+    let wanted = "flow of host port 5353 replaced by one of host port 5354: the client reused its port";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !plain(&t.w.agent_log()).lines().any(|l| l.contains("DEBUG") && l.contains(wanted)) {
+        assert!(
+            Instant::now() < deadline,
+            "no debug record {wanted:?} in the agent's log:\n{}",
+            t.w.agent_log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    t.del_all_and_expect_nothing_left(&["web-a"], &["pmcl0"]);
+}
