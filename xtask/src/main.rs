@@ -56,10 +56,12 @@ fn main() -> anyhow::Result<()> {
             // rather than in the fuzz step after the tests.
             util::cargo(&["fmt", "--all", "--check"])?;
             util::cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
-            // The integration tests run the built binaries, so they are built first (the fuzz
-            // targets are built by `cargo xtask fuzz`, instrumented).
+            // The integration tests run the built binaries, so they are built first. The fuzz
+            // targets are left to `cargo xtask fuzz` (instrumented), and out of the test build
+            // too: they have no tests, and libfuzzer-sys turns on cc's `parallel` feature, which
+            // would rebuild everything with a C part (ring, and on up to kube and the agent).
             util::cargo(&["build", "--workspace", "--exclude", "plexus-fuzz"])?;
-            util::cargo(&["test", "--workspace"])
+            util::cargo(&["test", "--workspace", "--exclude", "plexus-fuzz"])
         }
         Task::Bench(args) => bench::run(&args),
         Task::Stress(args) => stress::run(&args),
