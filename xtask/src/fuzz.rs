@@ -25,7 +25,7 @@ pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
     let fuzz_dir = root().join("fuzz");
     let targets = if args.targets.is_empty() { list_targets()? } else { args.targets.clone() };
     // One build for all targets, with the flags `run` uses (so `run` does not rebuild).
-    cargo_fuzz(&["build", "--sanitizer", "none", "--debug-assertions"])?;
+    cargo_fuzz(&["build", "--sanitizer", "none", "--dev"])?;
     let mut crashed = Vec::new();
     for target in &targets {
         let corpus = fuzz_dir.join("corpus").join(target);
@@ -42,7 +42,7 @@ pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
             "run",
             "--sanitizer",
             "none",
-            "--debug-assertions",
+            "--dev",
             target,
             &scratch.to_string_lossy(),
             &corpus.to_string_lossy(),
@@ -64,18 +64,18 @@ pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `cargo fuzz` with the nightly toolchain (cargo-fuzz needs it for the sanitizer flags).
-/// The workspace's release profile is the agent's (thin LTO, 4 codegen units): a fuzz target
-/// only has to run fast enough, so it builds with cargo's default release profile, and with
-/// line tables for its backtraces rather than full debug information.
+/// `cargo fuzz` with the nightly toolchain (cargo-fuzz needs it for the sanitizer flags), in
+/// its dev mode (debug assertions and overflow checks on) at opt-level 1. Measured on the
+/// development machine (2 cores, 2026-11-29): the build takes 6 min where cargo's release
+/// profile took 10.8 and opt-level 0 took 3.4, and the targets run 65 to 87% as many inputs a
+/// second as the release build (opt-level 0: 5 to 9%). `cargo +nightly fuzz run` by hand
+/// builds the release profile.
 fn cargo_fuzz(args: &[&str]) -> anyhow::Result<()> {
     util::run(
         Command::new(rustup())
             .args(["run", "nightly", "cargo", "fuzz"])
             .args(args)
-            .env("CARGO_PROFILE_RELEASE_LTO", "false")
-            .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
-            .env("CARGO_PROFILE_RELEASE_DEBUG", "line-tables-only")
+            .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
             .current_dir(root()),
     )
 }
