@@ -4,10 +4,11 @@
 //! through the real shim to a bridge or macvlan network whose configlist chains
 //! `plexus-bandwidth`; a client namespace on that network runs iperf3 against the pod in both
 //! directions, 1 and 8 flows, at 10 Mbit/s, 100 Mbit/s and 1 Gbit/s. The goodput iperf3's
-//! receiver measures (after omitting the first second, TCP's slow start; from the first byte
-//! with kubelet's huge burst, to show it changes nothing) must be within 5% of what the
-//! configured rate lets through: the rate where TC enforces it, 1448/1500 of it where XDP does
-//! (see `goodput`). A measurement that comes out short is repeated, up to three attempts: see
+//! receiver measures (after omitting the first second, TCP's slow start) must be within 5% of
+//! what the configured rate lets through: the rate where TC enforces it, 1448/1500 of it where
+//! XDP does (see `goodput`). With kubelet's huge burst it is measured from the first byte, to
+//! show the burst changes nothing: at most the rate plus the bucket the limit starts with, at
+//! least the rate. A measurement that comes out short is repeated, up to three attempts: see
 //! `measured`.
 //!
 //! This kernel has no fq qdisc, so every limit here is the token bucket (the EDT arithmetic is
@@ -233,13 +234,18 @@ fn assert_measured(what: &str, rate: u64, measure: impl FnMut() -> f64) {
 
 /// `got` within [`TOLERANCE`] of `rate`, either way.
 fn assert_within(what: &str, got: f64, rate: u64) {
-    let ratio = got / rate as f64;
+    assert_between(what, got, rate, rate);
+}
+
+/// `got` no more than [`TOLERANCE`] under `low` and no more than it over `high`.
+fn assert_between(what: &str, got: f64, low: u64, high: u64) {
+    let (under, over) = (got / low as f64, got / high as f64);
     assert!(
-        (ratio - 1.0).abs() <= TOLERANCE,
+        under >= 1.0 - TOLERANCE && over <= 1.0 + TOLERANCE,
         "{what}: {:.2} Mbit/s achieved for a limit of {:.2} Mbit/s ({:.1}%)",
         got / 1e6,
-        rate as f64 / 1e6,
-        ratio * 100.0
+        if under < 1.0 { low } else { high } as f64 / 1e6,
+        if under < 1.0 { under } else { over } * 100.0
     );
 }
 
@@ -317,20 +323,25 @@ fn rates_hold(nad: fn(&World, &str) -> String, network: &str, client: (&str, &st
         for flows in [1, 8] {
             for (direction, reverse) in [("ingress", false), ("egress", true)] {
                 let omit = if burst.is_some() { 0 } else { 1 };
-                // From the first byte, the bucket the limit starts with goes out on top of the
-                // rate: its bits over the window.
+                // From the first byte, the bucket the limit starts with may go out on top of
+                // the rate (its bits over the window): the most the limit lets through. It is
+                // not the least: a flow's slow start overshoots the bucket, loses a window and
+                // may sit out a timeout before the rate's tokens reach it, so one flow has been
+                // measured at 97% of the rate alone (CI, three attempts in a row).
                 let full_bucket = if omit == 0 { bucket_bits(&mine, direction) / u64::from(SECS) } else { 0 };
-                let expected = goodput(rate + full_bucket, &mine, direction);
+                let (low, high) =
+                    (goodput(rate, &mine, direction), goodput(rate + full_bucket, &mine, direction));
                 let (got, attempts) =
-                    measured(expected, || iperf_flows(&client, &addr, 5201, flows, reverse, omit));
+                    measured(low, || iperf_flows(&client, &addr, 5201, flows, reverse, omit));
                 results.push((
                     format!(
-                        "{network} {direction} {} Mbit/s, {flows} flow(s), {attempts} attempt(s), goodput the limit lets through {:.1} Mbit/s",
+                        "{network} {direction} {} Mbit/s, {flows} flow(s), {attempts} attempt(s), goodput the limit lets through {:.1} to {:.1} Mbit/s",
                         rate / MBIT,
-                        expected as f64 / 1e6
+                        low as f64 / 1e6,
+                        high as f64 / 1e6
                     ),
                     got,
-                    expected,
+                    (low, high),
                 ));
             }
         }
@@ -345,11 +356,17 @@ fn rates_hold(nad: fn(&World, &str) -> String, network: &str, client: (&str, &st
     }
     let report: Vec<String> = results
         .iter()
-        .map(|(what, got, rate)| format!("{what}: {:.1}%", got / *rate as f64 * 100.0))
+        .map(|(what, got, (low, high))| {
+            format!(
+                "{what}: {:.1}% of the most, {:.1}% of the least",
+                got / *high as f64 * 100.0,
+                got / *low as f64 * 100.0
+            )
+        })
         .collect();
     eprintln!("{}", report.join("\n"));
-    for (what, got, rate) in &results {
-        assert_within(what, *got, *rate);
+    for (what, got, (low, high)) in &results {
+        assert_between(what, *got, *low, *high);
     }
 
     for i in 0..3 {
