@@ -3,7 +3,7 @@
 //! input that caused it, ready to become a unit test.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 use std::time::SystemTime;
 
 use anyhow::{bail, Context};
@@ -24,37 +24,31 @@ pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
     ensure_cargo_fuzz()?;
     let fuzz_dir = root().join("fuzz");
     let targets = if args.targets.is_empty() { list_targets()? } else { args.targets.clone() };
-    // One build for all targets, with the flags `run` uses (so `run` does not rebuild).
-    cargo_fuzz(&["build", "--sanitizer", "none", "--dev"])?;
-    let mut crashed = Vec::new();
     for target in &targets {
         let corpus = fuzz_dir.join("corpus").join(target);
         if !corpus.is_dir() {
             bail!("{target} has no committed corpus: add a few real inputs in {}", corpus.display());
         }
-        // New inputs go to a scratch directory, so the committed corpus stays as committed.
-        let scratch = fuzz_dir.join("target").join("scratch-corpus").join(target);
-        let _ = std::fs::remove_dir_all(&scratch);
-        std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
-        eprintln!("fuzzing {target} for {} s", args.seconds);
-        let started = SystemTime::now();
-        let ran = cargo_fuzz(&[
-            "run",
-            "--sanitizer",
-            "none",
-            "--dev",
-            target,
-            &scratch.to_string_lossy(),
-            &corpus.to_string_lossy(),
-            "--",
-            &format!("-max_total_time={}", args.seconds),
-            // An input that takes this long is a hang (or a quadratic parser): a failure too.
-            "-timeout=10",
-            "-print_final_stats=1",
-        ]);
-        if ran.is_err() {
-            report_crash(target, &fuzz_dir.join("artifacts").join(target), started);
-            crashed.push(target.as_str());
+    }
+    // One build for all targets, with the flags `run` uses (so `run` does not rebuild).
+    util::run(&mut cargo_fuzz(&["build", "--sanitizer", "none", "--dev"]))?;
+    // A libFuzzer run is one process on one core: as many targets at a time as there are
+    // cores, each still fuzzed for the whole time asked.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let logs = fuzz_dir.join("target").join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let mut crashed = Vec::new();
+    for wave in targets.chunks(cores) {
+        let mut running = Vec::new();
+        for target in wave {
+            eprintln!("fuzzing {target} for {} s", args.seconds);
+            running.push(Running::start(target, &fuzz_dir, &logs, args.seconds)?);
+        }
+        for run in running {
+            let target = run.target.clone();
+            if !run.finish()? {
+                crashed.push(target);
+            }
         }
     }
     if !crashed.is_empty() {
@@ -64,20 +58,80 @@ pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One target being fuzzed, its output going to its own log.
+struct Running {
+    target: String,
+    child: Child,
+    log: PathBuf,
+    artifacts: PathBuf,
+    started: SystemTime,
+}
+
+impl Running {
+    fn start(target: &str, fuzz_dir: &Path, logs: &Path, seconds: u64) -> anyhow::Result<Running> {
+        let corpus = fuzz_dir.join("corpus").join(target);
+        // New inputs go to a scratch directory, so the committed corpus stays as committed.
+        let scratch = fuzz_dir.join("target").join("scratch-corpus").join(target);
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+        let log = logs.join(format!("{target}.log"));
+        let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let started = SystemTime::now();
+        let mut cmd = cargo_fuzz(&[
+            "run",
+            "--sanitizer",
+            "none",
+            "--dev",
+            target,
+            &scratch.to_string_lossy(),
+            &corpus.to_string_lossy(),
+            "--",
+            &format!("-max_total_time={seconds}"),
+            // An input that takes this long is a hang (or a quadratic parser): a failure too.
+            "-timeout=10",
+            "-print_final_stats=1",
+        ]);
+        let child =
+            cmd.stdout(out.try_clone()?).stderr(out).spawn().with_context(|| format!("running {cmd:?}"))?;
+        let artifacts = fuzz_dir.join("artifacts").join(target);
+        Ok(Running { target: target.to_owned(), child, log, artifacts, started })
+    }
+
+    /// Waits for the run and prints what its log (whose path stays) says: its final stats, or
+    /// its last lines, the crash, and the input that caused it. True when it ran clean.
+    fn finish(mut self) -> anyhow::Result<bool> {
+        let status =
+            self.child.wait().with_context(|| format!("waiting for the fuzzing of {}", self.target))?;
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        eprintln!("--- {} ({}, {}) ---", self.target, status, self.log.display());
+        if status.success() {
+            for line in lines.iter().filter(|l| l.starts_with("Done ") || l.starts_with("stat::")) {
+                eprintln!("{line}");
+            }
+        } else {
+            for line in &lines[lines.len().saturating_sub(60)..] {
+                eprintln!("{line}");
+            }
+            report_crash(&self.target, &self.artifacts, self.started);
+        }
+        Ok(status.success())
+    }
+}
+
 /// `cargo fuzz` with the nightly toolchain (cargo-fuzz needs it for the sanitizer flags), in
 /// its dev mode (debug assertions and overflow checks on) at opt-level 1. Measured on the
 /// development machine (2 cores, 2026-11-29): the build takes 6 min where cargo's release
 /// profile took 10.8 and opt-level 0 took 3.4, and the targets run 65 to 87% as many inputs a
 /// second as the release build (opt-level 0: 5 to 9%). `cargo +nightly fuzz run` by hand
 /// builds the release profile.
-fn cargo_fuzz(args: &[&str]) -> anyhow::Result<()> {
-    util::run(
-        Command::new(rustup())
-            .args(["run", "nightly", "cargo", "fuzz"])
-            .args(args)
-            .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
-            .current_dir(root()),
-    )
+fn cargo_fuzz(args: &[&str]) -> Command {
+    let mut cmd = Command::new(rustup());
+    cmd.args(["run", "nightly", "cargo", "fuzz"])
+        .args(args)
+        .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
+        .current_dir(root());
+    cmd
 }
 
 fn ensure_cargo_fuzz() -> anyhow::Result<()> {
