@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod native;
 pub mod netapi;
 pub mod netlink;
+pub mod network_policy;
 pub mod options;
 pub mod phase;
 pub mod podnetwork;
