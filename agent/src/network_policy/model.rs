@@ -213,24 +213,10 @@ impl Policy {
                 .map_err(|source| PolicyError::Selector { field: "spec.podSelector".into(), source })?,
             None => Selector::everything(),
         };
-        let ingress = spec
-            .ingress
-            .iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, r)| {
-                rule(namespace, &format!("spec.ingress[{i}]"), "from", r.from.as_deref(), r.ports.as_deref())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let egress = spec
-            .egress
-            .iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, r)| {
-                rule(namespace, &format!("spec.egress[{i}]"), "to", r.to.as_deref(), r.ports.as_deref())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let ingress = spec.ingress.iter().flatten().map(|r| (r.from.as_deref(), r.ports.as_deref()));
+        let ingress = rules(namespace, "spec.ingress", "from", ingress)?;
+        let egress = spec.egress.iter().flatten().map(|r| (r.to.as_deref(), r.ports.as_deref()));
+        let egress = rules(namespace, "spec.egress", "to", egress)?;
         // NetworkPolicy's default: every policy isolates ingress, and egress too when it has
         // an egress section.
         let (isolates_ingress, isolates_egress) = match &spec.policy_types {
@@ -266,6 +252,20 @@ impl Policy {
     pub fn id(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+}
+
+/// The rules of one direction (`field`: `spec.ingress` or `spec.egress`), each as its peers
+/// (under `peers_key`) and its ports.
+fn rules<'a>(
+    namespace: &str,
+    field: &str,
+    peers_key: &str,
+    rules: impl Iterator<Item = (Option<&'a [NetworkPolicyPeer]>, Option<&'a [NetworkPolicyPort]>)>,
+) -> Result<Vec<Rule>, PolicyError> {
+    rules
+        .enumerate()
+        .map(|(i, (peers, ports))| rule(namespace, &format!("{field}[{i}]"), peers_key, peers, ports))
+        .collect()
 }
 
 fn rule(
