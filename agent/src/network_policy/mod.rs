@@ -6,7 +6,12 @@
 //! file) into a [`model`] policy validated once, [`selector`] is label selectors as Kubernetes
 //! matches them, and [`decide`] the decision (policies + what is known of the pods
 //! → allowed or not, and by which rule), the reference every enforcement is tested against.
+//! [`compile`] turns policies and pods into the tables the programs look up (addresses to
+//! identities by longest prefix, per isolated pod the identities, protocols and ports it
+//! allows), checked against [`decide`] on every probe of the truth table and of random
+//! clusters.
 
+pub mod compile;
 pub mod decide;
 pub mod model;
 pub mod object;
