@@ -15,8 +15,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::decide::{isolating, Cluster, NamedPort, PodView, Probe, ProbeProtocol};
-use super::model::{Namespaces, NetworkName, Peer, Policy, Port, Protocol};
+use super::decide::{isolating, pod_is, Cluster, NamedPort, PodView, Probe, ProbeProtocol};
+use super::model::{NetworkName, Peer, Policy, Port, Protocol, Rule};
 
 /// An address that no entry covers.
 pub const WORLD: u32 = 0;
@@ -100,7 +100,7 @@ fn compile_network(policies: &[Policy], cluster: &Cluster, network: &NetworkName
         }
     }
     for prefix in prefixes {
-        let matches = peers.iter().map(|(peer, _)| block_holds(peer, &prefix)).collect();
+        let matches = peers.iter().map(|(peer, _)| peer.block_holds(&prefix)).collect();
         let id = identify(Identity { matches, ports: Vec::new() }, &mut tables);
         tables.addresses.insert(prefix, id);
     }
@@ -113,8 +113,8 @@ fn compile_network(policies: &[Policy], cluster: &Cluster, network: &NetworkName
             let matches = peers
                 .iter()
                 .map(|(peer, _)| match peer {
-                    Peer::Block { .. } => block_holds(peer, &host),
-                    Peer::Pods { namespaces, pods } => pod_matches(cluster, namespaces, pods, pod),
+                    Peer::Block { .. } => peer.block_holds(&host),
+                    Peer::Pods { namespaces, pods } => pod_is(cluster, namespaces, pods, pod),
                 })
                 .collect();
             let id = identify(Identity { matches, ports: ports.clone() }, &mut tables);
@@ -167,69 +167,44 @@ fn compile_network(policies: &[Policy], cluster: &Cluster, network: &NetworkName
 /// has it).
 fn rule_allows(
     tables: &Tables,
-    rule: &super::model::Rule,
+    rule: &Rule,
     identities: Option<Vec<u32>>,
     endpoint: Option<&PodView>,
 ) -> Vec<Allow> {
-    let mut out = Vec::new();
-    if rule.ports.is_empty() {
+    // The rule's peers (or any peer) with one protocol and port range.
+    let each = |protocol: Option<Protocol>, ports: Option<(u16, u16)>| -> Vec<Allow> {
         match &identities {
-            None => out.push(Allow { identity: None, protocol: None, ports: None }),
-            Some(ids) => {
-                out.extend(ids.iter().map(|&id| Allow { identity: Some(id), protocol: None, ports: None }))
-            }
+            None => vec![Allow { identity: None, protocol, ports }],
+            Some(ids) => ids.iter().map(|&id| Allow { identity: Some(id), protocol, ports }).collect(),
         }
-        return out;
+    };
+    if rule.ports.is_empty() {
+        return each(None, None);
     }
+    let mut out = Vec::new();
     for port in &rule.ports {
-        let numbered = match &port.port {
-            Port::Any => Some(None),
-            Port::Range { first, last } => Some(Some((*first, *last))),
-            Port::Named(_) => None,
-        };
-        match (numbered, &identities) {
-            (Some(ports), None) => out.push(Allow { identity: None, protocol: Some(port.protocol), ports }),
-            (Some(ports), Some(ids)) => out.extend(ids.iter().map(|&id| Allow {
-                identity: Some(id),
-                protocol: Some(port.protocol),
-                ports,
-            })),
-            (None, ids) => {
-                let Port::Named(name) = &port.port else { continue };
-                match endpoint {
-                    // Ingress: the selected pod's own port, whoever the peer.
-                    Some(pod) => {
-                        let Some(number) = named(&pod.ports, name, port.protocol) else { continue };
-                        let ports = Some((number, number));
-                        match ids {
-                            None => out.push(Allow { identity: None, protocol: Some(port.protocol), ports }),
-                            Some(ids) => out.extend(ids.iter().map(|&id| Allow {
-                                identity: Some(id),
-                                protocol: Some(port.protocol),
-                                ports,
-                            })),
-                        }
-                    }
-                    // Egress: each destination identity's own port.
-                    None => {
-                        let all: Vec<u32> =
-                            (1..=tables.identities.len()).filter_map(|id| u32::try_from(id).ok()).collect();
-                        for &id in ids.as_ref().unwrap_or(&all) {
-                            let Some(identity) =
-                                usize::try_from(id).ok().and_then(|i| tables.identities.get(i - 1))
-                            else {
-                                continue;
-                            };
-                            let found =
-                                identity.ports.iter().find(|(n, p, _)| n == name && *p == port.protocol);
-                            if let Some((_, _, number)) = found {
-                                out.push(Allow {
-                                    identity: Some(id),
-                                    protocol: Some(port.protocol),
-                                    ports: Some((*number, *number)),
-                                });
-                            }
-                        }
+        let protocol = Some(port.protocol);
+        match (&port.port, endpoint) {
+            (Port::Any, _) => out.extend(each(protocol, None)),
+            (Port::Range { first, last }, _) => out.extend(each(protocol, Some((*first, *last)))),
+            // Ingress: the selected pod's own port, whoever the peer.
+            (Port::Named(name), Some(pod)) => {
+                if let Some(number) = named(&pod.ports, name, port.protocol) {
+                    out.extend(each(protocol, Some((number, number))));
+                }
+            }
+            // Egress: each destination identity's own port.
+            (Port::Named(name), None) => {
+                let all: Vec<u32> =
+                    (1..=tables.identities.len()).filter_map(|id| u32::try_from(id).ok()).collect();
+                for &id in identities.as_ref().unwrap_or(&all) {
+                    let Some(identity) = usize::try_from(id).ok().and_then(|i| tables.identities.get(i - 1))
+                    else {
+                        continue;
+                    };
+                    let found = identity.ports.iter().find(|(n, p, _)| n == name && *p == port.protocol);
+                    if let Some((_, _, number)) = found {
+                        out.push(Allow { identity: Some(id), protocol, ports: Some((*number, *number)) });
                     }
                 }
             }
@@ -240,31 +215,6 @@ fn rule_allows(
 
 fn named(ports: &[NamedPort], name: &str, protocol: Protocol) -> Option<u16> {
     ports.iter().find(|p| p.name == name && p.protocol == protocol).map(|p| p.number)
-}
-
-/// Whether every address of `prefix` is in the block `peer` (false for a pod peer). The
-/// prefixes looked up are the blocks' own and host prefixes, so a prefix is either inside a
-/// block's cidr or except, or disjoint from it.
-fn block_holds(peer: &Peer, prefix: &IpNet) -> bool {
-    match peer {
-        Peer::Block { cidr, except } => cidr.contains(prefix) && !except.iter().any(|e| e.contains(prefix)),
-        Peer::Pods { .. } => false,
-    }
-}
-
-fn pod_matches(
-    cluster: &Cluster,
-    namespaces: &Namespaces,
-    pods: &super::selector::Selector,
-    pod: &PodView,
-) -> bool {
-    let namespace_ok = match namespaces {
-        Namespaces::Own(ns) => pod.namespace == *ns,
-        Namespaces::Selected(s) => {
-            s.matches(&cluster.namespaces.get(&pod.namespace).cloned().unwrap_or_default())
-        }
-    };
-    namespace_ok && pods.matches(&pod.labels)
 }
 
 impl Tables {

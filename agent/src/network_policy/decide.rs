@@ -14,7 +14,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::model::{Namespaces, NetworkName, Peer, Policy, Port, PortRule, Protocol, Rule};
-use super::selector::Labels;
+use super::selector::{Labels, Selector};
 
 /// A container port of a pod, for named ports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,14 +208,17 @@ fn rule_matches(
 fn peer_is(peer: &Peer, cluster: &Cluster, (address, pod): (IpAddr, Option<&PodView>)) -> bool {
     match peer {
         Peer::Block { .. } => peer.block_contains(address),
-        Peer::Pods { namespaces, pods } => pod.is_some_and(|pod| {
-            let namespace_ok = match namespaces {
-                Namespaces::Own(ns) => pod.namespace == *ns,
-                Namespaces::Selected(s) => s.matches(&cluster.namespace_labels(&pod.namespace)),
-            };
-            namespace_ok && pods.matches(&pod.labels)
-        }),
+        Peer::Pods { namespaces, pods } => pod.is_some_and(|pod| pod_is(cluster, namespaces, pods, pod)),
     }
+}
+
+/// Whether `pod` is one of a pod peer's: in its namespaces, and selected by its `pods`.
+pub(super) fn pod_is(cluster: &Cluster, namespaces: &Namespaces, pods: &Selector, pod: &PodView) -> bool {
+    let namespace_ok = match namespaces {
+        Namespaces::Own(ns) => pod.namespace == *ns,
+        Namespaces::Selected(s) => s.matches(&cluster.namespace_labels(&pod.namespace)),
+    };
+    namespace_ok && pods.matches(&pod.labels)
 }
 
 fn port_is(rule: &PortRule, destination: Option<&PodView>, probe: &Probe) -> bool {

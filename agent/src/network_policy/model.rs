@@ -400,9 +400,16 @@ impl Peer {
     /// Whether an address in a block (a pod's or not) is this peer's; pod peers are matched
     /// on pods, not addresses.
     pub fn block_contains(&self, address: IpAddr) -> bool {
+        self.block_holds(&IpNet::from(address))
+    }
+
+    /// Whether every address of `prefix` is in this block (false for a pod peer): inside its
+    /// cidr and inside none of its excepts. For a host prefix, whether the block holds that
+    /// address.
+    pub fn block_holds(&self, prefix: &IpNet) -> bool {
         match self {
             Peer::Block { cidr, except } => {
-                cidr.contains(&address) && !except.iter().any(|e| e.contains(&address))
+                cidr.contains(prefix) && !except.iter().any(|e| e.contains(prefix))
             }
             Peer::Pods { .. } => false,
         }
