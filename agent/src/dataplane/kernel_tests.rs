@@ -7,13 +7,28 @@ use std::process::Command;
 
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::tc::TcAttachOptions;
-use aya::programs::{LinkOrder, Program, SchedClassifier, TcAttachType};
+use aya::programs::{LinkOrder, Program, SchedClassifier, TcAttachType, TestRun, TestRunOptions};
 use plexus_testkit::{Bpffs, Netns};
 
 use super::attach::{Attach, AttachPoint, Hook};
 use super::loader::{tc_link_name, unpinned_tc_link};
 use super::pin::PinDir;
 use super::portmap::mapper::{load, OBJECT, TC_EGRESS, TC_INGRESS};
+
+/// Runs the TC program `program` of `ebpf` on `packet` with BPF_PROG_TEST_RUN (its skb on
+/// the loopback device of the caller's network namespace): its verdict and the packet out.
+pub(crate) fn run_tc(ebpf: &aya::Ebpf, program: &str, packet: &[u8]) -> (u32, Vec<u8>) {
+    let prog: &SchedClassifier = match ebpf.program(program) {
+        Some(Program::SchedClassifier(p)) => p,
+        _ => panic!("no TC program {program}"),
+    };
+    let mut out = vec![0u8; packet.len() + 256];
+    let result = prog
+        .test_run(TestRunOptions { data_in: Some(packet), data_out: Some(&mut out), ..Default::default() })
+        .expect("BPF_PROG_TEST_RUN");
+    out.truncate(result.data_size_out as usize);
+    (result.return_value, out)
+}
 
 /// A network namespace with a veth pair `v0`/`v1`, `v0` up.
 fn with_veth() -> Netns {

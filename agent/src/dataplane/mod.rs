@@ -40,7 +40,7 @@ pub mod skip_bits;
 pub mod xdp;
 
 #[cfg(test)]
-mod kernel_tests;
+pub(crate) mod kernel_tests;
 
 use std::path::PathBuf;
 

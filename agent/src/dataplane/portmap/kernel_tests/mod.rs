@@ -18,7 +18,7 @@ mod icmp;
 mod packets;
 mod xdp;
 
-use aya::programs::{Program, SchedClassifier, TestRun, TestRunOptions};
+use aya::programs::Program;
 use plexus_ebpf_common::flow::{Flow, FlowKey, FlowStats, Settings, Timeouts, NSEC_PER_SEC};
 use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS};
 use plexus_testkit::Netns;
@@ -27,6 +27,7 @@ use super::entries::{addr_words, Entry};
 use super::mapper::{self, TC_EGRESS, TC_INGRESS};
 use super::table::Tables;
 use crate::dataplane::attach::Hook;
+use crate::dataplane::kernel_tests::run_tc;
 use crate::dataplane::loader::Loaded;
 use crate::spec::selection::Protocol;
 use packets::*;
@@ -76,20 +77,7 @@ impl Fixture {
     }
 
     fn run(&self, program: &str, packet: &[u8]) -> (u32, Vec<u8>) {
-        let prog: &SchedClassifier = match self.loaded.ebpf().program(program) {
-            Some(Program::SchedClassifier(p)) => p,
-            _ => panic!("no TC program {program}"),
-        };
-        let mut out = vec![0u8; packet.len() + 256];
-        let result = prog
-            .test_run(TestRunOptions {
-                data_in: Some(packet),
-                data_out: Some(&mut out),
-                ..Default::default()
-            })
-            .expect("BPF_PROG_TEST_RUN");
-        out.truncate(result.data_size_out as usize);
-        (result.return_value, out)
+        run_tc(self.loaded.ebpf(), program, packet)
     }
 
     /// Runs `s` through `pm_tc_in`.
