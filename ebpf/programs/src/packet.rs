@@ -257,15 +257,31 @@ pub enum Kind {
     Other,
 }
 
-/// Parses the packet's Ethernet, IP (IPv4 with options; IPv6 with a fragment header, no other
-/// extension header) and L4 headers; `None` for a malformed or truncated one.
+/// A packet's IP layer, as [`ip`] reads it.
+pub struct Ip {
+    pub v6: bool,
+    /// Offset of the L4 header.
+    pub l4: usize,
+    /// Length of the L4 segment (the IP payload less a fragment header).
+    pub l4_len: u32,
+    pub proto: u8,
+    pub src: Addr,
+    pub dst: Addr,
+    /// The identification of the first fragment of a fragmented datagram.
+    pub frag_id: Option<u32>,
+    /// A fragment after the first (no L4 header).
+    pub later: bool,
+    /// The IPv4 header checksum as read (0 for IPv6, which has none).
+    pub ip_csum: u16,
+}
+
+/// Parses the packet's Ethernet and IP headers (IPv4 with options; IPv6 with a fragment
+/// header, no other extension header); `None` for a packet that is not IP, or a malformed or
+/// truncated one.
 #[inline(always)]
-pub fn parse<C: Buff>(ctx: &C) -> Option<Kind> {
-    let h = Headers::new(ctx);
+pub fn ip(h: &Headers) -> Option<Ip> {
     let ethertype = u16::from_be(h.read::<u16>(12)?);
-    // (offset of the L4 header, its length, protocol, addresses, the fragment's identification
-    // when this is the first fragment of several, whether a later fragment).
-    let (v6, l4, l4_len, proto, src, dst, frag_id, later, ip_csum) = if ethertype == ETH_P_IP {
+    if ethertype == ETH_P_IP {
         let vihl: u8 = h.read(ETH_HLEN)?;
         let ihl = usize::from(vihl & 0x0f) * 4;
         if vihl >> 4 != 4 || ihl < 20 {
@@ -279,10 +295,17 @@ pub fn parse<C: Buff>(ctx: &C) -> Option<Kind> {
         let src: u32 = h.read(ETH_HLEN + 12)?;
         let dst: u32 = h.read(ETH_HLEN + 16)?;
         let (first, later) = (frag & 0x2000 != 0 && frag & 0x1fff == 0, frag & 0x1fff != 0);
-        let frag_id = if first { Some(id) } else { None };
-        let (src, dst) = (v4_mapped(src), v4_mapped(dst));
-        let l4_len = total.saturating_sub(ihl as u32);
-        (false, ETH_HLEN + ihl, l4_len, proto, src, dst, frag_id, later, ip_csum)
+        Some(Ip {
+            v6: false,
+            l4: ETH_HLEN + ihl,
+            l4_len: total.saturating_sub(ihl as u32),
+            proto,
+            src: v4_mapped(src),
+            dst: v4_mapped(dst),
+            frag_id: if first { Some(id) } else { None },
+            later,
+            ip_csum,
+        })
     } else if ethertype == ETH_P_IPV6 {
         // Extension headers other than a fragment header are not followed: the L4 header must
         // come first.
@@ -296,13 +319,42 @@ pub fn parse<C: Buff>(ctx: &C) -> Option<Kind> {
             let off_flags = u16::from_be(h.read::<u16>(fh + 2)?);
             let id: u32 = h.read(fh + 4)?;
             let (offset, more) = (off_flags & 0xfff8, off_flags & 1 != 0);
-            let frag_id = if offset == 0 && more { Some(id) } else { None };
-            let l4 = fh + FRAG_HLEN;
-            (true, l4, payload.saturating_sub(FRAG_HLEN as u32), proto, src, dst, frag_id, offset != 0, 0)
+            Some(Ip {
+                v6: true,
+                l4: fh + FRAG_HLEN,
+                l4_len: payload.saturating_sub(FRAG_HLEN as u32),
+                proto,
+                src,
+                dst,
+                frag_id: if offset == 0 && more { Some(id) } else { None },
+                later: offset != 0,
+                ip_csum: 0,
+            })
         } else {
-            (true, ETH_HLEN + IPV6_HLEN, payload, next, src, dst, None, false, 0)
+            let l4 = ETH_HLEN + IPV6_HLEN;
+            Some(Ip {
+                v6: true,
+                l4,
+                l4_len: payload,
+                proto: next,
+                src,
+                dst,
+                frag_id: None,
+                later: false,
+                ip_csum: 0,
+            })
         }
     } else {
+        None
+    }
+}
+
+/// Parses the packet's Ethernet, IP ([`ip`]) and L4 headers: [`Kind::Other`] for a packet that
+/// is not IP or whose IP header is malformed, `None` for a truncated L4 header.
+#[inline(always)]
+pub fn parse<C: Buff>(ctx: &C) -> Option<Kind> {
+    let h = Headers::new(ctx);
+    let Some(Ip { v6, l4, l4_len, proto, src, dst, frag_id, later, ip_csum }) = ip(&h) else {
         return Some(Kind::Other);
     };
     if (proto == PROTO_ICMP && !v6) || (proto == PROTO_ICMPV6 && v6) {
