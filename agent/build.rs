@@ -10,8 +10,8 @@
 //! RUSTC, wrappers and target directory are for the host and would break or redirect it) and in
 //! its own target directory, `target/bpf`, so its lock never waits on the outer build's.
 //!
-//! Two objects come out: `plexus-ebpf` (port mappings) and `plexus-bandwidth` (shaping), loaded
-//! independently. `PLEXUS_BPF_DIR=/path/to/dir` skips the nested build and embeds prebuilt
+//! Three objects come out: `plexus-ebpf` (port mappings), `plexus-bandwidth` (shaping) and
+//! `plexus-policy` (network policy), loaded independently. `PLEXUS_BPF_DIR=/path/to/dir` skips the nested build and embeds prebuilt
 //! objects of those names from that directory.
 
 use std::env;
@@ -23,7 +23,7 @@ const SETUP_HINT: &str = "run `cargo xtask setup` to install the BPF toolchain (
                           bpf-linker), or set PLEXUS_BPF_DIR to a directory of prebuilt objects";
 
 /// The binaries of ebpf/programs: one BPF object each.
-const OBJECTS: [&str; 2] = ["plexus-ebpf", "plexus-bandwidth"];
+const OBJECTS: [&str; 3] = ["plexus-ebpf", "plexus-bandwidth", "plexus-policy"];
 
 fn main() {
     let manifest_dir =

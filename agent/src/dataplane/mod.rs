@@ -33,6 +33,7 @@ pub mod loader;
 pub mod maps;
 pub mod netdev;
 pub mod pin;
+pub mod policy;
 pub mod portmap;
 pub mod records;
 pub mod service;

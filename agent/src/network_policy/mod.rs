@@ -18,7 +18,7 @@ pub mod object;
 pub mod selector;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use decide::{decide, Cluster, Decision, NamedPort, PodView, Probe, ProbeProtocol, Side};
 pub use model::{parse_policy_for, NetworkName, Policy, PolicyError, Port, Protocol, POLICY_FOR_ANNOTATION};

@@ -47,7 +47,7 @@ fn pod(
 
 /// team-a and team-b are prod, team-c dev. Every pod is on team-a/net1 but a-nonet; a-web and
 /// b-cli are on team-a/net2 too. a-web's port "http" is 8080, b-web's is 9090.
-fn cluster() -> Cluster {
+pub(crate) fn cluster() -> Cluster {
     use Protocol::*;
     let ns = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     Cluster {
@@ -100,7 +100,7 @@ fn address(c: &Cluster, net: &NetworkName, who: &str) -> IpAddr {
 
 /// `"a-cli -> a-web tcp/8080"`, on `net`: pods by name (`name/6` for its IPv6 address) or
 /// addresses; `icmp` has no port.
-fn probe(c: &Cluster, net: &str, text: &str) -> Probe {
+pub(crate) fn probe(c: &Cluster, net: &str, text: &str) -> Probe {
     let parts: Vec<&str> = text.split_whitespace().collect();
     let [source, "->", destination, what] = parts[..] else { panic!("bad probe {text}") };
     let net = network(net);
@@ -127,11 +127,11 @@ fn policy(namespace: &str, name: &str, networks: &str, spec: Value) -> Policy {
     Policy::from_spec(namespace, name, networks, &spec).expect("a valid policy")
 }
 
-struct Case {
-    name: &'static str,
-    policies: Vec<Policy>,
+pub(crate) struct Case {
+    pub(crate) name: &'static str,
+    pub(crate) policies: Vec<Policy>,
     /// (network, probe, allowed)
-    probes: Vec<(&'static str, &'static str, bool)>,
+    pub(crate) probes: Vec<(&'static str, &'static str, bool)>,
 }
 
 fn case(name: &'static str, policies: Vec<Policy>, probes: &[(&'static str, bool)]) -> Case {
@@ -147,7 +147,7 @@ fn a(name: &str, spec: Value) -> Policy {
     policy("team-a", name, NET1, spec)
 }
 
-fn cases() -> Vec<Case> {
+pub(crate) fn cases() -> Vec<Case> {
     vec![
         case(
             "no policy: everything passes",

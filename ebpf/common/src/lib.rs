@@ -11,6 +11,7 @@
 pub mod crc32c;
 pub mod csum;
 pub mod flow;
+pub mod policy;
 pub mod shape;
 
 /// Whether two map names are the same: the BPF programs declare each map with a literal
