@@ -476,41 +476,8 @@ impl Loaded {
     pub fn attach_filter(&mut self, ifname: &str, hook: Hook) -> Result<(), LoadError> {
         let name = self.object.program(hook);
         let (priority, handle) = (self.object.filter_priority, self.object.filter_handle);
-        // clsact may already be there (ours, or someone else's): both are fine.
-        match qdisc_add_clsact(ifname) {
-            Err(e) if tc_errno(&e) != Some(libc::EEXIST) => {
-                return Err(LoadError::Clsact { ifname: ifname.to_owned(), source: Box::new(e) })
-            }
-            _ => {}
-        }
         let program: &mut SchedClassifier = self.typed(name)?;
-        let options = NlOptions { priority, handle, classid: None };
-        let id = match program.attach_with_options(
-            ifname,
-            hook.attach_type(),
-            TcAttachOptions::Netlink(options),
-        ) {
-            Ok(id) => id,
-            Err(created) => {
-                let existing =
-                    SchedClassifierLink::attached(ifname, hook.attach_type(), priority, handle, None)
-                        .map_err(|source| LoadError::FilterLookup {
-                            name,
-                            ifname: ifname.to_owned(),
-                            source,
-                        })?;
-                program.attach_to_link(existing).map_err(|source| LoadError::FilterReplace {
-                    name,
-                    ifname: ifname.to_owned(),
-                    created: Box::new(created),
-                    source: Box::new(source),
-                })?
-            }
-        };
-        // The filter stays when the link handle goes: it lives on the device, like a pin.
-        let link = program.take_link(id).map_err(program_error(name))?;
-        std::mem::forget(link);
-        Ok(())
+        attach_filter_program(program, name, ifname, hook, (priority, handle), None)
     }
 
     /// Removes our cls_bpf filter of `hook` from the interface; a device or filter that is gone
@@ -692,6 +659,47 @@ pub fn unpinned_tc_link(
     let link = program.take_link(id).map_err(program_error(name))?;
     let path = pins.prog(name);
     link.try_into().map_err(link_error(&path))
+}
+
+/// Makes sure `program` (named `name`) runs on `hook` of the interface `ifname` of the calling
+/// thread's network namespace as a cls_bpf filter at (`priority`, `handle`), with `classid`
+/// (which the program reads in `skb->tc_classid`): created, or, when a filter is there already
+/// (a previous run's), replaced in place (atomic in cls_bpf: no packet misses it). The filter
+/// lives on the device, not in this process.
+pub fn attach_filter_program(
+    program: &mut SchedClassifier,
+    name: &'static str,
+    ifname: &str,
+    hook: Hook,
+    (priority, handle): (u16, TcHandle),
+    classid: Option<TcHandle>,
+) -> Result<(), LoadError> {
+    // clsact may already be there (ours, or someone else's): both are fine.
+    match qdisc_add_clsact(ifname) {
+        Err(e) if tc_errno(&e) != Some(libc::EEXIST) => {
+            return Err(LoadError::Clsact { ifname: ifname.to_owned(), source: Box::new(e) })
+        }
+        _ => {}
+    }
+    let options = NlOptions { priority, handle, classid };
+    let id = match program.attach_with_options(ifname, hook.attach_type(), TcAttachOptions::Netlink(options))
+    {
+        Ok(id) => id,
+        Err(created) => {
+            let existing = SchedClassifierLink::attached(ifname, hook.attach_type(), priority, handle, None)
+                .map_err(|source| LoadError::FilterLookup { name, ifname: ifname.to_owned(), source })?;
+            program.attach_to_link(existing).map_err(|source| LoadError::FilterReplace {
+                name,
+                ifname: ifname.to_owned(),
+                created: Box::new(created),
+                source: Box::new(source),
+            })?
+        }
+    };
+    // The filter stays when the link handle goes: it lives on the device, like a pin.
+    let link = program.take_link(id).map_err(program_error(name))?;
+    std::mem::forget(link);
+    Ok(())
 }
 
 /// Logs when the map pinned at `path` has another size than `entries`: the pinned one is used.

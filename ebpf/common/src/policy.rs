@@ -5,9 +5,15 @@
 //! The maps are the agent's compiled tables (agent/src/network_policy/compile.rs) as lookups
 //! whose cost does not grow with the number of policies or peers:
 //!
-//! - [`MAP_ENDPOINTS`]: the interface a program runs on ([`EndpointKey`]: its network
-//!   namespace's cookie and its ifindex) → the isolated pod's attachment ([`Endpoint`]: its id,
-//!   its network's id, the directions it is isolated in). A miss: no policy selects it.
+//! - The endpoint: the isolated pod's attachment the program runs for, by an id the agent
+//!   gives it. A program on a pod's own interface (inside the pod) is attached as a cls_bpf
+//!   filter whose classid is the endpoint id, which the kernel hands the program in
+//!   `skb->tc_classid`. A program on a pod's host end (in the node, where ifindexes are unique)
+//!   finds it in [`MAP_HOST_ENDS`] by the interface's ifindex. Neither the packet's addresses
+//!   nor its socket (whose namespace is the sender's, wherever the packet is) can tell it: a
+//!   pod could claim another's address.
+//! - [`MAP_ENDPOINTS`]: an array of [`Endpoint`] by endpoint id: its network's id and the
+//!   directions it is isolated in (an unused id: every packet passes).
 //! - [`MAP_IDENTITIES`]: an LPM trie of (network, address) → identity, the longest prefix
 //!   deciding; a miss is [`WORLD`].
 //! - [`MAP_RULES`]: an LPM trie, a set, of what each endpoint allows ([`RuleKey`]: endpoint and
@@ -23,16 +29,20 @@
 use crate::Addr;
 
 pub const MAP_ENDPOINTS: &str = "NP_ENDPOINTS";
+pub const MAP_HOST_ENDS: &str = "NP_HOST_ENDS";
 pub const MAP_IDENTITIES: &str = "NP_IDENTITIES";
 pub const MAP_RULES: &str = "NP_RULES";
 pub const MAP_FLOWS: &str = "NP_FLOWS";
 pub const MAP_COUNTERS: &str = "NP_COUNTERS";
 
 /// Every map the policy object defines, for pinning.
-pub const MAPS: [&str; 5] = [MAP_ENDPOINTS, MAP_IDENTITIES, MAP_RULES, MAP_FLOWS, MAP_COUNTERS];
+pub const MAPS: [&str; 6] =
+    [MAP_ENDPOINTS, MAP_HOST_ENDS, MAP_IDENTITIES, MAP_RULES, MAP_FLOWS, MAP_COUNTERS];
 
 /// Isolated attachments on one node (endpoint ids are `1..=MAX_ENDPOINTS`).
-pub const MAX_ENDPOINTS: u32 = 16_384;
+pub const MAX_ENDPOINTS: u32 = 16_383;
+/// Entries of [`MAP_ENDPOINTS`], indexed by endpoint id (0 is none's).
+pub const ENDPOINT_SLOTS: u32 = MAX_ENDPOINTS + 1;
 /// Entries of the identity trie: every peer address of every network with policies, and the
 /// `ipBlock` prefixes. LPM tries allocate per entry, so the bound costs nothing until used.
 pub const MAX_IDENTITY_ENTRIES: u32 = 1 << 20;
@@ -41,7 +51,7 @@ pub const MAX_RULE_ENTRIES: u32 = 1 << 20;
 /// Default size of the flow table (preallocated, an LRU).
 pub const DEFAULT_MAX_FLOWS: u32 = 65_536;
 /// Entries of [`MAP_COUNTERS`]: two per endpoint id (and the unused id 0).
-pub const COUNTER_SLOTS: u32 = 2 * (MAX_ENDPOINTS + 1);
+pub const COUNTER_SLOTS: u32 = 2 * ENDPOINT_SLOTS;
 
 /// An address no entry of the identity trie covers: it matches no peer.
 pub const WORLD: u32 = 0;
@@ -57,29 +67,19 @@ pub const EGRESS: u32 = 1;
 pub const ISOLATED_INGRESS: u32 = 1;
 /// [`Endpoint::flags`]: the pod is isolated for egress.
 pub const ISOLATED_EGRESS: u32 = 2;
+/// [`Endpoint::flags`]: the programs run for this attachment (of a network with policies),
+/// isolated or not. They remember its connections either way, so that a policy isolating it
+/// later does not cut the connections it has: their packets are of a known flow.
+pub const TRACKED: u32 = 4;
 
-/// The interface a policy program runs on: the network namespace's cookie
-/// (`bpf_get_netns_cookie`, `SO_NETNS_COOKIE`) and the ifindex in it, since ifindexes repeat
-/// across namespaces (a macvlan's pod-side interface is hooked inside the pod).
+/// An isolated pod's attachment, at its id in [`MAP_ENDPOINTS`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EndpointKey {
-    pub netns_cookie: u64,
-    pub ifindex: u32,
-    pub pad: u32,
-}
-
-/// An isolated pod's attachment.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Endpoint {
-    /// Its id in [`RuleKey`], [`PolicyFlowKey`] and [`MAP_COUNTERS`]: `1..=MAX_ENDPOINTS`.
-    pub id: u32,
     /// Its network's id in [`IdentityKey`].
     pub network: u32,
-    /// [`ISOLATED_INGRESS`] | [`ISOLATED_EGRESS`].
+    /// [`TRACKED`], [`ISOLATED_INGRESS`], [`ISOLATED_EGRESS`]; 0 for an unused id.
     pub flags: u32,
-    pub pad: u32,
 }
 
 /// The data of an identity trie key: the network id (big-endian, so it is the prefix's first
@@ -235,8 +235,6 @@ pub const fn counter_slot(endpoint: u32, direction: u32) -> u32 {
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: plain #[repr(C)] data with explicit padding fields; every bit pattern is valid.
-    unsafe impl aya::Pod for super::EndpointKey {}
-    // SAFETY: as above.
     unsafe impl aya::Pod for super::Endpoint {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::IdentityKey {}

@@ -4,10 +4,11 @@
 //! and what they mean are `plexus_ebpf_common::policy`'s; the agent writes them from its
 //! compiled tables.
 //!
-//! Per packet: the endpoint (the interface, by network namespace and ifindex; a miss is no
-//! policy, and the packet goes on). An IP packet of a connection the endpoint allowed already
-//! (its flow, either way) goes on after that one lookup. Else it is the first of a new
-//! connection: in a direction the pod is isolated in, it goes on only if a rule allows its
+//! Per packet: the endpoint (on a pod's own interface, the id its filter's classid carries;
+//! on a host end, its interface's in `NP_HOST_ENDS`) and what it is isolated in (an unused id
+//! passes everything). An IP packet of a connection the endpoint
+//! allowed already (its flow, either way) goes on after one lookup. Else it is the first of a
+//! new connection: in a direction the pod is isolated in, it goes on only if a rule allows its
 //! peer's identity (or any peer) with its protocol and destination port, and the connection is
 //! then remembered; in a direction the pod is not isolated in, it goes on and is remembered,
 //! so that its replies pass the other direction's rules.
@@ -18,13 +19,13 @@
 //! reassemble a datagram whose first fragment, which carries them, was dropped here.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use aya_ebpf::helpers::{bpf_get_netns_cookie, bpf_ktime_get_ns};
+use aya_ebpf::helpers::bpf_ktime_get_ns;
 use aya_ebpf::maps::lpm_trie::Key;
-use aya_ebpf::maps::{HashMap, LpmTrie, LruHashMap, PerCpuArray};
+use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray};
 use aya_ebpf::programs::TcContext;
 use plexus_ebpf_common::flow::SEEN_GRANULARITY_NS;
 use plexus_ebpf_common::policy::{
-    counter_slot, Endpoint, EndpointKey, IdentityKey, PolicyCounters, PolicyFlow, PolicyFlowKey, RuleKey,
+    counter_slot, Endpoint, IdentityKey, PolicyCounters, PolicyFlow, PolicyFlowKey, RuleKey,
     ANY_IDENTITY, EGRESS, IDENTITY_FULL_PREFIX, INGRESS, ISOLATED_EGRESS, ISOLATED_INGRESS, RULE_FULL_PREFIX,
     WORLD,
 };
@@ -35,7 +36,8 @@ use crate::packet::{ip, Headers};
 
 /// The maps the programs read (and the flows and counters they write).
 pub struct PolicyMaps {
-    pub endpoints: &'static HashMap<EndpointKey, Endpoint>,
+    pub endpoints: &'static Array<Endpoint>,
+    pub host_ends: &'static HashMap<u32, u32>,
     pub identities: &'static LpmTrie<IdentityKey, u32>,
     pub rules: &'static LpmTrie<RuleKey, u8>,
     pub flows: &'static LruHashMap<PolicyFlowKey, PolicyFlow>,
@@ -50,18 +52,33 @@ const ND_LAST: u8 = 137;
 const ECHO: [u8; 2] = [8, 0];
 const ECHO6: [u8; 2] = [128, 129];
 
+/// Where a program finds its endpoint.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Hooked {
+    /// On a pod's own interface: a filter whose classid is the endpoint id.
+    PodSide,
+    /// On a pod's host end: `NP_HOST_ENDS` by ifindex.
+    HostEnd,
+}
+
 /// The program of the packets leaving the pod (`from_pod`: its egress rules) or entering it.
 #[inline(always)]
-pub fn enforce(ctx: &TcContext, from_pod: bool, maps: &PolicyMaps) -> i32 {
+pub fn enforce(ctx: &TcContext, from_pod: bool, hooked: Hooked, maps: &PolicyMaps) -> i32 {
     // SAFETY: the context's skb, valid while the program runs.
-    let (skb, ifindex) = (ctx.skb.skb, unsafe { (*ctx.skb.skb).ifindex });
-    // SAFETY: a helper taking the program's own context.
-    let netns_cookie = unsafe { bpf_get_netns_cookie(skb as *mut _) };
-    let key = EndpointKey { netns_cookie, ifindex, pad: 0 };
-    // SAFETY: the value is copied out at once; the agent writes an endpoint whole.
-    let Some(endpoint) = (unsafe { maps.endpoints.get(&key) }).copied() else {
-        return NEXT;
+    let skb = unsafe { &*ctx.skb.skb };
+    let id = match hooked {
+        Hooked::PodSide => skb.tc_classid,
+        // The key on the stack: the verifier takes no pointer into the context for one.
+        // SAFETY: the value is copied out at once.
+        Hooked::HostEnd => match unsafe { maps.host_ends.get(&{ skb.ifindex }) } {
+            Some(id) => *id,
+            None => return NEXT,
+        },
     };
+    let Some(endpoint) = maps.endpoints.get(id).copied() else { return NEXT };
+    if endpoint.flags == 0 {
+        return NEXT;
+    }
     let h = Headers::new(ctx);
     let Some(p) = ip(&h) else { return NEXT };
     if p.later {
@@ -85,13 +102,13 @@ pub fn enforce(ctx: &TcContext, from_pod: bool, maps: &PolicyMaps) -> i32 {
                 // Errors, and what else ICMP carries: not a connection of its own.
                 return NEXT;
             }
-            let Some(id) = h.read::<u16>(p.l4 + 4) else { return DROP };
-            (id, id)
+            let Some(echo_id) = h.read::<u16>(p.l4 + 4) else { return DROP };
+            (echo_id, echo_id)
         }
         _ => (0, 0),
     };
     let direction = if from_pod { EGRESS } else { INGRESS };
-    let key = PolicyFlowKey::new(endpoint.id, p.proto, p.src, sport, p.dst, dport);
+    let key = PolicyFlowKey::new(id, p.proto, p.src, sport, p.dst, dport);
     // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(flow) = maps.flows.get_ptr_mut(&key) {
@@ -101,7 +118,7 @@ pub fn enforce(ctx: &TcContext, from_pod: bool, maps: &PolicyMaps) -> i32 {
         if now.wrapping_sub(flow.seen_ns) > SEEN_GRANULARITY_NS {
             flow.seen_ns = now;
         }
-        count(maps, endpoint.id, direction, true);
+        count(maps, id, direction, true);
         return NEXT;
     }
     let isolated = endpoint.flags & if from_pod { ISOLATED_EGRESS } else { ISOLATED_INGRESS } != 0;
@@ -110,8 +127,8 @@ pub fn enforce(ctx: &TcContext, from_pod: bool, maps: &PolicyMaps) -> i32 {
         let identity = identity_of(maps, endpoint.network, &peer);
         // ICMP's identifier is no port: only rules for every protocol take it in.
         let port = if p.proto == PROTO_ICMP || p.proto == PROTO_ICMPV6 { 0 } else { dport };
-        if !allows(maps, endpoint.id, direction, identity, p.proto, port) {
-            count(maps, endpoint.id, direction, false);
+        if !allows(maps, id, direction, identity, p.proto, port) {
+            count(maps, id, direction, false);
             return DROP;
         }
     }
@@ -119,7 +136,7 @@ pub fn enforce(ctx: &TcContext, from_pod: bool, maps: &PolicyMaps) -> i32 {
     // A full table evicts its least recently used flow (an LRU): a connection idle the longest
     // is judged again by its next packet.
     let _ = maps.flows.insert(&key, &flow, u64::from(BPF_NOEXIST));
-    count(maps, endpoint.id, direction, true);
+    count(maps, id, direction, true);
     NEXT
 }
 

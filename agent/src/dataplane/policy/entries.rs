@@ -7,35 +7,42 @@ use std::collections::BTreeMap;
 
 use ipnet::IpNet;
 use plexus_ebpf_common::policy::{
-    identity_prefix, port_blocks, Endpoint, EndpointKey, IdentityKey, RuleKey, ANY_IDENTITY, EGRESS, INGRESS,
-    ISOLATED_EGRESS, ISOLATED_INGRESS, RULE_PEER_PREFIX, RULE_PROTO_PREFIX,
+    identity_prefix, port_blocks, Endpoint, IdentityKey, RuleKey, ANY_IDENTITY, EGRESS, INGRESS,
+    ISOLATED_EGRESS, ISOLATED_INGRESS, RULE_PEER_PREFIX, RULE_PROTO_PREFIX, TRACKED,
 };
 
 use crate::dataplane::portmap::entries::addr_words;
-use crate::network_policy::compile::{Allow, Tables};
+use crate::network_policy::compile::{Allow, Endpoint as Isolated, Tables};
 
 /// A key of an LPM trie: its prefix length and its data.
 pub type Prefixed<K> = (u32, K);
 
-/// Where an isolated pod's attachment is hooked on this node, and the id its entries use.
+/// A pod's attachment whose programs run on this node: the id its entries use, and how its
+/// programs find it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hooked {
-    pub key: EndpointKey,
     /// `1..=MAX_ENDPOINTS`, unique on the node.
     pub id: u32,
+    /// The ifindex of its host end (in the node), where its programs run there.
+    pub host_end: Option<u32>,
 }
 
 /// The entries of one network.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Entries {
-    pub endpoints: Vec<(EndpointKey, Endpoint)>,
+    /// By endpoint id.
+    pub endpoints: Vec<(u32, Endpoint)>,
+    /// (ifindex, endpoint id).
+    pub host_ends: Vec<(u32, u32)>,
     pub identities: Vec<(Prefixed<IdentityKey>, u32)>,
     /// The rule trie is a set: what it holds is allowed.
     pub rules: Vec<Prefixed<RuleKey>>,
 }
 
-/// The entries of network `network` (its id in the identity trie) for the isolated pods of
-/// `tables` that `hooked` has (by `namespace/name`); the others' rules are another node's.
+/// The entries of network `network` (its id in the identity trie): its identities, and for each
+/// of its attachments whose programs run on this node (`hooked`, by `namespace/name`), its
+/// endpoint and, if a policy isolates it, its rules. The other isolated pods' rules are their
+/// nodes'.
 pub fn entries(network: u32, tables: &Tables, hooked: &BTreeMap<String, Hooked>) -> Entries {
     let identities = tables
         .addresses
@@ -47,17 +54,21 @@ pub fn entries(network: u32, tables: &Tables, hooked: &BTreeMap<String, Hooked>)
         })
         .collect();
     let mut out = Entries { identities, ..Entries::default() };
-    for endpoint in &tables.endpoint_list {
-        let Some(hook) = hooked.get(&endpoint.pod) else { continue };
-        let mut flags = 0;
-        for (direction, flag, allows) in
-            [(INGRESS, ISOLATED_INGRESS, &endpoint.ingress), (EGRESS, ISOLATED_EGRESS, &endpoint.egress)]
-        {
-            let Some(allows) = allows else { continue };
-            flags |= flag;
-            out.rules.extend(allows.iter().flat_map(|allow| rule_keys(hook.id, direction, allow)));
+    let isolated: BTreeMap<&str, &Isolated> =
+        tables.endpoint_list.iter().map(|e| (e.pod.as_str(), e)).collect();
+    for (pod, hook) in hooked {
+        let mut flags = TRACKED;
+        if let Some(endpoint) = isolated.get(pod.as_str()) {
+            for (direction, flag, allows) in
+                [(INGRESS, ISOLATED_INGRESS, &endpoint.ingress), (EGRESS, ISOLATED_EGRESS, &endpoint.egress)]
+            {
+                let Some(allows) = allows else { continue };
+                flags |= flag;
+                out.rules.extend(allows.iter().flat_map(|allow| rule_keys(hook.id, direction, allow)));
+            }
         }
-        out.endpoints.push((hook.key, Endpoint { id: hook.id, network, flags, pad: 0 }));
+        out.endpoints.push((hook.id, Endpoint { network, flags }));
+        out.host_ends.extend(hook.host_end.map(|ifindex| (ifindex, hook.id)));
     }
     out.rules.sort_unstable();
     out.rules.dedup();
@@ -85,12 +96,10 @@ mod tests {
     use plexus_ebpf_common::policy::RULE_FULL_PREFIX;
 
     use super::*;
-    use crate::network_policy::compile::Endpoint as Isolated;
     use crate::network_policy::Protocol;
 
     fn hooked(pod: &str, id: u32) -> BTreeMap<String, Hooked> {
-        let key = EndpointKey { netns_cookie: 9, ifindex: id + 100, pad: 0 };
-        BTreeMap::from([(pod.to_owned(), Hooked { key, id })])
+        BTreeMap::from([(pod.to_owned(), Hooked { id, host_end: Some(id + 100) })])
     }
 
     fn tables(ingress: Option<Vec<Allow>>, egress: Option<Vec<Allow>>) -> Tables {
@@ -136,11 +145,12 @@ mod tests {
         );
         let e = entries(4, &t, &hooked("ns/a", 3));
         assert_eq!(e.endpoints.len(), 1, "only the pod hooked here");
-        let (key, endpoint) = e.endpoints[0];
-        assert_eq!((key.ifindex, endpoint.id, endpoint.network), (103, 3, 4));
+        let (id, endpoint) = e.endpoints[0];
+        assert_eq!((id, endpoint.network), (3, 4));
+        assert_eq!(e.host_ends, [(103, 3)]);
         assert_eq!(
             endpoint.flags,
-            ISOLATED_INGRESS | ISOLATED_EGRESS,
+            TRACKED | ISOLATED_INGRESS | ISOLATED_EGRESS,
             "egress isolated with nothing allowed"
         );
         let key = |identity, proto, port: u16| RuleKey::new(3, INGRESS, identity, proto, port.to_be());
@@ -157,7 +167,11 @@ mod tests {
     #[test]
     fn a_pod_isolated_one_way_has_only_that_flag() {
         let e = entries(1, &tables(None, Some(vec![])), &hooked("ns/a", 1));
-        assert_eq!(e.endpoints[0].1.flags, ISOLATED_EGRESS);
+        assert_eq!(e.endpoints[0].1.flags, TRACKED | ISOLATED_EGRESS);
+        assert!(e.rules.is_empty());
+        // A pod no policy isolates: tracked, nothing else.
+        let e = entries(1, &tables(None, Some(vec![])), &hooked("ns/free", 2));
+        assert_eq!(e.endpoints, [(2, Endpoint { network: 1, flags: TRACKED })]);
         assert!(e.rules.is_empty());
     }
 }

@@ -5,31 +5,26 @@
 //! destination's (its ingress) both let its first packet through; the reply of an allowed
 //! probe must then pass both ways, whatever the rules say of its direction (the flow).
 //!
-//! A test run's skb is on the loopback device of the test's network namespace: the endpoint
-//! under test is written at that (namespace cookie, ifindex), one side at a time.
+//! A test run's skb is on the loopback device of the test's network namespace: both pods of a
+//! probe are endpoints (the source 1, the destination 2), and the loopback is the host end of
+//! the one whose program runs, in turn.
 //!
-//! Needs root (CAP_BPF), as `cargo xtask test` runs.
+//! Needs root (CAP_BPF), as `cargo xtask test` runs. Real traffic: [`traffic`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use aya::maps::lpm_trie::{Key, LpmTrie};
-use aya::maps::{HashMap, MapData};
-use aya::programs::SchedClassifier;
-use aya::{Ebpf, EbpfLoader};
-use plexus_ebpf_common::policy::{
-    Endpoint, EndpointKey, IdentityKey, PolicyFlow, PolicyFlowKey, RuleKey, MAP_ENDPOINTS, MAP_FLOWS,
-    MAP_IDENTITIES, MAP_RULES,
-};
-
 use super::entries::{entries, Entries, Hooked};
-use super::{BYTES, FROM_POD, TO_POD};
+use super::object::{HOST_IN, HOST_OUT, OBJECT};
+use super::table::Table;
 use crate::dataplane::kernel_tests::run_tc;
-use crate::dataplane::pin::netns_cookie;
+use crate::dataplane::loader::Loaded;
 use crate::network_policy::compile::compile;
 use crate::network_policy::decide::{decide, Cluster, Probe, ProbeProtocol};
 use crate::network_policy::tests::{cases, cluster, probe};
 use crate::network_policy::{NetworkName, Protocol};
+
+mod traffic;
 
 const NEXT: u32 = u32::MAX; // TC_ACT_UNSPEC
 const SHOT: u32 = 2;
@@ -38,68 +33,32 @@ const LO: u32 = 1;
 const CLIENT_PORT: u16 = 40_000;
 
 struct Fixture {
-    ebpf: Ebpf,
-    endpoints: HashMap<MapData, EndpointKey, Endpoint>,
-    identities: LpmTrie<MapData, IdentityKey, u32>,
-    rules: LpmTrie<MapData, RuleKey, u8>,
-    flows: HashMap<MapData, PolicyFlowKey, PolicyFlow>,
-    here: EndpointKey,
+    loaded: Loaded,
+    table: Table,
+    /// What the maps hold.
+    current: Vec<Entries>,
 }
 
 impl Fixture {
     fn new() -> Fixture {
-        let mut ebpf = EbpfLoader::new().btf(None).load(BYTES).expect("loading plexus-policy (run as root)");
-        for name in [FROM_POD, TO_POD] {
-            let prog: &mut SchedClassifier =
-                ebpf.program_mut(name).and_then(|p| p.try_into().ok()).expect("a TC program");
-            prog.load().expect("the verifier accepts the program");
-        }
-        let mut take = |name: &str| ebpf.take_map(name).unwrap_or_else(|| panic!("no map {name}"));
-        let endpoints = HashMap::try_from(take(MAP_ENDPOINTS)).expect("endpoints");
-        let identities = LpmTrie::try_from(take(MAP_IDENTITIES)).expect("identities");
-        let rules = LpmTrie::try_from(take(MAP_RULES)).expect("rules");
-        let flows = HashMap::try_from(take(MAP_FLOWS)).expect("flows");
-        let here = EndpointKey { netns_cookie: netns_cookie().expect("netns cookie"), ifindex: LO, pad: 0 };
-        Fixture { ebpf, endpoints, identities, rules, flows, here }
+        let mut loaded = Loaded::load_object(&OBJECT, None).expect("loading plexus-policy (run as root)");
+        let table = Table::take(loaded.ebpf_mut()).expect("the maps");
+        Fixture { loaded, table, current: Vec::new() }
     }
 
-    /// The maps as `networks` (each network's entries) make them, with the endpoint of this
-    /// side only.
-    fn write(&mut self, networks: &[Entries], endpoint: Option<Endpoint>) {
-        let keys: Vec<EndpointKey> = self.endpoints.keys().map(|k| k.expect("key")).collect();
-        for k in keys {
-            self.endpoints.remove(&k).expect("removing an endpoint");
-        }
-        if let Some(endpoint) = endpoint {
-            self.endpoints.insert(self.here, endpoint, 0).expect("writing the endpoint");
-        }
-        let keys: Vec<Key<IdentityKey>> = self.identities.keys().map(|k| k.expect("key")).collect();
-        for k in keys {
-            self.identities.remove(&k).expect("removing an identity");
-        }
-        let keys: Vec<Key<RuleKey>> = self.rules.keys().map(|k| k.expect("key")).collect();
-        for k in keys {
-            self.rules.remove(&k).expect("removing a rule");
-        }
-        for e in networks {
-            for ((len, key), identity) in &e.identities {
-                self.identities.insert(&Key::new(*len, *key), identity, 0).expect("writing an identity");
-            }
-            for (len, key) in &e.rules {
-                self.rules.insert(&Key::new(*len, *key), 1, 0).expect("writing a rule");
-            }
-        }
+    /// The maps as `networks` (each network's entries) make them.
+    fn write(&mut self, networks: Vec<Entries>) {
+        self.table.apply(&self.current, &networks).expect("writing the maps");
+        self.current = networks;
     }
 
     fn forget_flows(&mut self) {
-        let keys: Vec<PolicyFlowKey> = self.flows.keys().map(|k| k.expect("key")).collect();
-        for k in keys {
-            self.flows.remove(&k).expect("removing a flow");
-        }
+        self.table.remove_flows_of(&BTreeSet::from([1, 2])).expect("removing the flows");
+        assert!(self.table.flows().expect("the flows").is_empty());
     }
 
     fn run(&self, program: &str, packet: &[u8]) -> u32 {
-        let (verdict, _) = run_tc(&self.ebpf, program, packet);
+        let (verdict, _) = run_tc(self.loaded.ebpf(), program, packet);
         assert!(verdict == NEXT || verdict == SHOT, "{program}: verdict {verdict}");
         verdict
     }
@@ -196,27 +155,28 @@ fn kernel_the_programs_agree_with_the_decision_on_the_truth_table() {
         for (net, text, _) in &case.probes {
             let p = probe(&c, net, text);
             let decided = decide(&case.policies, &c, &p);
-            // The source's program as endpoint 1, the destination's as endpoint 2 (each hooked
-            // at this namespace's loopback in turn).
-            let side = |address: IpAddr, id: u32| -> (Vec<Entries>, Option<Endpoint>) {
-                let hooked: BTreeMap<String, Hooked> = pod_of(&c, &p.network, address)
-                    .map(|pod| (pod, Hooked { key: f.here, id }))
-                    .into_iter()
-                    .collect();
+            // Both pods hooked, the loopback the host end of the source (1) or the destination
+            // (2).
+            let side = |running: u32| -> Vec<Entries> {
+                let mut hooked: BTreeMap<String, Hooked> = BTreeMap::new();
+                for (address, id) in [(p.source, 1), (p.destination, 2)] {
+                    if let Some(pod) = pod_of(&c, &p.network, address) {
+                        let host_end = (id == running).then_some(LO);
+                        hooked.insert(pod, Hooked { id, host_end });
+                    }
+                }
                 let nothing = BTreeMap::new();
-                let all: Vec<Entries> = tables
+                tables
                     .iter()
                     .map(|(n, t)| entries(ids[n], t, if *n == p.network { &hooked } else { &nothing }))
-                    .collect();
-                let endpoint = all.iter().flat_map(|e| e.endpoints.iter()).map(|(_, e)| *e).next();
-                (all, endpoint)
+                    .collect()
             };
-            let (source, destination) = (side(p.source, 1), side(p.destination, 2));
+            let (source, destination) = (side(1), side(2));
             f.forget_flows();
-            f.write(&source.0, source.1);
-            let egress = f.run(FROM_POD, &frame(&p, false));
-            f.write(&destination.0, destination.1);
-            let ingress = f.run(TO_POD, &frame(&p, false));
+            f.write(source.clone());
+            let egress = f.run(HOST_IN, &frame(&p, false));
+            f.write(destination);
+            let ingress = f.run(HOST_OUT, &frame(&p, false));
             let allowed = egress == NEXT && ingress == NEXT;
             probes += 1;
             if allowed != decided.allowed() {
@@ -231,9 +191,9 @@ fn kernel_the_programs_agree_with_the_decision_on_the_truth_table() {
             if allowed {
                 // The reply: out of the destination, into the source, on the flows the first
                 // packet made.
-                let out = f.run(FROM_POD, &frame(&p, true));
-                f.write(&source.0, source.1);
-                let back = f.run(TO_POD, &frame(&p, true));
+                let out = f.run(HOST_IN, &frame(&p, true));
+                f.write(source);
+                let back = f.run(HOST_OUT, &frame(&p, true));
                 if out != NEXT || back != NEXT {
                     wrong.push(format!("{}: {net} {text}: allowed, but its reply is dropped", case.name));
                 }
