@@ -1,10 +1,13 @@
 //! What the dataplane's map wrappers share: their errors, taking or opening their maps,
-//! per-CPU values, and removals that tolerate what is gone already.
+//! per-CPU values, removals that tolerate what is gone already, and addresses as the maps
+//! key them.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use aya::maps::{Map, MapData, MapError};
 use aya::Ebpf;
+use plexus_ebpf_common::{v4_mapped, Addr};
 
 use super::pin::PinDir;
 use crate::cni::error::chain;
@@ -102,6 +105,31 @@ pub fn columns(rows: &[Vec<String>]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// An address as the maps key it (IPv4 as IPv4-mapped, words in network byte order).
+pub fn addr_words(ip: IpAddr) -> Addr {
+    match ip {
+        IpAddr::V4(v4) => v4_mapped(u32::from_ne_bytes(v4.octets())),
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            let w = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            [w(0), w(4), w(8), w(12)]
+        }
+    }
+}
+
+/// The inverse of [`addr_words`].
+pub fn words_addr(words: &Addr) -> IpAddr {
+    let mut o = [0u8; 16];
+    for (i, w) in words.iter().enumerate() {
+        o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+    }
+    let v6 = std::net::Ipv6Addr::from(o);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use plexus_ebpf_common::policy::{
     ISOLATED_EGRESS, ISOLATED_INGRESS, RULE_PEER_PREFIX, RULE_PROTO_PREFIX, TRACKED,
 };
 
-use crate::dataplane::portmap::entries::addr_words;
+use crate::dataplane::maps::addr_words;
 use crate::network_policy::compile::{Allow, Endpoint as Isolated, Tables};
 
 /// A key of an LPM trie: its prefix length and its data.

@@ -6,14 +6,15 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use plexus_ebpf_common::{
-    v4_mapped, Addr, Endpoint, Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS, DELIVER_XDP_REDIRECT, NO_COUNTERS,
-    PROTO_SCTP, PROTO_TCP, PROTO_UDP,
+    Addr, Endpoint, Rewrite, DELIVER_BRIDGE, DELIVER_INGRESS, DELIVER_XDP_REDIRECT, NO_COUNTERS, PROTO_SCTP,
+    PROTO_TCP, PROTO_UDP,
 };
 use serde::{Deserialize, Serialize};
 
 use super::config::PortMapping;
 use super::topology::{PodSide, Topology};
 use crate::dataplane::attach::Hook;
+use crate::dataplane::maps::{addr_words, words_addr};
 use crate::dataplane::netdev::NodeInterface;
 use crate::netlink::Mac;
 use crate::spec::selection::Protocol;
@@ -32,31 +33,6 @@ pub fn protocol_from_number(n: u8) -> Option<Protocol> {
         PROTO_UDP => Some(Protocol::Udp),
         PROTO_SCTP => Some(Protocol::Sctp),
         _ => None,
-    }
-}
-
-/// An address as the maps key it (IPv4 as IPv4-mapped, words in network byte order).
-pub fn addr_words(ip: IpAddr) -> Addr {
-    match ip {
-        IpAddr::V4(v4) => v4_mapped(u32::from_ne_bytes(v4.octets())),
-        IpAddr::V6(v6) => {
-            let o = v6.octets();
-            let w = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-            [w(0), w(4), w(8), w(12)]
-        }
-    }
-}
-
-/// The inverse of [`addr_words`].
-pub fn words_addr(words: &Addr) -> IpAddr {
-    let mut o = [0u8; 16];
-    for (i, w) in words.iter().enumerate() {
-        o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
-    }
-    let v6 = std::net::Ipv6Addr::from(o);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
     }
 }
 

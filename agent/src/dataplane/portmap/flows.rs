@@ -9,8 +9,9 @@ use plexus_ebpf_common::flow::{
 use plexus_ebpf_common::{Addr, Endpoint, PROTO_SCTP, PROTO_TCP, PROTO_UDP};
 use serde::Serialize;
 
-use super::entries::{map_endpoint_text, protocol_text, words_addr};
+use super::entries::{map_endpoint_text, protocol_text};
 use crate::dataplane::maps::columns;
+use crate::dataplane::maps::words_addr;
 
 /// The name of a flow's state: TCP `syn` (no reply yet), `established`, `closing` (a FIN from
 /// one side), `closed` (FINs from both), `reset`; UDP `udp` (no reply yet), `udp-replied`;
@@ -157,7 +158,7 @@ pub fn counts_by_host(flows: &[(FlowKey, Flow)]) -> BTreeMap<Endpoint, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::portmap::entries::addr_words;
+    use crate::dataplane::maps::addr_words;
     use plexus_ebpf_common::Rewrite;
 
     fn a(ip: &str) -> Addr {

@@ -570,7 +570,7 @@ mod kernel_tests {
     use super::*;
     use crate::dataplane::attach::Hook;
     use crate::dataplane::loader::Loaded;
-    use crate::dataplane::portmap::entries::addr_words;
+    use crate::dataplane::maps::addr_words;
     use crate::dataplane::portmap::mapper;
     use crate::spec::selection::Protocol;
 

@@ -23,12 +23,13 @@ use plexus_ebpf_common::flow::{Flow, FlowKey, FlowStats, Settings, Timeouts, NSE
 use plexus_ebpf_common::shape::{Shape, ShapeKey, HOOK_EGRESS};
 use plexus_testkit::Netns;
 
-use super::entries::{addr_words, Entry};
+use super::entries::Entry;
 use super::mapper::{self, TC_EGRESS, TC_INGRESS};
 use super::table::Tables;
 use crate::dataplane::attach::Hook;
 use crate::dataplane::kernel_tests::run_tc;
 use crate::dataplane::loader::Loaded;
+use crate::dataplane::maps::addr_words;
 use crate::spec::selection::Protocol;
 use packets::*;
 
