@@ -275,11 +275,21 @@ pub struct Ip {
     pub ip_csum: u16,
 }
 
+/// What [`ip`] finds behind the Ethernet header.
+pub enum Layer3 {
+    Ip(Ip),
+    /// Not IPv4 or IPv6 (ARP...).
+    NotIp,
+}
+
 /// Parses the packet's Ethernet and IP headers (IPv4 with options; IPv6 with a fragment
-/// header, no other extension header); `None` for a packet that is not IP, or a malformed or
-/// truncated one.
+/// header, no other extension header); `None` for a malformed or truncated one.
+///
+/// A packet that is not IP is an answer of its own, apart from a malformed header's `None`, so
+/// that [`parse`] keeps the two exits it had before this function existed: joining them cost
+/// `pm_xdp` 97 more instructions of the verifier's walk.
 #[inline(always)]
-pub fn ip(h: &Headers) -> Option<Ip> {
+pub fn ip(h: &Headers) -> Option<Layer3> {
     let ethertype = u16::from_be(h.read::<u16>(12)?);
     if ethertype == ETH_P_IP {
         let vihl: u8 = h.read(ETH_HLEN)?;
@@ -295,7 +305,7 @@ pub fn ip(h: &Headers) -> Option<Ip> {
         let src: u32 = h.read(ETH_HLEN + 12)?;
         let dst: u32 = h.read(ETH_HLEN + 16)?;
         let (first, later) = (frag & 0x2000 != 0 && frag & 0x1fff == 0, frag & 0x1fff != 0);
-        Some(Ip {
+        Some(Layer3::Ip(Ip {
             v6: false,
             l4: ETH_HLEN + ihl,
             l4_len: total.saturating_sub(ihl as u32),
@@ -305,7 +315,7 @@ pub fn ip(h: &Headers) -> Option<Ip> {
             frag_id: if first { Some(id) } else { None },
             later,
             ip_csum,
-        })
+        }))
     } else if ethertype == ETH_P_IPV6 {
         // Extension headers other than a fragment header are not followed: the L4 header must
         // come first.
@@ -319,7 +329,7 @@ pub fn ip(h: &Headers) -> Option<Ip> {
             let off_flags = u16::from_be(h.read::<u16>(fh + 2)?);
             let id: u32 = h.read(fh + 4)?;
             let (offset, more) = (off_flags & 0xfff8, off_flags & 1 != 0);
-            Some(Ip {
+            Some(Layer3::Ip(Ip {
                 v6: true,
                 l4: fh + FRAG_HLEN,
                 l4_len: payload.saturating_sub(FRAG_HLEN as u32),
@@ -329,10 +339,10 @@ pub fn ip(h: &Headers) -> Option<Ip> {
                 frag_id: if offset == 0 && more { Some(id) } else { None },
                 later: offset != 0,
                 ip_csum: 0,
-            })
+            }))
         } else {
             let l4 = ETH_HLEN + IPV6_HLEN;
-            Some(Ip {
+            Some(Layer3::Ip(Ip {
                 v6: true,
                 l4,
                 l4_len: payload,
@@ -342,19 +352,19 @@ pub fn ip(h: &Headers) -> Option<Ip> {
                 frag_id: None,
                 later: false,
                 ip_csum: 0,
-            })
+            }))
         }
     } else {
-        None
+        Some(Layer3::NotIp)
     }
 }
 
-/// Parses the packet's Ethernet, IP ([`ip`]) and L4 headers: [`Kind::Other`] for a packet that
-/// is not IP or whose IP header is malformed, `None` for a truncated L4 header.
+/// Parses the packet's Ethernet, IP ([`ip`]) and L4 headers; `None` for a malformed or
+/// truncated one.
 #[inline(always)]
 pub fn parse<C: Buff>(ctx: &C) -> Option<Kind> {
     let h = Headers::new(ctx);
-    let Some(Ip { v6, l4, l4_len, proto, src, dst, frag_id, later, ip_csum }) = ip(&h) else {
+    let Layer3::Ip(Ip { v6, l4, l4_len, proto, src, dst, frag_id, later, ip_csum }) = ip(&h)? else {
         return Some(Kind::Other);
     };
     if (proto == PROTO_ICMP && !v6) || (proto == PROTO_ICMPV6 && v6) {

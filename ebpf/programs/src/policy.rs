@@ -32,7 +32,7 @@ use plexus_ebpf_common::policy::{
 use plexus_ebpf_common::{Addr, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP};
 
 use crate::consts::{DROP, NEXT};
-use crate::packet::{ip, Headers};
+use crate::packet::{ip, Headers, Layer3};
 
 /// The maps the programs read (and the flows and counters they write).
 pub struct PolicyMaps {
@@ -80,7 +80,7 @@ pub fn enforce(ctx: &TcContext, from_pod: bool, hooked: Hooked, maps: &PolicyMap
         return NEXT;
     }
     let h = Headers::new(ctx);
-    let Some(p) = ip(&h) else { return NEXT };
+    let Some(Layer3::Ip(p)) = ip(&h) else { return NEXT };
     if p.later {
         return NEXT;
     }
