@@ -14,7 +14,7 @@ use super::model::{NetworkName, Policy, Protocol};
 const NET1: &str = "team-a/net1";
 const NET2: &str = "team-a/net2";
 
-fn network(text: &str) -> NetworkName {
+pub(crate) fn network(text: &str) -> NetworkName {
     let (ns, name) = text.split_once('/').expect("ns/name");
     NetworkName::new(ns, name)
 }
@@ -121,7 +121,7 @@ pub(crate) fn probe(c: &Cluster, net: &str, text: &str) -> Probe {
 }
 
 /// A policy in `namespace` for `networks` (comma-separated `ns/name`).
-fn policy(namespace: &str, name: &str, networks: &str, spec: Value) -> Policy {
+pub(crate) fn policy(namespace: &str, name: &str, networks: &str, spec: Value) -> Policy {
     let networks = networks.split(',').map(network).collect();
     let spec = serde_json::from_value(spec).expect("a NetworkPolicy spec");
     Policy::from_spec(namespace, name, networks, &spec).expect("a valid policy")

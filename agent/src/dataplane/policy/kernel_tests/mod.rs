@@ -20,7 +20,7 @@ use super::table::Table;
 use crate::dataplane::kernel_tests::run_tc;
 use crate::dataplane::loader::Loaded;
 use crate::network_policy::compile::compile;
-use crate::network_policy::decide::{decide, Cluster, Probe, ProbeProtocol};
+use crate::network_policy::decide::{decide, Probe, ProbeProtocol};
 use crate::network_policy::tests::{cases, cluster, probe};
 use crate::network_policy::{NetworkName, Protocol};
 
@@ -134,15 +134,6 @@ fn frame(probe: &Probe, reply: bool) -> Vec<u8> {
     f
 }
 
-/// The pod (`namespace/name`) that has `address` on `network`.
-fn pod_of(cluster: &Cluster, network: &NetworkName, address: IpAddr) -> Option<String> {
-    cluster
-        .pods
-        .iter()
-        .find(|p| p.addresses.get(network).is_some_and(|a| a.contains(&address)))
-        .map(|p| format!("{}/{}", p.namespace, p.name))
-}
-
 #[test]
 fn kernel_the_programs_agree_with_the_decision_on_the_truth_table() {
     let mut f = Fixture::new();
@@ -160,9 +151,9 @@ fn kernel_the_programs_agree_with_the_decision_on_the_truth_table() {
             let side = |running: u32| -> Vec<Entries> {
                 let mut hooked: BTreeMap<String, Hooked> = BTreeMap::new();
                 for (address, id) in [(p.source, 1), (p.destination, 2)] {
-                    if let Some(pod) = pod_of(&c, &p.network, address) {
+                    if let Some(pod) = c.pod_at(&p.network, address) {
                         let host_end = (id == running).then_some(LO);
-                        hooked.insert(pod, Hooked { id, host_end });
+                        hooked.insert(format!("{}/{}", pod.namespace, pod.name), Hooked { id, host_end });
                     }
                 }
                 let nothing = BTreeMap::new();

@@ -25,7 +25,8 @@ use crate::dataplane::policy::object::{OBJECT, PIN_SUBDIR};
 use crate::dataplane::policy::table::Table;
 use crate::network_policy::compile::compile;
 use crate::network_policy::decide::{decide, Cluster, NamedPort, PodView, Probe, ProbeProtocol};
-use crate::network_policy::{NetworkName, Policy, Protocol};
+use crate::network_policy::tests::{network, policy};
+use crate::network_policy::{Policy, Protocol};
 
 /// How long a probe waits for its answer: a denied one costs this.
 const WAIT: Duration = Duration::from_millis(600);
@@ -155,22 +156,12 @@ fn cluster(w: &World, roles: &[(&str, &str)]) -> Cluster {
     Cluster { namespaces: BTreeMap::from([("t".to_owned(), BTreeMap::new())]), pods }
 }
 
-fn network(text: &str) -> NetworkName {
-    let (ns, name) = text.split_once('/').expect("ns/name");
-    NetworkName::new(ns, name)
-}
-
-fn policy(name: &str, networks: &str, spec: serde_json::Value) -> Policy {
-    let networks = networks.split(',').map(network).collect();
-    let spec = serde_json::from_value(spec).expect("a NetworkPolicy spec");
-    Policy::from_spec("t", name, networks, &spec).expect("a valid policy")
-}
-
 /// On the bridge: p2 (db) takes TCP on its port "pg" and UDP 5353 from web pods only. On the
 /// macvlan: p4 (api) may send only TCP 6379 into fd92::/64 and UDP to cache pods.
 fn policies() -> Vec<Policy> {
     vec![
         policy(
+            "t",
             "db",
             BR,
             json!({"podSelector": {"matchLabels": {"app": "db"}}, "ingress": [{
@@ -178,6 +169,7 @@ fn policies() -> Vec<Policy> {
                 "ports": [{"protocol": "TCP", "port": "pg"}, {"protocol": "UDP", "port": 5353}]}]}),
         ),
         policy(
+            "t",
             "api",
             MV,
             json!({"podSelector": {"matchLabels": {"app": "api"}}, "policyTypes": ["Egress"], "egress": [
