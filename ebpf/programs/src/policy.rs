@@ -1,17 +1,17 @@
 //! Network policy on a pod's attachment (MultiNetworkPolicy, issue 40): the TC programs that
-//! run on the interface of an isolated attachment, wherever it is hooked (the host end of a
+//! run on the interface of every attachment of a network with policies, wherever it is hooked (the host end of a
 //! bridge's veth; the pod's own interface of a macvlan, inside the pod). The maps, their keys
 //! and what they mean are `plexus_ebpf_common::policy`'s; the agent writes them from its
 //! compiled tables.
 //!
 //! Per packet: the endpoint (on a pod's own interface, the id its filter's classid carries;
 //! on a host end, its interface's in `NP_HOST_ENDS`) and what it is isolated in (an unused id
-//! passes everything). An IP packet of a connection the endpoint
-//! allowed already (its flow, either way) goes on after one lookup. Else it is the first of a
-//! new connection: in a direction the pod is isolated in, it goes on only if a rule allows its
-//! peer's identity (or any peer) with its protocol and destination port, and the connection is
-//! then remembered; in a direction the pod is not isolated in, it goes on and is remembered,
-//! so that its replies pass the other direction's rules.
+//! passes everything). An IP packet of a connection the endpoint allowed already (its flow,
+//! either way) goes on after one lookup. Else it is the first of a new connection: in a
+//! direction the pod is isolated in, it goes on only if a rule allows its peer's identity (or
+//! any peer) with its protocol and destination port, and the connection is then remembered; in
+//! a direction the pod is not isolated in, it goes on and is remembered, so that its replies
+//! pass the other direction's rules.
 //!
 //! What is not a connection of its own passes: a packet that is not IP (ARP), IPv6 neighbour
 //! discovery, ICMP errors (they concern a connection, and the kernel delivers them to its

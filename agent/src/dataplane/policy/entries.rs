@@ -1,7 +1,7 @@
 //! One network's compiled tables ([`crate::network_policy::compile::Tables`]) as the entries of
 //! the policy object's maps (`plexus_ebpf_common::policy`): the identity trie, and for each
-//! isolated pod hooked on this node its endpoint and its rules. Pure: writing them is the
-//! table's job.
+//! attachment hooked on this node its endpoint and, if a policy isolates it, its rules. Pure:
+//! writing them is the table's job.
 
 use std::collections::BTreeMap;
 

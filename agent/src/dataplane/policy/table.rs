@@ -2,8 +2,8 @@
 //! entries to the new ones in an order that never denies what both allow. New rules go in
 //! first, then the identities and endpoints are written (an address that changes identity
 //! finds its new identity's rules already there), and only then is what the new entries no
-//! longer hold removed. Connections already allowed keep their flow entries whatever changes
-//! (`NP_FLOWS`, which only the programs and expiry touch).
+//! longer hold removed. Connections already allowed keep their flow entries whatever the
+//! rules become; only an endpoint that goes takes its flows with it (its id may be reused).
 
 use std::collections::{BTreeMap, BTreeSet};
 
